@@ -1,0 +1,40 @@
+"""vSpec: adaptive speculative decoding for vLLM, as a ``vllm.general_plugins`` plugin.
+
+vLLM calls :func:`register` in every process it starts (API server, EngineCore, workers).
+It does nothing, and imports nothing heavy, unless ``HUST_VSPEC_ENABLED=1``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from vllm_hust_vspec._version import __version__
+
+ENABLE_ENV = "HUST_VSPEC_ENABLED"
+logger = logging.getLogger("vllm_hust_vspec")
+
+
+def is_enabled(env: dict[str, str] | None = None) -> bool:
+    """True when the plugin gate variable is set to a true value."""
+    value = (os.environ if env is None else env).get(ENABLE_ENV, "")
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def register() -> None:
+    """The ``vllm.general_plugins`` entry point.
+
+    When enabled: build the settings once (from ``VSPEC_CONFIG`` and ``HUST_VSPEC_*``), check
+    the host and apply the patches for this process. Errors propagate: a plugin that was asked
+    for and cannot work must stop the server, not let it run unpatched.
+    """
+    if not is_enabled():
+        return
+    from vllm_hust_vspec.host import apply
+    from vllm_hust_vspec.settings import load_settings
+
+    settings = load_settings()
+    apply(settings)
+
+
+__all__ = ["ENABLE_ENV", "__version__", "is_enabled", "register"]

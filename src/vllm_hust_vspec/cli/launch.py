@@ -1,0 +1,95 @@
+"""``vllm-hust-vspec``: launch ``vllm serve`` with adaptive speculative decoding.
+
+Examples::
+
+    vllm-hust-vspec --protocol eagle --dry-run
+    vllm-hust-vspec --protocol cpu-tiny -- --max-log-len 100
+    VSPEC_CONFIG=my.toml vllm-hust-vspec --protocol draft --gamma 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from vllm_hust_vspec._version import __version__
+from vllm_hust_vspec.cli.options import add_settings_arguments, cli_values
+from vllm_hust_vspec.launch.command import build_serve_command
+from vllm_hust_vspec.launch.models import ModelNotFoundError
+from vllm_hust_vspec.settings import SettingsError, list_presets, resolve_settings
+
+EPILOG = """\
+precedence (lowest first): preset (--protocol) < VSPEC_CONFIG file < --config file <
+HUST_VSPEC_* environment < flags. Legacy SPECSLO_/SPECASCEND_ spellings are read below the new
+ones. Arguments after '--' go to 'vllm serve' unchanged.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The launcher's parser (also used to generate the README flag reference)."""
+    parser = argparse.ArgumentParser(
+        prog="vllm-hust-vspec",
+        description="Start 'vllm serve' with vSpec adaptive speculative decoding.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"vllm-hust-vspec {__version__}")
+    parser.add_argument(
+        "--protocol", "--preset", dest="protocol", metavar="NAME",
+        help=f"preset to start from: {', '.join(list_presets())}, or a .toml path",
+    )
+    parser.add_argument("--config", metavar="FILE", help="TOML config over the preset")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the command and environment, then exit"
+    )
+    parser.add_argument("--json", action="store_true", help="with --dry-run: print JSON")
+    parser.add_argument(
+        "--list-presets", action="store_true", help="list the bundled presets and exit"
+    )
+    add_settings_arguments(parser)
+    return parser
+
+
+def split_passthrough(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split at the first ``--``: our flags before, ``vllm serve`` arguments after."""
+    args = list(argv)
+    if "--" in args:
+        i = args.index("--")
+        return args[:i], args[i + 1 :]
+    return args, []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; exec()s vllm unless --dry-run."""
+    ours, passthrough = split_passthrough(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    ns = parser.parse_args(ours)
+    if ns.list_presets:
+        print("\n".join(list_presets()))
+        return 0
+    try:
+        resolved = resolve_settings(
+            preset=ns.protocol, config=ns.config, cli=cli_values(ns), env=os.environ
+        )
+        command = build_serve_command(resolved, os.environ, passthrough)
+    except (SettingsError, ModelNotFoundError) as exc:
+        print(f"vllm-hust-vspec: error: {exc}", file=sys.stderr)
+        return 2
+    for note in command.notes:
+        print(f"vllm-hust-vspec: note: {note}", file=sys.stderr)
+    if ns.dry_run:
+        print(command.to_json() if ns.json else command.to_shell())
+        return 0
+    if ns.json:
+        print("vllm-hust-vspec: error: --json needs --dry-run", file=sys.stderr)
+        return 2
+    env = {**os.environ, **command.env}
+    sys.stdout.flush()
+    os.execvpe(command.argv[0], command.argv, env)
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Command-line flags generated from the Settings definitions (one spelling per option)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from vllm_hust_vspec.settings import OPTIONS, OptionInfo, SettingsError
+from vllm_hust_vspec.settings.coerce import coerce
+
+GROUP_TITLES = {
+    "serve": "serving options",
+    "adaptive": "adaptive controller options",
+    "acceptance": "acceptance options (relaxed modes change outputs)",
+}
+
+
+def _typed(opt: OptionInfo) -> Any:
+    def parse(raw: str) -> Any:
+        try:
+            return coerce(opt, raw, f"flag {opt.flag}")
+        except SettingsError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = opt.kind
+    return parse
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per option; unset flags stay absent from the namespace."""
+    groups = {name: parser.add_argument_group(title) for name, title in GROUP_TITLES.items()}
+    for opt in OPTIONS:
+        group = groups[opt.group]
+        text = f"{opt.help} [env {opt.env}; default {describe_default(opt)}]"
+        if opt.kind == "bool":
+            group.add_argument(
+                opt.flag, dest=opt.name, action=argparse.BooleanOptionalAction,
+                default=argparse.SUPPRESS, help=text,
+            )
+        else:
+            group.add_argument(
+                opt.flag, dest=opt.name, type=_typed(opt), default=argparse.SUPPRESS,
+                metavar=opt.metavar or (opt.name.upper() if not opt.choices else None),
+                choices=None, help=text + (f" (one of: {', '.join(opt.choices)})"
+                                           if opt.choices else ""),
+            )
+
+
+def describe_default(opt: OptionInfo) -> str:
+    """Human spelling of an option's default for --help and the README."""
+    if opt.name == "gamma":
+        return "4 (6 for mtp)"
+    if opt.default is None:
+        return "unset"
+    if isinstance(opt.default, bool):
+        return "on" if opt.default else "off"
+    if opt.default == []:
+        return "none"
+    return str(opt.default)
+
+
+def cli_values(ns: argparse.Namespace) -> dict[str, Any]:
+    """The options the user actually gave on the command line."""
+    return {o.name: getattr(ns, o.name) for o in OPTIONS if hasattr(ns, o.name)}

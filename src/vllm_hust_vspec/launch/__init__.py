@@ -1,0 +1,1 @@
+"""Turning settings into the ``vllm serve`` process: model lookup, capture sizes, argv/env."""

@@ -1,0 +1,184 @@
+"""Building the final ``vllm serve`` command and its environment from resolved settings."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from vllm_hust_vspec import ENABLE_ENV
+from vllm_hust_vspec.launch.capture import CUDAGRAPH_MODE, capture_plan
+from vllm_hust_vspec.launch.models import resolve_model
+from vllm_hust_vspec.settings import (
+    OPTIONS_BY_NAME,
+    ResolvedSettings,
+    Settings,
+    SettingsError,
+    render_env_value,
+)
+
+VLLM_METHOD = {
+    "draft": "draft_model",
+    "eagle": "eagle",
+    "eagle3": "eagle3",
+    "mtp": "mtp",
+    "ngram": "ngram",
+}
+NEEDS_DRAFT = ("draft", "eagle", "eagle3")
+EAGLE_MODEL_ENV = "HUST_VSPEC_EAGLE_MODEL"
+PLUGIN_NAME = "vspec"
+PLUGIN_GROUPS = ("vllm.platform_plugins", "vllm.general_plugins")
+
+
+@dataclass(frozen=True)
+class ServeCommand:
+    """The exact process vSpec launches: argv plus the environment changes it makes."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps({"argv": self.argv, "env": self.env}, indent=2, sort_keys=True)
+
+    def to_shell(self) -> str:
+        """Copy-pasteable: ``env K=V ... vllm serve ...``."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        cmd = shlex.join(self.argv)
+        return f"env {env} \\\n  {cmd}" if env else cmd
+
+
+def vllm_executable() -> list[str]:
+    """``vllm`` beside this interpreter (same venv), else from PATH, else via ``-m``."""
+    beside = Path(sys.executable).parent / "vllm"
+    if beside.is_file():
+        return [str(beside)]
+    exe = shutil.which("vllm")
+    return [exe] if exe else [sys.executable, "-m", "vllm.entrypoints.cli.main"]
+
+
+def speculative_config(s: Settings, draft_path: str | None) -> dict[str, object]:
+    """The ``--speculative-config`` JSON: method, draft, gamma upper bound, draft TP."""
+    spec: dict[str, object] = {
+        "method": VLLM_METHOD[s.method],
+        "num_speculative_tokens": s.effective_gamma(),
+    }
+    if draft_path:
+        spec["model"] = draft_path
+    if s.draft_tensor_parallel_size is not None:
+        spec["draft_tensor_parallel_size"] = s.draft_tensor_parallel_size
+    if s.method == "ngram":
+        spec.update({"prompt_lookup_min": 2, "prompt_lookup_max": 4})
+    return spec
+
+
+def compilation_config(s: Settings) -> dict[str, object] | None:
+    """``--compilation-config`` for the graph mode, with the adaptive capture sizes."""
+    if s.graph_mode == "eager":
+        return None
+    plan = capture_plan(s)
+    return {"cudagraph_mode": CUDAGRAPH_MODE[s.graph_mode], "cudagraph_capture_sizes": list(
+        plan.sizes
+    )}
+
+
+def _draft_spec(r: ResolvedSettings, env: Mapping[str, str]) -> tuple[str | None, str]:
+    s = r.settings
+    origin = r.origins.get("draft_model", "")
+    explicit = origin.startswith("flag") or origin == "environment HUST_VSPEC_DRAFT_MODEL"
+    if s.method in ("eagle", "eagle3") and env.get(EAGLE_MODEL_ENV) and not explicit:
+        return env[EAGLE_MODEL_ENV], EAGLE_MODEL_ENV
+    return s.draft_model, "--draft-model"
+
+
+def plugin_list(env: Mapping[str, str]) -> str:
+    """``VLLM_PLUGINS`` value that keeps the host's own plugins and adds vspec.
+
+    ``VLLM_PLUGINS`` filters platform plugins too, so naming vspec alone would drop e.g. the
+    vllm-ascend platform; keep what the user allowed, else every installed plugin.
+    """
+    if env.get("VLLM_PLUGINS"):
+        names = [n.strip() for n in env["VLLM_PLUGINS"].split(",") if n.strip()]
+    else:
+        names = sorted(
+            {ep.name for group in PLUGIN_GROUPS for ep in metadata.entry_points(group=group)}
+        )
+    if PLUGIN_NAME not in names:
+        names.append(PLUGIN_NAME)
+    return ",".join(names)
+
+
+def build_serve_command(
+    r: ResolvedSettings, env: Mapping[str, str], passthrough: Sequence[str] = ()
+) -> ServeCommand:
+    """Everything ``vllm serve`` needs, from settings alone (no host import)."""
+    s = r.settings
+    notes: list[str] = []
+    if not s.target_model:
+        raise SettingsError(
+            "no target model: pass --target-model PATH, set HUST_VSPEC_TARGET_MODEL, or pick a"
+            " preset with --protocol"
+        )
+    target = resolve_model(s.target_model, "target", env, "--target-model")
+    draft_spec, draft_flag = _draft_spec(r, env)
+    draft: str | None = None
+    if s.method in NEEDS_DRAFT:
+        if not draft_spec:
+            raise SettingsError(
+                f"method {s.method!r} needs a draft model: pass --draft-model PATH or set"
+                f" HUST_VSPEC_DRAFT_MODEL"
+                + (f" / {EAGLE_MODEL_ENV}" if s.method != "draft" else "")
+            )
+        draft = resolve_model(draft_spec, "draft", env, draft_flag)
+
+    argv = [*vllm_executable(), "serve", target, "--host", s.host, "--port", str(s.port)]
+    argv += ["--dtype", s.dtype, "--tensor-parallel-size", str(s.tensor_parallel_size)]
+    argv += ["--generation-config", s.generation_config]
+    for name, flag in (
+        ("served_model_name", "--served-model-name"),
+        ("max_num_seqs", "--max-num-seqs"),
+        ("max_num_batched_tokens", "--max-num-batched-tokens"),
+        ("max_model_len", "--max-model-len"),
+        ("gpu_memory_utilization", "--gpu-memory-utilization"),
+    ):
+        value = getattr(s, name)
+        if value is not None:
+            argv += [flag, str(value)]
+    for name, flag in (
+        ("async_scheduling", "async-scheduling"),
+        ("prefix_caching", "enable-prefix-caching"),
+        ("chunked_prefill", "enable-chunked-prefill"),
+    ):
+        value = getattr(s, name)
+        if value is not None:
+            argv.append(f"--{flag}" if value else f"--no-{flag}")
+    if s.language_model_only:
+        argv.append("--language-model-only")
+    argv += ["--speculative-config", json.dumps(speculative_config(s, draft), sort_keys=True)]
+    cc = compilation_config(s)
+    if cc is None:
+        argv.append("--enforce-eager")
+    else:
+        argv += ["--compilation-config", json.dumps(cc, sort_keys=True)]
+    argv += list(s.extra_args) + list(passthrough)
+
+    out_env = dict(r.extra_env)
+    out_env[ENABLE_ENV] = "1"
+    for name, value in sorted(s.non_defaults().items()):
+        out_env[OPTIONS_BY_NAME[name].env] = render_env_value(value)
+    out_env["VLLM_PLUGINS"] = plugin_list(env)
+    if s.device is not None:
+        out_env["CUDA_VISIBLE_DEVICES"] = s.device
+        out_env["ASCEND_RT_VISIBLE_DEVICES"] = s.device
+    if s.relaxed_acceptance():
+        notes.append(
+            "RELAXED ACCEPTANCE is on: outputs will differ from target-only decoding"
+        )
+    if not s.adaptive_speculation:
+        notes.append(f"adaptive speculation is off: fixed gamma {s.effective_gamma()}")
+    return ServeCommand(argv=argv, env=out_env, notes=notes)

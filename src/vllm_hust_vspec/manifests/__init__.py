@@ -1,0 +1,1 @@
+"""Extension-Manager bundle: data only (one manifest JSON). Importing this runs no vSpec code."""

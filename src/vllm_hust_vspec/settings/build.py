@@ -1,0 +1,131 @@
+"""Building the one Settings object: layers merged in precedence order, then checked together.
+
+Precedence, lowest first: preset TOML < legacy config files (SPECASCEND_CONFIG, SPECSLO_CONFIG)
+< VSPEC_CONFIG < --config < legacy environment (HUST_SPECASCEND_*, HUST_SPECSLO_*) <
+HUST_VSPEC_* environment < CLI flags.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm_hust_vspec.settings.coerce import SettingsError
+from vllm_hust_vspec.settings.fields import Settings
+from vllm_hust_vspec.settings.sources import (
+    Layer,
+    config_layers,
+    env_layers,
+    preset_path,
+    read_toml_layer,
+)
+
+
+@dataclass(frozen=True)
+class ResolvedSettings:
+    """Settings plus where each non-default value came from and the extra environment the
+    preset/config ``[env]`` tables ask for."""
+
+    settings: Settings
+    origins: dict[str, str] = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)
+    preset: str | None = None
+
+
+def resolve_settings(
+    *,
+    preset: str | None = None,
+    config: str | None = None,
+    cli: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> ResolvedSettings:
+    """Merge every source in precedence order and validate the result.
+
+    ``cli`` holds already-typed values of flags the user gave (argparse output without
+    defaults). Raises :class:`SettingsError` naming the file/key/variable/flag at fault.
+    """
+    env = os.environ if env is None else env
+    layers: list[Layer] = []
+    if preset:
+        layers.append(read_toml_layer(preset_path(preset, env), "preset"))
+    layers.extend(config_layers(env, config))
+    layers.extend(env_layers(env))
+    if cli:
+        cli_layer = Layer(name="command line")
+        for name, value in cli.items():
+            cli_layer.values[name] = value
+            cli_layer.origins[name] = "flag --" + name.replace("_", "-")
+        layers.append(cli_layer)
+
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    extra_env: dict[str, str] = {}
+    for layer in layers:
+        values.update(layer.values)
+        origins.update(layer.origins)
+        extra_env.update(layer.env)
+    settings = Settings(**values)
+    check_consistency(settings, origins)
+    return ResolvedSettings(settings, origins, extra_env, preset)
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """Settings as a host process sees them: config files and environment only.
+
+    The launcher exports every non-default option as ``HUST_VSPEC_*``, so EngineCore and
+    worker processes rebuild the same object from their environment.
+    """
+    return resolve_settings(env=env).settings
+
+
+def _where(origins: Mapping[str, str], name: str) -> str:
+    return origins.get(name, "default")
+
+
+def check_consistency(s: Settings, origins: Mapping[str, str]) -> None:
+    """Reject combinations that contradict each other, naming both sides."""
+    if s.adaptive_policy == "online" and s.adaptive_profile:
+        raise SettingsError(
+            f"adaptive_profile is set ({_where(origins, 'adaptive_profile')}) but adaptive_policy"
+            " is 'online', which ignores it; set adaptive_policy = \"profile\" or drop"
+            " adaptive_profile"
+        )
+    if s.adaptive_policy == "profile" and not s.adaptive_profile:
+        raise SettingsError(
+            f"adaptive_policy is 'profile' ({_where(origins, 'adaptive_policy')}) but no"
+            " adaptive_profile is given; set --adaptive-profile PATH (see"
+            " vllm-hust-vspec-profile)"
+        )
+    gamma = s.effective_gamma()
+    if s.adaptive_min_gamma > gamma:
+        raise SettingsError(
+            f"adaptive_min_gamma={s.adaptive_min_gamma} ({_where(origins, 'adaptive_min_gamma')})"
+            f" is larger than gamma={gamma} ({_where(origins, 'gamma')})"
+        )
+    if s.eagle_relaxed_accept_topk is not None and s.method not in ("eagle", "eagle3"):
+        raise SettingsError(
+            f"eagle_relaxed_accept_topk ({_where(origins, 'eagle_relaxed_accept_topk')}) needs"
+            f" method eagle or eagle3, not {s.method!r}"
+        )
+    if not s.adaptive_entropy_stop:
+        for name in ("adaptive_entropy_threshold", "adaptive_entropy_topk"):
+            if getattr(s, name) is not None:
+                raise SettingsError(
+                    f"{name} is set ({_where(origins, name)}) but adaptive_entropy_stop is off;"
+                    " enable it with --adaptive-entropy-stop or drop the option"
+                )
+    if (
+        s.draft_tensor_parallel_size is not None
+        and s.draft_tensor_parallel_size > s.tensor_parallel_size
+    ):
+        raise SettingsError(
+            f"draft_tensor_parallel_size={s.draft_tensor_parallel_size} is larger than"
+            f" tensor_parallel_size={s.tensor_parallel_size}"
+        )
+    if s.method in ("mtp", "ngram") and s.draft_model:
+        raise SettingsError(
+            f"draft_model is set ({_where(origins, 'draft_model')}) but method {s.method!r}"
+            " uses no separate draft model"
+        )

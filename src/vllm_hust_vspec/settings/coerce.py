@@ -1,0 +1,96 @@
+"""Turning raw values (TOML natives, environment strings, CLI strings) into typed option values."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from vllm_hust_vspec.settings.fields import METHOD_ALIASES, OptionInfo
+
+
+class SettingsError(ValueError):
+    """A bad option value, key or combination; the message names where it came from."""
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+_NONE = {"", "none", "null"}
+
+
+def coerce(opt: OptionInfo, raw: Any, where: str) -> Any:
+    """Convert ``raw`` to the option's type and check choices and range.
+
+    ``where`` names the source (file and key, environment variable or flag) for the error.
+    """
+    if isinstance(raw, str) and opt.optional and raw.strip().lower() in _NONE:
+        return None
+    value = _convert(opt, raw, where)
+    if opt.name == "method" and isinstance(value, str):
+        value = METHOD_ALIASES.get(value, value)
+    if opt.choices is not None and value not in opt.choices:
+        allowed = ", ".join(opt.choices)
+        raise SettingsError(f"{where}: {opt.name}={value!r} is not one of: {allowed}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if opt.minimum is not None and value < opt.minimum:
+            raise SettingsError(f"{where}: {opt.name}={value} is below the minimum {opt.minimum}")
+        if opt.maximum is not None and value > opt.maximum:
+            raise SettingsError(f"{where}: {opt.name}={value} is above the maximum {opt.maximum}")
+    return value
+
+
+def _convert(opt: OptionInfo, raw: Any, where: str) -> Any:
+    kind = opt.kind
+    try:
+        if kind == "bool":
+            return _to_bool(raw)
+        if kind == "int":
+            if isinstance(raw, bool) or isinstance(raw, float):
+                raise TypeError
+            return int(raw)
+        if kind == "float":
+            if isinstance(raw, bool):
+                raise TypeError
+            return float(raw)
+        if kind == "list":
+            if isinstance(raw, str):
+                return shlex.split(raw)
+            if isinstance(raw, list) and all(isinstance(x, str) for x in raw):
+                return list(raw)
+            raise TypeError
+        if not isinstance(raw, str):
+            raise TypeError
+        return raw
+    except (TypeError, ValueError):
+        expected = {
+            "bool": "a boolean (true/false, 1/0, yes/no, on/off)",
+            "int": "an integer",
+            "float": "a number",
+            "list": "a list of strings or a shell-quoted string",
+            "str": "a string",
+        }[kind]
+        raise SettingsError(
+            f"{where}: {opt.name} must be {expected}, got {raw!r}"
+        ) from None
+
+
+def _to_bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str):
+        low = raw.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+    raise ValueError(raw)
+
+
+def render_env_value(value: Any) -> str:
+    """Spell a typed value the way :func:`coerce` reads it back from the environment."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, list):
+        return shlex.join(value)
+    return str(value)

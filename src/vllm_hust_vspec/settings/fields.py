@@ -1,0 +1,274 @@
+"""The one definition of every vSpec option.
+
+Each option is a field of :class:`Settings`; its metadata (help, choices, range, group) is the
+single source for the CLI flags, the TOML keys, the ``HUST_VSPEC_*`` environment names and the
+README flag reference, so the four can never drift apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+ENV_PREFIX = "HUST_VSPEC_"
+LEGACY_ENV_PREFIXES = ("HUST_SPECSLO_", "HUST_SPECASCEND_")
+
+METHODS = ("draft", "eagle", "eagle3", "mtp", "ngram")
+METHOD_ALIASES = {"draft_model": "draft", "qwen3_5_mtp": "mtp", "eagle-3": "eagle3"}
+DEFAULT_GAMMA = {"mtp": 6}
+FALLBACK_GAMMA = 4
+
+
+def _opt(
+    default: Any,
+    help: str,
+    *,
+    group: str = "serve",
+    choices: tuple[str, ...] | None = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    metavar: str | None = None,
+) -> Any:
+    """Declare an option: a dataclass field carrying its CLI/TOML/env metadata."""
+    meta = {
+        "help": help,
+        "group": group,
+        "choices": choices,
+        "minimum": minimum,
+        "maximum": maximum,
+        "metavar": metavar,
+    }
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every vSpec option, typed. Build it with :func:`vllm_hust_vspec.settings.load_settings`.
+
+    ``None`` means "leave it to the host (vLLM) or to the method's default".
+    """
+
+    # --- what to serve -------------------------------------------------------------------
+    method: str = _opt(
+        "draft", "Speculative method (aliases: draft_model, qwen3_5_mtp).", choices=METHODS
+    )
+    target_model: str | None = _opt(
+        None, "Target model: a local path or a repo id resolved from local caches only.",
+        metavar="PATH_OR_REPO",
+    )
+    draft_model: str | None = _opt(
+        None, "Draft/EAGLE model: local path or repo id (not used by mtp and ngram).",
+        metavar="PATH_OR_REPO",
+    )
+    served_model_name: str | None = _opt(None, "Model name the OpenAI API answers to.")
+    gamma: int | None = _opt(
+        None, "Upper bound of draft tokens per step (default 4; 6 for mtp).",
+        minimum=1, maximum=32,
+    )
+    dtype: str = _opt(
+        "auto", "Model dtype.", choices=("auto", "float16", "bfloat16", "float32")
+    )
+    max_num_seqs: int | None = _opt(None, "Maximum concurrent sequences.", minimum=1)
+    max_num_batched_tokens: int | None = _opt(
+        None, "Token budget of one engine step.", minimum=1
+    )
+    max_model_len: int | None = _opt(None, "Maximum context length.", minimum=16)
+    tensor_parallel_size: int = _opt(1, "Target tensor-parallel size.", minimum=1)
+    draft_tensor_parallel_size: int | None = _opt(
+        None, "Draft tensor-parallel size (default: the host's choice).", minimum=1
+    )
+    gpu_memory_utilization: float | None = _opt(
+        None, "Fraction of device memory vLLM may use.", minimum=0.05, maximum=1.0
+    )
+    host: str = _opt("127.0.0.1", "Address the server binds to.")
+    port: int = _opt(8000, "Port the server listens on.", minimum=1, maximum=65535)
+    device: str | None = _opt(
+        None, "Visible device list, e.g. '0,1' (sets CUDA/ASCEND_RT_VISIBLE_DEVICES).",
+        metavar="LIST",
+    )
+    graph_mode: str = _opt(
+        "piecewise", "Graph capture mode.",
+        choices=("eager", "piecewise", "full-decode-only", "full"),
+    )
+    capture_policy: str = _opt(
+        "auto", "Which batch sizes get graphs (see docs/hosts.md).",
+        choices=("auto", "exact", "power2", "steady"),
+    )
+    generation_config: str = _opt(
+        "vllm", "Where default sampling params come from ('vllm' keeps greedy defaults).",
+        choices=("vllm", "auto"),
+    )
+    async_scheduling: bool | None = _opt(None, "Host async scheduling (default: host's).")
+    prefix_caching: bool | None = _opt(None, "Prefix caching (default: host's).")
+    chunked_prefill: bool | None = _opt(None, "Chunked prefill (default: host's).")
+    language_model_only: bool = _opt(
+        False, "Load only the language model of a multimodal checkpoint."
+    )
+    extra_args: list[str] = _opt(
+        [], "Extra arguments for 'vllm serve' (TOML array or shell-quoted string).",
+        metavar="ARGS",
+    )
+
+    # --- adaptive controller -------------------------------------------------------------
+    adaptive_speculation: bool = _opt(
+        True, "Pick gamma every step (off: fixed gamma, vSpec only observes).", group="adaptive"
+    )
+    adaptive_policy: str = _opt(
+        "online", "Controller: online UCB on goodput, or offline profile + online acceptance.",
+        group="adaptive", choices=("online", "profile"),
+    )
+    adaptive_profile: str | None = _opt(
+        None, "Profile JSON (schema v1) for the profile policy.", group="adaptive",
+        metavar="PATH",
+    )
+    adaptive_min_gamma: int = _opt(
+        0, "Lowest gamma the controller may pick (0 lets it switch speculation off).",
+        group="adaptive", minimum=0, maximum=32,
+    )
+    adaptive_control_interval: int | None = _opt(
+        None, "Steps between decisions (default: controller's).", group="adaptive", minimum=1
+    )
+    adaptive_hysteresis: float | None = _opt(
+        None, "Relative gain needed to switch arms (default: controller's).",
+        group="adaptive", minimum=0.0, maximum=1.0,
+    )
+    adaptive_max_gamma_step: int | None = _opt(
+        None, "Largest gamma change per decision (default: controller's).",
+        group="adaptive", minimum=1,
+    )
+    adaptive_online_window: int | None = _opt(
+        None, "Samples kept per arm (sliding window; default: controller's).",
+        group="adaptive", minimum=1,
+    )
+    adaptive_online_exploration: float | None = _opt(
+        None, "UCB exploration coefficient (default: controller's).", group="adaptive",
+        minimum=0.0,
+    )
+    adaptive_online_warmup_samples: int | None = _opt(
+        None, "Samples discarded before learning (default: controller's).", group="adaptive",
+        minimum=0,
+    )
+    adaptive_gamma0_mode: str = _opt(
+        "sticky", "At gamma 0: 'sticky' skips drafting until the cohort ends; 'sync' keeps a "
+        "shadow draft so speculation can resume.", group="adaptive", choices=("sticky", "sync"),
+    )
+    adaptive_refill_batch: int = _opt(
+        0, "Cohort refill admission size (0: method default, 8 for draft, 4 otherwise).",
+        group="adaptive", minimum=0,
+    )
+    adaptive_trace: str | None = _opt(
+        None, "Write one JSON line per controller decision to this file.", group="adaptive",
+        metavar="PATH",
+    )
+    adaptive_entropy_stop: bool = _opt(
+        False, "Cut each request's draft at its first low-confidence position.",
+        group="adaptive",
+    )
+    adaptive_entropy_threshold: float | None = _opt(
+        None, "Entropy (nats) above which a draft position is uncertain.", group="adaptive",
+        minimum=0.0,
+    )
+    adaptive_entropy_topk: int | None = _opt(
+        None, "Top-k draft probabilities the confidence rule looks at.", group="adaptive",
+        minimum=2, maximum=64,
+    )
+
+    # --- acceptance (relaxed modes change outputs; opt-in) -------------------------------
+    confidence_accept_margin: float | None = _opt(
+        None, "RELAXED: accept a draft token when the target's top-1 margin is below this "
+        "(changes outputs).", group="acceptance", minimum=0.0, maximum=1.0,
+    )
+    eagle_relaxed_accept_topk: int | None = _opt(
+        None, "RELAXED (EAGLE only): accept a draft token in the target's top-K "
+        "(changes outputs).", group="acceptance", minimum=2, maximum=64,
+    )
+
+    def effective_gamma(self) -> int:
+        """The gamma upper bound, applying the method default when unset."""
+        if self.gamma is not None:
+            return self.gamma
+        return DEFAULT_GAMMA.get(self.method, FALLBACK_GAMMA)
+
+    def refill_batch(self) -> int:
+        """Cohort refill size, applying the method default when 0."""
+        if self.adaptive_refill_batch:
+            return self.adaptive_refill_batch
+        return 8 if self.method == "draft" else 4
+
+    def relaxed_acceptance(self) -> bool:
+        """True when an opt-in acceptance mode that changes outputs is on."""
+        return self.confidence_accept_margin is not None or (
+            self.eagle_relaxed_accept_topk is not None
+        )
+
+    def non_defaults(self) -> dict[str, Any]:
+        """Options whose value differs from the default (what the launcher exports)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value != default_of(f):
+                out[f.name] = value
+        return out
+
+
+@dataclass(frozen=True)
+class OptionInfo:
+    """Metadata of one option, read from the Settings field."""
+
+    name: str
+    kind: str  # "bool" | "int" | "float" | "str" | "list"
+    optional: bool
+    default: Any
+    help: str
+    group: str
+    choices: tuple[str, ...] | None
+    minimum: float | None
+    maximum: float | None
+    metavar: str | None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+
+def default_of(f: dataclasses.Field[Any]) -> Any:
+    """The default of a Settings field (calling its factory when it has one)."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    raise AssertionError(f"option {f.name} has no default")
+
+
+def _kind(annotation: str) -> tuple[str, bool]:
+    optional = "None" in annotation
+    base = annotation.replace(" | None", "").strip()
+    kind = {"bool": "bool", "int": "int", "float": "float", "str": "str", "list[str]": "list"}
+    return kind[base], optional
+
+
+def options() -> tuple[OptionInfo, ...]:
+    """Every option, in declaration order."""
+    out = []
+    for f in dataclasses.fields(Settings):
+        kind, optional = _kind(str(f.type))
+        m = f.metadata
+        out.append(
+            OptionInfo(
+                name=f.name, kind=kind, optional=optional, default=default_of(f),
+                help=m["help"], group=m["group"], choices=m["choices"],
+                minimum=m["minimum"], maximum=m["maximum"], metavar=m["metavar"],
+            )
+        )
+    return tuple(out)
+
+
+OPTIONS: tuple[OptionInfo, ...] = options()
+OPTIONS_BY_NAME: dict[str, OptionInfo] = {o.name: o for o in OPTIONS}

@@ -1,0 +1,159 @@
+"""Reading option layers: preset/config TOML files and the environment."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from vllm_hust_vspec.settings.coerce import SettingsError, coerce
+from vllm_hust_vspec.settings.fields import (
+    ENV_PREFIX,
+    LEGACY_ENV_PREFIXES,
+    OPTIONS_BY_NAME,
+)
+
+# Environment names with the vSpec prefix that are not options (the plugin gate and the model
+# lookup sources); anything else with the prefix that is not an option is a typo.
+NON_OPTION_ENV = frozenset(
+    {
+        "ENABLED",
+        "EAGLE_MODEL",
+        "MODEL_DIR",
+        "MODEL_REGISTRY",
+        "PRESET_DIR",
+        "LOG_LEVEL",
+    }
+)
+CONFIG_ENV = "VSPEC_CONFIG"
+LEGACY_CONFIG_ENVS = ("SPECASCEND_CONFIG", "SPECSLO_CONFIG")  # lowest priority first
+PRESET_DIR_ENV = ENV_PREFIX + "PRESET_DIR"
+
+
+@dataclass
+class Layer:
+    """Option values from one source, with where each came from (for errors and --dry-run)."""
+
+    name: str
+    values: dict[str, Any] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def read_toml_layer(path: str | os.PathLike[str], label: str) -> Layer:
+    """Read a preset or config TOML: a ``[serve]`` table of options and an ``[env]`` table.
+
+    Unknown tables and keys are errors that name the file and the key.
+    """
+    p = Path(path)
+    try:
+        with p.open("rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise SettingsError(f"{label} file not found: {p}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"{p}: not valid TOML: {exc}") from None
+    layer = Layer(name=f"{label} {p}")
+    for key, value in data.items():
+        if key == "description" and isinstance(value, str):
+            continue
+        if key == "serve" and isinstance(value, dict):
+            for opt_name, raw in value.items():
+                where = f"{p}: [serve] {opt_name}"
+                opt = OPTIONS_BY_NAME.get(opt_name)
+                if opt is None:
+                    raise SettingsError(f"{where}: unknown key{_suggest(opt_name)}")
+                layer.values[opt_name] = coerce(opt, raw, where)
+                layer.origins[opt_name] = where
+        elif key == "env" and isinstance(value, dict):
+            for env_name, raw in value.items():
+                if not isinstance(raw, (str, int, float, bool)):
+                    raise SettingsError(f"{p}: [env] {env_name}: value must be a scalar")
+                layer.env[env_name] = _env_str(raw)
+        else:
+            raise SettingsError(
+                f"{p}: unknown key or table {key!r} (expected [serve], [env], description)"
+            )
+    return layer
+
+
+def _env_str(raw: str | int | float | bool) -> str:
+    if isinstance(raw, bool):
+        return "1" if raw else "0"
+    return str(raw)
+
+
+def read_env_layer(env: Mapping[str, str], prefix: str, strict: bool) -> Layer:
+    """Read ``PREFIX<OPTION>`` variables. With ``strict``, an unknown name is an error."""
+    layer = Layer(name=f"environment {prefix}*")
+    for key in sorted(env):
+        if not key.startswith(prefix):
+            continue
+        suffix = key[len(prefix) :]
+        if suffix in NON_OPTION_ENV:
+            continue
+        opt = OPTIONS_BY_NAME.get(suffix.lower())
+        if opt is None:
+            if strict:
+                raise SettingsError(
+                    f"environment {key}: unknown vSpec option{_suggest(suffix.lower())}"
+                )
+            continue
+        layer.values[opt.name] = coerce(opt, env[key], f"environment {key}")
+        layer.origins[opt.name] = f"environment {key}"
+    return layer
+
+
+def env_layers(env: Mapping[str, str]) -> list[Layer]:
+    """Legacy prefixes first (lower priority), then ``HUST_VSPEC_*``."""
+    layers = [read_env_layer(env, p, strict=False) for p in reversed(LEGACY_ENV_PREFIXES)]
+    layers.append(read_env_layer(env, ENV_PREFIX, strict=True))
+    return layers
+
+
+def config_layers(env: Mapping[str, str], config: str | None) -> list[Layer]:
+    """Config files, lowest priority first: legacy env files, VSPEC_CONFIG, then --config."""
+    layers = []
+    for name in LEGACY_CONFIG_ENVS:
+        if env.get(name):
+            layers.append(read_toml_layer(env[name], f"config ({name})"))
+    if env.get(CONFIG_ENV):
+        layers.append(read_toml_layer(env[CONFIG_ENV], f"config ({CONFIG_ENV})"))
+    if config:
+        layers.append(read_toml_layer(config, "config (--config)"))
+    return layers
+
+
+def preset_path(name: str, env: Mapping[str, str]) -> Path:
+    """Locate preset ``name``: a path, ``$HUST_VSPEC_PRESET_DIR/NAME.toml``, or a bundled one."""
+    as_path = Path(name)
+    if as_path.suffix == ".toml" and as_path.is_file():
+        return as_path
+    if env.get(PRESET_DIR_ENV):
+        candidate = Path(env[PRESET_DIR_ENV]) / f"{name}.toml"
+        if candidate.is_file():
+            return candidate
+    bundled = resources.files("vllm_hust_vspec") / "presets" / f"{name}.toml"
+    if bundled.is_file():
+        return Path(str(bundled))
+    raise SettingsError(
+        f"unknown preset {name!r}; available: {', '.join(list_presets())} "
+        f"(or give a path to a .toml file, or set {PRESET_DIR_ENV})"
+    )
+
+
+def list_presets() -> list[str]:
+    """Names of the bundled presets."""
+    folder = resources.files("vllm_hust_vspec") / "presets"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def _suggest(name: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(OPTIONS_BY_NAME), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
