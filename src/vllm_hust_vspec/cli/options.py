@@ -62,3 +62,21 @@ def describe_default(opt: OptionInfo) -> str:
 def cli_values(ns: argparse.Namespace) -> dict[str, Any]:
     """The options the user actually gave on the command line."""
     return {o.name: getattr(ns, o.name) for o in OPTIONS if hasattr(ns, o.name)}
+
+
+def flag_reference_markdown() -> str:
+    """The README flag reference table, generated from the option definitions."""
+    lines = []
+    for group, title in GROUP_TITLES.items():
+        lines += [f"**{title.capitalize()}**", "", "| flag / TOML key / env | default | meaning |",
+                  "|---|---|---|"]
+        for opt in OPTIONS:
+            if opt.group != group:
+                continue
+            flag = f"`{opt.flag}`" + (f" / `--no-{opt.flag[2:]}`" if opt.kind == "bool" else "")
+            meaning = opt.help + (f" One of: {', '.join(opt.choices)}." if opt.choices else "")
+            lines.append(
+                f"| {flag}<br>`{opt.name}`<br>`{opt.env}` | {describe_default(opt)} | {meaning} |"
+            )
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"

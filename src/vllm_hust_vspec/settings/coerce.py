@@ -44,7 +44,7 @@ def _convert(opt: OptionInfo, raw: Any, where: str) -> Any:
         if kind == "bool":
             return _to_bool(raw)
         if kind == "int":
-            if isinstance(raw, bool) or isinstance(raw, float):
+            if isinstance(raw, (bool, float)):
                 raise TypeError
             return int(raw)
         if kind == "float":

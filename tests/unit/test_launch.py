@@ -1,0 +1,233 @@
+"""Launcher: dry-run of every preset, passthrough, model resolution from every local source."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllm_hust_vspec.cli.launch import main
+from vllm_hust_vspec.launch.capture import batch_sizes, capture_plan
+from vllm_hust_vspec.launch.models import ModelNotFoundError, resolve_model
+from vllm_hust_vspec.settings import list_presets, load_settings
+
+# Folder names every preset's models resolve to under HUST_VSPEC_MODEL_DIR.
+PRESET_MODELS = [
+    "Qwen2.5-14B-Instruct", "Qwen2.5-0.5B-Instruct", "Eagle-Qwen2.5-14B-Instruct",
+    "Qwen3.5-35B-A3B", "Qwen3.5-35B-A3B-EAGLE3", "target", "draft",
+]
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "models"
+    for name in PRESET_MODELS:
+        (root / name).mkdir(parents=True)
+    for key in list(__import__("os").environ):
+        if key.startswith(("HUST_VSPEC_", "HUST_SPEC", "VSPEC_", "SPECSLO", "SPECASCEND")):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("HUST_VSPEC_MODEL_DIR", str(root))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    return root
+
+
+def dry_run(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    assert main(["--dry-run", "--json", *args]) == 0
+    return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
+
+
+def flag_value(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_preset_list_is_complete() -> None:
+    assert set(list_presets()) == {
+        "cpu-tiny", "draft", "draft-adaptive", "draft-arc-easy", "eagle", "eagle-arc-easy",
+        "eagle-relaxed", "qwen35-eagle3", "qwen35-frontier-mtp2",
+    }
+
+
+@pytest.mark.parametrize("preset", list_presets())
+def test_dry_run_every_preset(
+    preset: str, model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = dry_run(capsys, "--protocol", preset)
+    argv, env = out["argv"], out["env"]
+    assert argv[argv.index("serve") + 1].startswith(str(model_dir))
+    spec = json.loads(flag_value(argv, "--speculative-config"))
+    settings = load_settings({k: v for k, v in env.items() if k.startswith("HUST_VSPEC_")})
+    assert spec["num_speculative_tokens"] == settings.effective_gamma()
+    assert spec["method"] == {"draft": "draft_model"}.get(settings.method, settings.method)
+    if settings.method == "mtp":
+        assert "model" not in spec
+    else:
+        assert Path(spec["model"]).parent == model_dir
+    assert env["HUST_VSPEC_ENABLED"] == "1"
+    assert "vspec" in env["VLLM_PLUGINS"].split(",")
+    if settings.graph_mode == "eager":
+        assert "--enforce-eager" in argv
+    else:
+        cc = json.loads(flag_value(argv, "--compilation-config"))
+        sizes = set(cc["cudagraph_capture_sizes"])
+        gammas = range(settings.adaptive_min_gamma if settings.adaptive_speculation
+                       else settings.effective_gamma(), settings.effective_gamma() + 1)
+        # every candidate gamma's verify width at batch 1 has a graph
+        assert {1 + g for g in gammas} <= sizes
+
+
+def test_adaptive_capture_sizes_cover_every_gamma() -> None:
+    s = load_settings({"HUST_VSPEC_GAMMA": "3", "HUST_VSPEC_MAX_NUM_SEQS": "4",
+                       "HUST_VSPEC_CAPTURE_POLICY": "exact"})
+    plan = capture_plan(s)
+    assert plan.gammas == (0, 1, 2, 3)
+    assert set(plan.sizes) == {b * (1 + g) for b in range(1, 5) for g in range(4)}
+    fixed = capture_plan(load_settings({"HUST_VSPEC_GAMMA": "3", "HUST_VSPEC_MAX_NUM_SEQS": "4",
+                                        "HUST_VSPEC_CAPTURE_POLICY": "exact",
+                                        "HUST_VSPEC_ADAPTIVE_SPECULATION": "0"}))
+    assert set(fixed.sizes) == {4, 8, 12, 16}
+
+
+def test_capture_batch_policies() -> None:
+    assert batch_sizes("power2", 48, 8) == [1, 2, 4, 8, 16, 32, 48]
+    assert batch_sizes("steady", 20, 8) == [1, 8, 16, 20]
+    assert batch_sizes("exact", 3, 8) == [1, 2, 3]
+    assert batch_sizes("auto", 8, 8) == list(range(1, 9))
+
+
+def test_passthrough_and_cli_precedence(
+    model_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HUST_VSPEC_GAMMA", "2")
+    out = dry_run(capsys, "--protocol", "eagle", "--gamma", "3", "--port", "9000",
+                  "--", "--seed", "7", "--gamma", "x")
+    argv = out["argv"]
+    assert argv[-4:] == ["--seed", "7", "--gamma", "x"]  # untouched after --
+    assert json.loads(flag_value(argv, "--speculative-config"))["num_speculative_tokens"] == 3
+    assert flag_value(argv, "--port") == "9000"
+    assert out["env"]["HUST_VSPEC_GAMMA"] == "3"
+
+
+def test_shell_dry_run_is_copy_pasteable(
+    model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shlex
+
+    assert main(["--protocol", "draft", "--dry-run"]) == 0
+    text = capsys.readouterr().out.replace("\\\n", " ")
+    words = shlex.split(text)
+    assert words[0] == "env" and "HUST_VSPEC_ENABLED=1" in words
+    spec = json.loads(words[words.index("--speculative-config") + 1])
+    assert spec["method"] == "draft_model"
+
+
+def test_relaxed_preset_is_labelled(
+    model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--protocol", "eagle-relaxed", "--dry-run"]) == 0
+    assert "RELAXED ACCEPTANCE" in capsys.readouterr().err
+
+
+def test_bool_flags_have_no_variant(model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = dry_run(capsys, "--protocol", "eagle", "--no-prefix-caching", "--async-scheduling",
+                  "--no-adaptive-speculation")
+    assert "--no-enable-prefix-caching" in out["argv"]
+    assert "--async-scheduling" in out["argv"]
+    assert out["env"]["HUST_VSPEC_ADAPTIVE_SPECULATION"] == "0"
+
+
+def test_errors_exit_2_with_message(model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--protocol", "nope", "--dry-run"]) == 2
+    assert "unknown preset 'nope'" in capsys.readouterr().err
+    assert main(["--method", "draft", "--target-model", str(model_dir / "target"),
+                 "--dry-run"]) == 2
+    assert "needs a draft model" in capsys.readouterr().err
+    assert main(["--dry-run"]) == 2
+    assert "no target model" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--gamma", "zero"])
+    assert "gamma must be an integer" in capsys.readouterr().err
+
+
+def test_plugins_keep_users_list(model_dir: Path, capsys: pytest.CaptureFixture[str],
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_PLUGINS", "ascend,ascend_enhanced_model")
+    out = dry_run(capsys, "--protocol", "eagle")
+    assert out["env"]["VLLM_PLUGINS"] == "ascend,ascend_enhanced_model,vspec"
+
+
+def test_device_sets_visibility(model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    env = dry_run(capsys, "--protocol", "eagle", "--device", "2,3")["env"]
+    assert env["CUDA_VISIBLE_DEVICES"] == env["ASCEND_RT_VISIBLE_DEVICES"] == "2,3"
+
+
+# --- model resolution -------------------------------------------------------------------
+
+
+def test_resolve_explicit_path(tmp_path: Path) -> None:
+    assert resolve_model(str(tmp_path), "target", {}, "--target-model") == str(tmp_path)
+    with pytest.raises(ModelNotFoundError, match="does not exist"):
+        resolve_model(str(tmp_path / "missing"), "target", {}, "--target-model")
+
+
+def test_resolve_from_model_dir(tmp_path: Path) -> None:
+    (tmp_path / "Qwen2.5-0.5B-Instruct").mkdir()
+    env = {"HUST_VSPEC_MODEL_DIR": str(tmp_path)}
+    got = resolve_model("Qwen/Qwen2.5-0.5B-Instruct", "draft", env, "--draft-model")
+    assert got == str(tmp_path / "Qwen2.5-0.5B-Instruct")
+
+
+def test_resolve_from_registry(tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    reg = tmp_path / "reg.json"
+    reg.write_text(json.dumps({"Qwen/Qwen2.5-14B-Instruct": str(tmp_path / "m")}))
+    env = {"HUST_VSPEC_MODEL_REGISTRY": str(reg)}
+    assert resolve_model("Qwen/Qwen2.5-14B-Instruct", "t", env, "--x") == str(tmp_path / "m")
+    reg.write_text(json.dumps({"Qwen2.5-14B-Instruct": str(tmp_path / "gone")}))
+    with pytest.raises(ModelNotFoundError, match="not a folder"):
+        resolve_model("Qwen/Qwen2.5-14B-Instruct", "t", env, "--x")
+
+
+def test_resolve_from_hf_cache(tmp_path: Path) -> None:
+    repo = tmp_path / "hub" / "models--Qwen--Qwen2.5-0.5B-Instruct"
+    (repo / "snapshots" / "abc123").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub")}
+    got = resolve_model("Qwen/Qwen2.5-0.5B-Instruct", "draft", env, "--draft-model")
+    assert got == str(repo / "snapshots" / "abc123")
+
+
+def test_missing_model_error_says_how_to_fix(tmp_path: Path) -> None:
+    env = {"HUST_VSPEC_MODEL_DIR": str(tmp_path), "HF_HUB_CACHE": str(tmp_path / "hub")}
+    with pytest.raises(ModelNotFoundError) as err:
+        resolve_model("Qwen/Qwen2.5-0.5B-Instruct", "draft", env, "--draft-model")
+    text = str(err.value)
+    for part in ("Qwen/Qwen2.5-0.5B-Instruct", "--draft-model", "HUST_VSPEC_MODEL_DIR",
+                 "Qwen2.5-0.5B-Instruct", "HUST_VSPEC_MODEL_REGISTRY", "never downloads"):
+        assert part in text
+
+
+def test_eagle_model_env_is_used_for_eagle(
+    model_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HUST_VSPEC_EAGLE_MODEL", str(model_dir / "draft"))
+    spec = json.loads(flag_value(dry_run(capsys, "--protocol", "eagle")["argv"],
+                                 "--speculative-config"))
+    assert spec["model"] == str(model_dir / "draft")
+    # an explicit flag still wins
+    spec = json.loads(flag_value(dry_run(capsys, "--protocol", "eagle", "--draft-model",
+                                         str(model_dir / "target"))["argv"],
+                                 "--speculative-config"))
+    assert spec["model"] == str(model_dir / "target")
+
+
+def test_readme_flag_reference_is_generated_and_fresh() -> None:
+    from vllm_hust_vspec.cli.options import flag_reference_markdown
+    from vllm_hust_vspec.settings import OPTIONS
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert flag_reference_markdown() in readme, "run scripts/gen_flag_reference.py"
+    for opt in OPTIONS:
+        assert opt.env in readme

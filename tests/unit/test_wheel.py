@@ -1,0 +1,74 @@
+"""The built (non-editable) wheel exposes its entry points and data in a fresh venv."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROBE = """
+import json
+from importlib import metadata, resources
+eps = {g: sorted(f"{e.name}={e.value}" for e in metadata.entry_points(group=g))
+       for g in ("vllm.general_plugins", "vllm_hust.extension_bundles", "console_scripts")}
+import vllm_hust_vspec
+from vllm_hust_vspec.settings import list_presets
+manifests = [p.name for p in resources.files("vllm_hust_vspec.manifests").iterdir()
+             if p.name.endswith(".json")]
+print(json.dumps({"eps": eps, "version": vllm_hust_vspec.__version__,
+                  "file": vllm_hust_vspec.__file__, "presets": list_presets(),
+                  "manifests": manifests}))
+"""
+
+
+@pytest.fixture(scope="module")
+def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(tmp / "dist"), str(ROOT)],
+        check=True, capture_output=True,
+    )
+    wheels = list((tmp / "dist").glob("vllm_hust_vspec-*.whl"))
+    assert len(wheels) == 1
+    venv = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+         str(wheels[0])],
+        check=True, capture_output=True,
+    )
+    return venv
+
+
+def test_entry_points_from_installed_wheel(fresh_venv: Path) -> None:
+    out = subprocess.run(
+        [str(fresh_venv / "bin" / "python"), "-c", PROBE], capture_output=True, text=True,
+        check=True, cwd="/",
+    )
+    info = json.loads(out.stdout)
+    assert "vspec=vllm_hust_vspec:register" in info["eps"]["vllm.general_plugins"]
+    assert (
+        "org.vllm-hust.vspec=vllm_hust_vspec.manifests"
+        in info["eps"]["vllm_hust.extension_bundles"]
+    )
+    assert "vllm-hust-vspec=vllm_hust_vspec.cli.launch:main" in info["eps"]["console_scripts"]
+    assert str(fresh_venv) in info["file"]  # the wheel, not the source tree
+    assert "cpu-tiny" in info["presets"]
+    assert info["manifests"] == ["org.vllm-hust.vspec.json"]
+    from vllm_hust_vspec import __version__
+
+    assert info["version"] == __version__
+
+
+def test_installed_launcher_runs(fresh_venv: Path) -> None:
+    out = subprocess.run(
+        [str(fresh_venv / "bin" / "vllm-hust-vspec"), "--list-presets"],
+        capture_output=True, text=True, check=True,
+    )
+    assert "eagle" in out.stdout.split()
