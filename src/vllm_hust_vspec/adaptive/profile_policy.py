@@ -1,0 +1,222 @@
+"""Profile policy: an offline latency model plus online acceptance and latency calibration.
+
+For each eligible gamma it predicts ``goodput(g) = batch * E[g] / (step_s(batch, g) * k[g])``
+with ``E[g] = 1 + sum_{k<g} p[k]`` from per-position acceptance learned online (discounted
+counts seeded with the profile's default acceptance) and ``k[g]`` an EWMA of observed /
+predicted step time per arm (arms never observed use the EWMA over all arms), clamped so a
+few odd steps cannot wreck the model. It explores nothing: the profile is trusted for the
+shape of the cost curve, the online part only corrects its level and the acceptance.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ._limits import ZeroProbe, budget_cap, should_switch, step_toward
+from ._validate import require_float, require_int
+from .acceptance import AcceptanceModel
+from .feedback import StepFeedback
+from .profile import Profile
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileConfig:
+    """Knobs of :class:`ProfilePolicy`."""
+
+    min_gamma: int = 0
+    max_gamma: int = 4
+    control_interval: int = 1
+    hysteresis: float = 0.05
+    max_gamma_step: int = 2
+    # How many request-observations the profile's default acceptance is worth.
+    acceptance_prior_weight: float = 64.0
+    acceptance_halflife_requests: float = 256.0
+    acceptance_min_halflife_steps: float = 4.0
+    acceptance_max_halflife_steps: float = 64.0
+    # EWMA rate of observed/predicted step time, and the clamp of the resulting factor.
+    calibration_rate: float = 0.05
+    calibration_min: float = 0.5
+    calibration_max: float = 2.0
+    # The profile's batch_gamma_table (if any) decides until this many steady steps were seen.
+    table_steps: int = 32
+    probe_interval: int = 16
+    max_probe_interval: int = 512
+
+    def __post_init__(self) -> None:
+        require_int(self, "min_gamma", 0)
+        require_int(self, "max_gamma", self.min_gamma)
+        require_int(self, "control_interval", 1)
+        require_int(self, "max_gamma_step", 1)
+        require_int(self, "table_steps", 0)
+        require_int(self, "probe_interval", 0)
+        require_int(self, "max_probe_interval", self.probe_interval)
+        require_float(self, "hysteresis", 0.0, 10.0)
+        require_float(self, "acceptance_prior_weight", 0.0, math.inf)
+        require_float(self, "acceptance_halflife_requests", 1e-9, math.inf)
+        require_float(self, "acceptance_min_halflife_steps", 1e-9, math.inf)
+        require_float(self, "acceptance_max_halflife_steps", self.acceptance_min_halflife_steps,
+                      math.inf)
+        require_float(self, "calibration_rate", 0.0, 1.0)
+        require_float(self, "calibration_min", 1e-6, 1.0)
+        require_float(self, "calibration_max", 1.0, 1e6)
+
+
+class ProfilePolicy:
+    """Gamma from a fitted profile, corrected online. Implements ``Controller``."""
+
+    def __init__(self, profile: Profile, config: ProfileConfig | None = None) -> None:
+        cfg = config or ProfileConfig()
+        self.config = cfg
+        self.profile = profile
+        self._lo = cfg.min_gamma
+        self._num_arms = cfg.max_gamma - cfg.min_gamma + 1
+        self._acc = AcceptanceModel(
+            cfg.max_gamma,
+            prior=profile.acceptance(max(cfg.max_gamma, 1)),
+            halflife_requests=cfg.acceptance_halflife_requests,
+            min_halflife_steps=cfg.acceptance_min_halflife_steps,
+            max_halflife_steps=cfg.acceptance_max_halflife_steps,
+        )
+        self._acc.seed(cfg.acceptance_prior_weight)
+        self._calib = 1.0
+        self._arm_calib: list[float | None] = [None] * self._num_arms
+        self._gamma = cfg.max_gamma
+        self._prev_gamma = self._gamma
+        self._calls = 0
+        self._steady = 0
+        self._switches = 0
+        self._probe = ZeroProbe(cfg.probe_interval, cfg.max_probe_interval)
+        self._last_batch = 0
+        self._last_cap = cfg.max_gamma
+        self._last_pred: list[float] = []
+        self._last_source = "model"
+        # Predicted step times depend only on the batch size: cache them per batch.
+        self._time_cache: dict[int, list[float]] = {}
+
+    def decide(self, batch_size: int, token_budget: int) -> int:
+        """Gamma to draft after this step (verified in the next one)."""
+        cfg = self.config
+        cap = budget_cap(batch_size, token_budget, self._lo, cfg.max_gamma)
+        cur = self._gamma
+        calls = self._calls
+        self._calls = calls + 1
+        g = cur if cur <= cap else cap
+        if calls % cfg.control_interval == 0:
+            g = self._choose(batch_size, cap, g)
+        if g != cur:
+            self._switches += 1
+        self._prev_gamma = cur
+        self._gamma = g
+        return g
+
+    def observe(self, feedback: StepFeedback) -> None:
+        """Update acceptance (every step) and latency calibration (steady steps only)."""
+        g = feedback.gamma
+        if g > 0 and feedback.accepted:
+            self._acc.update(g, feedback.drafted, feedback.accepted)
+        elif g > 0 and feedback.accept_flags:
+            self._acc.update_flags(g, feedback.accept_flags)
+        else:
+            self._acc.tick(feedback.batch_size)
+        batch = feedback.batch_size
+        if (not feedback.steady or feedback.interval_s <= 0.0 or batch <= 0
+                or g < self._lo or g > self.config.max_gamma
+                or self._gamma != self._prev_gamma):
+            return
+        self._steady += 1
+        predicted = self._times(batch)[g - self._lo]
+        if predicted <= 0.0:
+            return
+        cfg = self.config
+        ratio = min(max(feedback.interval_s / predicted, cfg.calibration_min),
+                    cfg.calibration_max)
+        rate = cfg.calibration_rate
+        self._calib = _clamp(self._calib + rate * (ratio - self._calib), cfg)
+        arm = self._arm_calib[g - self._lo]
+        base = self._calib if arm is None else arm
+        self._arm_calib[g - self._lo] = _clamp(base + rate * (ratio - base), cfg)
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-serialisable state for metrics and traces."""
+        arms = []
+        for i in range(self._num_arms):
+            pred = self._last_pred[i] if i < len(self._last_pred) else None
+            arms.append({
+                "gamma": self._lo + i,
+                "eligible": self._lo + i <= self._last_cap,
+                "predicted_goodput": pred * self._last_batch if pred is not None else None,
+                "calibration": self._arm_calib[i],
+            })
+        out: dict[str, Any] = {
+            "policy": "profile",
+            "profile": self.profile.name,
+            "gamma": self._gamma,
+            "batch_size": self._last_batch,
+            "decisions": self._calls,
+            "steady_observations": self._steady,
+            "switches": self._switches,
+            "source": self._last_source,
+            "calibration": self._calib,
+            "acceptance_probes": self._probe.probes,
+            "arms": arms,
+        }
+        out.update(self._acc.snapshot())
+        return out
+
+    @property
+    def gamma(self) -> int:
+        """The last decision."""
+        return self._gamma
+
+    def predicted_goodput(self, batch_size: int, token_budget: int = 0) -> list[float]:
+        """Predicted tokens/s for each eligible gamma from min_gamma up (no side effects)."""
+        cap = budget_cap(batch_size, token_budget, self._lo, self.config.max_gamma)
+        return [batch_size * e for e in self._estimates(batch_size, cap)]
+
+    def _times(self, batch: int) -> list[float]:
+        times = self._time_cache.get(batch)
+        if times is None:
+            times = [self.profile.step_time(batch, self._lo + i) for i in range(self._num_arms)]
+            if len(self._time_cache) < 4096:
+                self._time_cache[batch] = times
+        return times
+
+    def _estimates(self, batch: int, cap: int) -> list[float]:
+        times = self._times(max(batch, 1))
+        expected = self._acc.expected_committed()
+        calib = self._calib
+        out = []
+        for i in range(cap - self._lo + 1):
+            k = self._arm_calib[i]
+            t = times[i] * (calib if k is None else k)
+            out.append(expected[self._lo + i] / t if t > 0 else math.inf)
+        return out
+
+    def _choose(self, batch: int, cap: int, cur: int) -> int:
+        cfg = self.config
+        self._last_batch = batch
+        self._last_cap = cap
+        est = self._estimates(batch, cap)
+        self._last_pred = est
+        if self._steady < cfg.table_steps:
+            table = self.profile.table_gamma(batch)
+            if table is not None:
+                self._last_source = "table"
+                target = min(max(table, self._lo), cap)
+                return step_toward(cur, target, cfg.max_gamma_step)
+        self._last_source = "model"
+        best = max(range(len(est)), key=est.__getitem__)
+        cur_i = cur - self._lo
+        if best != cur_i and should_switch(est[best], est[cur_i], cfg.hysteresis):
+            if cur == 0:
+                self._probe.left_zero()
+            return step_toward(cur, best + self._lo, cfg.max_gamma_step)
+        if cur == 0 and cap >= 1 and self._probe.due():
+            return 1
+        return cur
+
+
+def _clamp(value: float, cfg: ProfileConfig) -> float:
+    return min(max(value, cfg.calibration_min), cfg.calibration_max)

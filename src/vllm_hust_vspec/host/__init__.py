@@ -1,0 +1,71 @@
+"""The only layer that knows vLLM class names.
+
+``apply(settings)`` is called by the plugin entry point in every vLLM process when
+``HUST_VSPEC_ENABLED=1``. Importing this package does not import vllm; ``apply`` does.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from vllm_hust_vspec.host.patching import Patcher
+
+logger = logging.getLogger("vllm_hust_vspec.host")
+
+_LOCK = threading.Lock()
+_patcher: Patcher | None = None
+_settings: Any = None
+
+
+def current_settings() -> Any:
+    """The settings the next Scheduler will be built with (None before :func:`apply`)."""
+    return _settings
+
+
+def applied() -> bool:
+    """True when the host patches are in place in this process."""
+    return _patcher is not None
+
+
+def apply(settings: Any) -> None:
+    """Patch this process's vLLM for vSpec. Idempotent per process.
+
+    A second call keeps the patches and only replaces the settings that later Schedulers are
+    built with. Fails closed: raises (naming the missing class/attribute) when the host lacks
+    what the hook needs, leaving nothing patched.
+    """
+    global _patcher, _settings
+    with _LOCK:
+        _settings = settings
+        if _patcher is not None:
+            return
+        from vllm_hust_vspec.host import capabilities
+        from vllm_hust_vspec.host import vllm as upstream
+
+        caps = capabilities.detect()
+        capabilities.require_upstream(caps)
+        patcher = Patcher("vspec-upstream-vllm")
+        try:
+            upstream.install(patcher, current_settings)
+        except BaseException:
+            patcher.undo()
+            raise
+        _patcher = patcher
+        logger.info(
+            "vSpec: patched vLLM %s (%d attributes)", caps.vllm_version, len(patcher)
+        )
+
+
+def undo() -> None:
+    """Remove every patch (tests; a process that wants vanilla vLLM back)."""
+    global _patcher, _settings
+    with _LOCK:
+        if _patcher is not None:
+            _patcher.undo()
+        _patcher = None
+        _settings = None
+
+
+__all__ = ["applied", "apply", "current_settings", "undo"]

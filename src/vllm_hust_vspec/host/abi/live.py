@@ -1,0 +1,98 @@
+"""The live tier's view of a host: imported modules, ``hasattr`` and ``inspect.signature``.
+
+Only used when the host imports in this process (the plugin inside vLLM, or the doctor on a
+machine where vLLM/vllm-ascend import). Method bodies (for the call/source probes) are read
+with ``inspect.getsource`` of the unwrapped function.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import inspect
+import textwrap
+from typing import Any
+
+from vllm_hust_vspec.host.abi.info import ClassInfo, FuncInfo, func_from_ast
+
+
+def _func_info(name: str, fn: Any) -> FuncInfo | None:
+    target = inspect.unwrap(fn)
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    params = tuple(
+        p.name for p in sig.parameters.values()
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    )
+    var_kw = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+    body: FuncInfo | None = None
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(target)))
+        node = tree.body[0]
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            body = func_from_ast(node)
+    except (OSError, TypeError, SyntaxError, IndexError):
+        body = None
+    return FuncInfo(
+        name=name, params=params, var_keyword=var_kw,
+        calls=body.calls if body else (), names=body.names if body else frozenset(),
+        self_attrs=body.self_attrs if body else frozenset(),
+    )
+
+
+class LiveResolver:
+    """Answers probes from the imported host."""
+
+    def __init__(self) -> None:
+        self.errors: dict[str, str] = {}
+        self._classes: dict[tuple[str, str], ClassInfo | None] = {}
+
+    def _import(self, module: str) -> Any:
+        try:
+            return importlib.import_module(module)
+        except Exception as exc:  # noqa: BLE001 - any import failure means "absent" here
+            self.errors.setdefault(module, f"{type(exc).__name__}: {exc}")
+            return None
+
+    def has_package(self, package: str) -> bool:
+        return self._import(package) is not None
+
+    def has_module(self, module: str) -> bool:
+        return self._import(module) is not None
+
+    def get_class(self, module: str, name: str) -> ClassInfo | None:
+        key = (module, name)
+        if key in self._classes:
+            return self._classes[key]
+        mod = self._import(module)
+        cls = getattr(mod, name, None) if mod is not None else None
+        info = None
+        if inspect.isclass(cls):
+            methods: dict[str, FuncInfo] = {}
+            for attr, value in vars(cls).items():
+                fn = value.__func__ if isinstance(value, staticmethod | classmethod) else value
+                if inspect.isfunction(fn) or inspect.isfunction(inspect.unwrap(fn)):
+                    fi = _func_info(attr, fn)
+                    if fi is not None:
+                        methods[attr] = fi
+            fields = set(vars(cls).get("__annotations__", {}))
+            if dataclasses.is_dataclass(cls):
+                fields |= {f.name for f in dataclasses.fields(cls)}
+            fields |= {k for k, v in vars(cls).items() if not callable(v)}
+            bases = tuple((b.__module__, b.__name__) for b in cls.__bases__ if b is not object)
+            info = ClassInfo(cls.__module__, cls.__name__, bases, methods, frozenset(fields))
+        self._classes[key] = info
+        return info
+
+    def get_function(self, module: str, name: str) -> FuncInfo | None:
+        mod = self._import(module)
+        fn = getattr(mod, name, None) if mod is not None else None
+        if fn is None or not callable(fn):
+            return None
+        return _func_info(name, fn)
+
+
+__all__ = ["LiveResolver"]

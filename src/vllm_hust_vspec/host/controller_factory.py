@@ -1,0 +1,87 @@
+"""Build the gamma controller from the typed settings.
+
+The scheduler hook calls :func:`make_controller` once per Scheduler, in the EngineCore
+process, with the host's upper bound (the speculative config's ``num_speculative_tokens``).
+Tests (and embedders) can replace the construction with :func:`set_factory`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from vllm_hust_vspec.adaptive.feedback import Controller, StepFeedback
+
+logger = logging.getLogger("vllm_hust_vspec.host")
+
+ControllerFactory = Callable[[Any, int], Controller]
+
+# Settings field -> keyword of adaptive.build_controller (OnlineConfig field names).
+_OVERRIDES = {
+    "adaptive_online_window": "window",
+    "adaptive_online_exploration": "exploration",
+    "adaptive_online_warmup_samples": "warmup_samples",
+    "adaptive_hysteresis": "hysteresis",
+    "adaptive_control_interval": "control_interval",
+    "adaptive_max_gamma_step": "max_gamma_step",
+}
+
+_factory_override: ControllerFactory | None = None
+
+
+class FixedGamma:
+    """Always the same gamma: used when adaptation is off and after a controller failure."""
+
+    def __init__(self, gamma: int) -> None:
+        self.gamma = gamma
+
+    def decide(self, batch_size: int, token_budget: int) -> int:
+        """The fixed gamma."""
+        return self.gamma
+
+    def observe(self, feedback: StepFeedback) -> None:
+        """Nothing to learn."""
+
+    def snapshot(self) -> dict[str, Any]:
+        """State for traces and metrics."""
+        return {"policy": "fixed", "gamma": self.gamma}
+
+
+def set_factory(factory: ControllerFactory | None) -> None:
+    """Replace how controllers are built in this process (``None`` restores the default).
+
+    ``factory(settings, max_gamma) -> Controller``.
+    """
+    global _factory_override
+    _factory_override = factory
+
+
+def controller_kwargs(settings: Any, max_gamma: int) -> dict[str, Any]:
+    """Keyword arguments for ``adaptive.build_controller`` from the settings."""
+    min_gamma = min(int(getattr(settings, "adaptive_min_gamma", 0) or 0), max_gamma)
+    kwargs: dict[str, Any] = {
+        "min_gamma": min_gamma,
+        "max_gamma": max_gamma,
+        "profile_path": getattr(settings, "adaptive_profile", None),
+    }
+    for field_name, keyword in _OVERRIDES.items():
+        value = getattr(settings, field_name, None)
+        if value is not None:
+            kwargs[keyword] = value
+    return kwargs
+
+
+def make_controller(settings: Any, max_gamma: int) -> Controller:
+    """The controller for one scheduler, with upper bound ``max_gamma``."""
+    if _factory_override is not None:
+        return _factory_override(settings, max_gamma)
+    if not getattr(settings, "adaptive_speculation", True):
+        return FixedGamma(max_gamma)
+    from vllm_hust_vspec.adaptive import build_controller
+
+    policy = getattr(settings, "adaptive_policy", "online")
+    return build_controller(policy, **controller_kwargs(settings, max_gamma))
+
+
+__all__ = ["ControllerFactory", "FixedGamma", "controller_kwargs", "make_controller", "set_factory"]

@@ -1,0 +1,504 @@
+"""Upstream vLLM (>= 0.31, V1 runner) host: the per-step gamma hook in the scheduler.
+
+Everything here runs in the EngineCore process except :func:`_make_propose_wrapper`, which
+runs on every worker (TP rank) and only reads a flag the scheduler put in its output.
+
+How gamma reaches the drafter (vLLM 0.32 ``vllm/v1/core/sched/scheduler.py``):
+
+* ``Scheduler.__init__`` builds ``self.dynamic_sd_lookup`` only for a configured batch-size
+  schedule. When it is not ``None`` the scheduler (a) does not pad new decode requests to
+  ``1 + max K`` (the ``self.dynamic_sd_lookup is None`` test in the WAITING loop) and
+  (b) sets ``num_spec_tokens_to_schedule = self.dynamic_sd_lookup[len(num_scheduled_tokens)]``
+  just before it builds the ``SchedulerOutput``. The hook installs a :class:`GammaLookup`
+  there, so both happen for every step, and its ``__getitem__`` asks the controller. The
+  value is therefore in place before ``_update_after_schedule`` (which the async scheduler
+  reads to size its placeholders) and before the output is broadcast to all ranks.
+* ``GPUModelRunner.propose_draft_token_ids`` passes ``scheduler_output.
+  num_spec_tokens_to_schedule`` to ``propose(num_speculative_tokens=...)``; with K = 0 the
+  EAGLE/draft proposers still run their first pass (the draft KV stays in sync) and return
+  ``[B, 0]``: that is the ``sync`` gamma-0 mode for free. ``sticky`` additionally sets
+  :data:`SKIP_ATTR` on the output and the wrapped ``propose_draft_token_ids`` then skips the
+  drafter entirely.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_hust_vspec.adaptive.feedback import Controller, StepFeedback
+from vllm_hust_vspec.host import controller_factory
+from vllm_hust_vspec.host.capabilities import MODEL_RUNNER, SCHEDULER
+from vllm_hust_vspec.host.metrics import VSpecMetrics, arm_rewards, get_metrics
+from vllm_hust_vspec.host.patching import Patcher, resolve
+from vllm_hust_vspec.host.trace import TraceWriter
+
+logger = logging.getLogger("vllm_hust_vspec.host")
+
+HOOK_ATTR = "_vspec_hook"
+# Set on a SchedulerOutput when the drafter must not run after this step (sticky gamma 0).
+SKIP_ATTR = "vspec_skip_draft"
+# A refill hold never lasts longer than this many consecutive steps (no starvation).
+REFILL_MAX_HOLD_STEPS = 16
+# Publish per-arm reward estimates every this many observed steps.
+ARM_METRICS_EVERY = 16
+# Methods whose proposer drafts exactly the K it is given. suffix asserts K == configured K
+# and custom_class ignores it, so neither can be driven per step.
+SUPPORTED_METHODS = frozenset(
+    {"draft_model", "eagle", "eagle3", "mtp", "ngram", "ngram_gpu", "medusa"}
+)
+
+
+class VSpecHostError(RuntimeError):
+    """The scheduler hook cannot run with this configuration."""
+
+
+@dataclass
+class _StepRecord:
+    """What schedule() decided for one SchedulerOutput, consumed by update_from_output()."""
+
+    t_sched: float
+    decided: int
+    verified: int
+    admitted: int
+    held: bool
+    skip: bool
+    steady: bool
+    waiting: int
+
+
+class GammaLookup:
+    """Stands in for ``Scheduler.dynamic_sd_lookup``: indexing by batch size asks the hook."""
+
+    def __init__(self, hook: SchedulerHook, size: int) -> None:
+        self._hook = hook
+        self._size = size
+
+    def __getitem__(self, batch_size: int) -> int:
+        return self._hook.decide(batch_size)
+
+    def __len__(self) -> int:
+        return self._size
+
+
+class SchedulerHook:
+    """Per-Scheduler state: controller, gamma-0 mode, refill admission, feedback, outputs."""
+
+    def __init__(
+        self,
+        scheduler: Any,
+        settings: Any,
+        controller: Controller,
+        max_gamma: int,
+        *,
+        metrics: VSpecMetrics | None = None,
+        trace: TraceWriter | None = None,
+    ) -> None:
+        self.scheduler = scheduler
+        self.settings = settings
+        self.controller = controller
+        self.max_gamma = max_gamma
+        self.adaptive = bool(getattr(settings, "adaptive_speculation", True))
+        self.mode = str(getattr(settings, "adaptive_gamma0_mode", "sticky"))
+        refill = getattr(settings, "refill_batch", None)
+        self.refill_batch = int(refill()) if callable(refill) else 1
+        self.token_budget = int(scheduler.max_num_scheduled_tokens)
+        self.metrics = metrics
+        self.trace = trace
+        self.failed = False
+        self.step = 0
+        self.last_decided = max_gamma  # drafts made before the first decision use max K
+        self._decided: int | None = None
+        self._records: dict[int, _StepRecord] = {}
+        self._last_update_t: float | None = None
+        self._idle = True
+        self._hold_steps = 0
+        self._held = False
+        self._observed = 0
+        # sticky gamma 0: requests whose draft KV has holes (drafter skipped on their step),
+        # and the cohort whose lifetime pins gamma at 0.
+        self.tainted: set[str] = set()
+        self.cohort: set[str] = set()
+        self.closed = False
+
+    # ---- decision ---------------------------------------------------------------------
+    def _fallback(self, where: str) -> None:
+        if not self.failed:
+            logger.exception(
+                "vSpec: controller.%s raised; falling back to the fixed upper bound gamma=%d "
+                "for the rest of this run", where, self.max_gamma,
+            )
+            self.failed = True
+            if self.metrics is not None:
+                self.metrics.fallbacks.inc()
+
+    def decide(self, batch_size: int) -> int:
+        """The gamma for this step (called by the scheduler through :class:`GammaLookup`)."""
+        gamma = self.max_gamma
+        if not self.failed:
+            try:
+                gamma = int(self.controller.decide(batch_size, self.token_budget))
+            except Exception:
+                self._fallback("decide")
+                gamma = self.max_gamma
+        gamma = max(0, min(gamma, self.max_gamma))
+        if self.mode == "sticky" and self._pinned():
+            gamma = 0
+        self._decided = gamma
+        return gamma
+
+    def _live(self, ids: set[str]) -> set[str]:
+        requests = self.scheduler.requests
+        return {rid for rid in ids if rid in requests and not requests[rid].is_finished()}
+
+    def _pinned(self) -> bool:
+        self.cohort = self._live(self.cohort)
+        return bool(self.cohort)
+
+    # ---- schedule ---------------------------------------------------------------------
+    def before_schedule(self) -> Callable[[], None]:
+        """Refill hold and sticky draft discard; returns the undo for the hold."""
+        self._decided = None
+        sched = self.scheduler
+        if self.tainted:
+            self.tainted = self._live(self.tainted)
+            for rid in self.tainted:
+                # A tainted request's draft KV has holes: do not verify its drafts.
+                request = sched.requests.get(rid)
+                if request is not None and request.spec_token_ids:
+                    request.spec_token_ids = []
+        self._held = False
+        waiting = len(sched.waiting)
+        if not (self.adaptive and self.refill_batch > 1 and waiting and sched.running):
+            self._hold_steps = 0
+            return _noop
+        running = len(sched.running) + int(getattr(sched, "num_waiting_for_streaming_input", 0))
+        free = sched.max_num_active_reqs - running
+        if free >= min(self.refill_batch, waiting) or self._hold_steps >= REFILL_MAX_HOLD_STEPS:
+            self._hold_steps = 0
+            return _noop
+        self._hold_steps += 1
+        self._held = True
+        if self.metrics is not None:
+            self.metrics.refill_holds.inc()
+        saved = sched.max_num_active_reqs
+        sched.max_num_active_reqs = 0  # the WAITING loop admits nobody this step
+
+        def restore() -> None:
+            sched.max_num_active_reqs = saved
+
+        return restore
+
+    def after_schedule(self, out: Any) -> None:
+        """Record the decision, mark sticky skips, publish the chosen gamma."""
+        num_sched: dict[str, int] = out.num_scheduled_tokens
+        now = time.monotonic()
+        if not num_sched:
+            return
+        decided = self._decided if self._decided is not None else out.num_spec_tokens_to_schedule
+        skip = self.adaptive and self.mode == "sticky" and decided == 0
+        if skip:
+            setattr(out, SKIP_ATTR, True)
+            ids = set(num_sched)
+            self.tainted |= ids
+            if not self.cohort:
+                self.cohort = set(ids)
+        spec = out.scheduled_spec_decode_tokens
+        steady = not out.scheduled_new_reqs and all(
+            n == 1 + len(spec.get(rid, ())) for rid, n in num_sched.items()
+        )
+        self._records[id(out)] = _StepRecord(
+            t_sched=now,
+            decided=decided,
+            verified=self.last_decided,
+            admitted=len(out.scheduled_new_reqs),
+            held=self._held,
+            skip=skip,
+            steady=steady,
+            waiting=len(self.scheduler.waiting),
+        )
+        self.last_decided = decided
+        if self.metrics is not None:
+            self.metrics.observe_decision(decided)
+
+    # ---- feedback ---------------------------------------------------------------------
+    def on_update(self, out: Any, runner_output: Any) -> Callable[[], None]:
+        """Build the step's feedback before vLLM consumes the output; returns the finisher
+        to call after ``update_from_output`` ran (observe, metrics, trace)."""
+        now = time.monotonic()
+        record = self._records.pop(id(out), None)
+        if record is None:
+            return _noop
+        # Consecutive steps share boundaries (non-overlapping intervals); after an idle
+        # engine the step starts at its own schedule() instead.
+        start = (
+            record.t_sched
+            if (self._idle or self._last_update_t is None)
+            else self._last_update_t
+        )
+        interval = max(now - start, 1e-9)
+        self._last_update_t = now
+        sampled = runner_output.sampled_token_ids
+        index = runner_output.req_id_to_index
+        spec = out.scheduled_spec_decode_tokens
+        invalid = out.num_invalid_spec_tokens or {}
+        drafted: list[int] = []
+        accepted: list[int] = []
+        committed = 0
+        for rid, n in out.num_scheduled_tokens.items():
+            i = index.get(rid)
+            generated = sampled[i] if (sampled and i is not None and i < len(sampled)) else []
+            if not generated:
+                continue  # partial prefill chunk or aborted request
+            committed += len(generated)
+            tokens = spec.get(rid) or ()
+            if n != 1 + len(tokens):
+                continue  # a prefill completed this step: not a decoding request
+            n_draft = max(len(tokens) - invalid.get(rid, 0), 0)
+            drafted.append(n_draft)
+            accepted.append(min(max(len(generated) - 1, 0), n_draft))
+        decode_committed = sum(a + 1 for a in accepted)
+        feedback: StepFeedback | None = None
+        if drafted:
+            feedback = StepFeedback(
+                batch_size=len(drafted),
+                gamma=record.verified,
+                drafted=tuple(drafted),
+                accepted=tuple(accepted),
+                committed=decode_committed,
+                interval_s=interval,
+                token_budget=self.token_budget,
+                steady=record.steady,
+                accept_flags=tuple(
+                    (True,) * a + (False,) * (d - a) for d, a in zip(drafted, accepted, strict=True)
+                ),
+            )
+
+        def finish() -> None:
+            self._idle = not self.scheduler.has_requests()
+            self.step += 1
+            if feedback is not None and not self.failed:
+                try:
+                    self.controller.observe(feedback)
+                except Exception:
+                    self._fallback("observe")
+            if self.metrics is not None:
+                self.metrics.observe_step(tuple(drafted), tuple(accepted), committed)
+                self._observed += 1
+                if self._observed % ARM_METRICS_EVERY == 1:
+                    self._publish_arms()
+            if self.trace is not None:
+                n_d, n_a = sum(drafted), sum(accepted)
+                self.trace.write(
+                    {
+                        "t": time.time(),
+                        "step": self.step,
+                        "batch": len(drafted),
+                        "gamma": record.verified,
+                        "decided": record.decided,
+                        "drafted": n_d,
+                        "accepted": n_a,
+                        "committed": decode_committed,
+                        "tokens": committed,
+                        "interval_s": round(interval, 9),
+                        "reward": round(decode_committed / interval, 6),
+                        "steady": record.steady,
+                        "admitted": record.admitted,
+                        "waiting": record.waiting,
+                        "held": record.held,
+                        "skip": record.skip,
+                        "fallback": self.failed,
+                    }
+                )
+
+        return finish
+
+    def _publish_arms(self) -> None:
+        if self.metrics is None or self.failed:
+            return
+        try:
+            self.metrics.observe_arms(arm_rewards(self.controller.snapshot()))
+        except Exception:
+            logger.debug("vSpec: controller snapshot unavailable for metrics", exc_info=True)
+
+    def close(self) -> None:
+        """Flush the trace (scheduler shutdown). Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        self._publish_arms()
+        if self.trace is not None:
+            self.trace.close()
+
+
+def _noop() -> None:
+    return None
+
+
+# ---- attaching to a Scheduler -----------------------------------------------------------
+def attach(scheduler: Any, settings: Any) -> SchedulerHook | None:
+    """Attach a hook to a freshly built Scheduler when speculation is configured."""
+    spec = scheduler.vllm_config.speculative_config
+    max_gamma = int(getattr(scheduler, "num_spec_tokens", 0) or 0)
+    if spec is None or max_gamma <= 0:
+        logger.info("vSpec: no speculative decoding configured; scheduler left unchanged")
+        return None
+    method = str(getattr(spec, "method", ""))
+    if method not in SUPPORTED_METHODS:
+        raise VSpecHostError(
+            f"vSpec cannot drive gamma per step for speculative method '{method}': its "
+            f"proposer does not draft a per-step K. Use one of "
+            f"{', '.join(sorted(SUPPORTED_METHODS))}, or unset HUST_VSPEC_ENABLED."
+        )
+    for attr in ("dynamic_sd_lookup", "max_num_active_reqs", "max_num_scheduled_tokens",
+                 "requests", "waiting", "running"):
+        if not hasattr(scheduler, attr):
+            raise VSpecHostError(
+                f"vSpec: {type(scheduler).__module__}.{type(scheduler).__qualname__} has no "
+                f"attribute '{attr}' (host not supported; run the doctor)"
+            )
+    controller = controller_factory.make_controller(settings, max_gamma)
+    trace_path = getattr(settings, "adaptive_trace", None)
+    trace = TraceWriter(trace_path) if trace_path else None
+    hook = SchedulerHook(
+        scheduler, settings, controller, max_gamma, metrics=get_metrics(), trace=trace
+    )
+    if hook.adaptive:
+        if scheduler.dynamic_sd_lookup is not None:
+            logger.warning(
+                "vSpec: replacing the configured num_speculative_tokens_per_batch_size "
+                "schedule with the adaptive controller"
+            )
+        size = int(getattr(scheduler, "max_num_running_reqs", 0)) + 1
+        scheduler.dynamic_sd_lookup = GammaLookup(hook, size)
+    setattr(scheduler, HOOK_ATTR, hook)
+    logger.info(
+        "vSpec: scheduler hook active (method=%s, max gamma=%d, adaptive=%s, gamma0=%s, "
+        "refill=%d, trace=%s)", method, max_gamma, hook.adaptive, hook.mode,
+        hook.refill_batch, trace_path,
+    )
+    return hook
+
+
+def hook_of(scheduler: Any) -> SchedulerHook | None:
+    """The hook attached to ``scheduler`` (or None)."""
+    return getattr(scheduler, HOOK_ATTR, None)
+
+
+# ---- wrappers ---------------------------------------------------------------------------
+def _make_init_wrapper(get_settings: Callable[[], Any]) -> Callable[[Callable[..., Any]], Any]:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            orig(self, *args, **kwargs)
+            attach(self, get_settings())
+
+        return __init__
+
+    return make
+
+
+def _make_schedule_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def schedule(self: Any, *args: Any, **kwargs: Any) -> Any:
+        hook = getattr(self, HOOK_ATTR, None)
+        if hook is None:
+            return orig(self, *args, **kwargs)
+        restore = hook.before_schedule()
+        try:
+            out = orig(self, *args, **kwargs)
+        finally:
+            restore()
+        hook.after_schedule(out)
+        return out
+
+    return schedule
+
+
+def _make_update_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def update_from_output(self: Any, scheduler_output: Any, model_runner_output: Any) -> Any:
+        hook = getattr(self, HOOK_ATTR, None)
+        if hook is None:
+            return orig(self, scheduler_output, model_runner_output)
+        finish = hook.on_update(scheduler_output, model_runner_output)
+        result = orig(self, scheduler_output, model_runner_output)
+        finish()
+        return result
+
+    return update_from_output
+
+
+def _make_shutdown_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def shutdown(self: Any) -> Any:
+        hook = getattr(self, HOOK_ATTR, None)
+        if hook is not None:
+            hook.close()
+        return orig(self)
+
+    return shutdown
+
+
+def _skipped_drafts(runner: Any, sampled_token_ids: Any) -> Any:
+    """What ``propose_draft_token_ids`` returns when the drafter is skipped: no drafts.
+
+    Mirrors the runner's own "input does not fit in the drafter" branch so async bookkeeping
+    (valid sampled-token counts) and data-parallel lockstep stay intact.
+    """
+    if isinstance(sampled_token_ids, list):
+        return [[] for _ in sampled_token_ids]
+    import torch
+
+    drafter = runner.drafter
+    spec_config = runner.speculative_config
+    if (
+        getattr(runner, "valid_sampled_token_count_event", None) is not None
+        and not spec_config.disable_padded_drafter_batch
+        and hasattr(drafter, "prepare_next_token_ids_padded")
+    ):
+        next_ids, counts = drafter.prepare_next_token_ids_padded(
+            sampled_token_ids, runner.requests, runner.input_batch,
+            runner.discard_request_mask.gpu,
+        )
+        runner._copy_valid_sampled_token_count(next_ids, counts)
+    if runner.parallel_config.data_parallel_size > 1 and hasattr(drafter, "dummy_run"):
+        drafter.dummy_run(num_tokens=1)
+    return torch.empty(
+        (sampled_token_ids.shape[0], 0), dtype=torch.int64, device=sampled_token_ids.device
+    )
+
+
+def _make_propose_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def propose_draft_token_ids(
+        self: Any, scheduler_output: Any, sampled_token_ids: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        if getattr(scheduler_output, SKIP_ATTR, False):
+            return _skipped_drafts(self, sampled_token_ids)
+        return orig(self, scheduler_output, sampled_token_ids, *args, **kwargs)
+
+    return propose_draft_token_ids
+
+
+def install(patcher: Patcher, get_settings: Callable[[], Any]) -> None:
+    """Apply every upstream-vLLM patch (the one list of them)."""
+    scheduler_cls = resolve(*SCHEDULER)
+    runner_cls = resolve(*MODEL_RUNNER)
+    patcher.wrap(scheduler_cls, "__init__", _make_init_wrapper(get_settings))
+    patcher.wrap(scheduler_cls, "schedule", _make_schedule_wrapper)
+    patcher.wrap(scheduler_cls, "update_from_output", _make_update_wrapper)
+    patcher.wrap(scheduler_cls, "shutdown", _make_shutdown_wrapper)
+    patcher.wrap(runner_cls, "propose_draft_token_ids", _make_propose_wrapper)
+
+
+__all__ = [
+    "HOOK_ATTR",
+    "REFILL_MAX_HOLD_STEPS",
+    "SKIP_ATTR",
+    "SUPPORTED_METHODS",
+    "GammaLookup",
+    "SchedulerHook",
+    "VSpecHostError",
+    "attach",
+    "hook_of",
+    "install",
+]

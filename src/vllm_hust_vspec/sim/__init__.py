@@ -1,0 +1,69 @@
+"""Pure-Python offline simulator of continuous-batching speculative decoding.
+
+Use it to compare gamma policies (vSpec's controllers, fixed gamma, published baselines and an
+oracle) on scenarios with common random numbers, or to replay a trace recorded by the plugin.
+See docs/simulator.md.
+"""
+
+from ._strict import ScenarioError
+from .acceptance import ACCEPTANCE_PRESETS, AcceptanceSpec, unconditional_to_conditional
+from .baselines import FixedGamma, HfHeuristic, SglangAdaptive, Ucb1, VllmBatchSchedule
+from .cost import COST_PRESETS, LinearCost, TableCost
+from .engine import RunResult, Simulation, simulate
+from .oracle import Oracle
+from .policies import PolicyError, all_policies, make_controller
+from .replay import (
+    fit_acceptance,
+    fit_cost,
+    load_trace,
+    scenario_dict_from_trace,
+    scenario_from_trace,
+    write_trace,
+)
+from .runner import PolicySummary, ScenarioReport, evaluate, geomean, run_many, summarise
+from .scenario import (
+    Scenario,
+    list_scenarios,
+    load_scenario,
+    load_scenario_file,
+    parse_scenario,
+)
+
+__all__ = [
+    "ACCEPTANCE_PRESETS",
+    "COST_PRESETS",
+    "AcceptanceSpec",
+    "FixedGamma",
+    "HfHeuristic",
+    "LinearCost",
+    "Oracle",
+    "PolicyError",
+    "PolicySummary",
+    "RunResult",
+    "Scenario",
+    "ScenarioError",
+    "ScenarioReport",
+    "SglangAdaptive",
+    "Simulation",
+    "TableCost",
+    "Ucb1",
+    "VllmBatchSchedule",
+    "all_policies",
+    "evaluate",
+    "fit_acceptance",
+    "fit_cost",
+    "geomean",
+    "list_scenarios",
+    "load_scenario",
+    "load_scenario_file",
+    "load_trace",
+    "make_controller",
+    "parse_scenario",
+    "run_many",
+    "scenario_dict_from_trace",
+    "scenario_from_trace",
+    "simulate",
+    "summarise",
+    "unconditional_to_conditional",
+    "write_trace",
+]

@@ -1,0 +1,85 @@
+"""Build vSpec's own controllers ('online', 'profile') through the adaptive package.
+
+The 'profile' policy needs an offline profile. We make one the way a user would: "measure"
+decode steps over a sweep of batch sizes, gammas and context lengths -- here by asking the
+scenario's cost model, with a little seeded measurement noise -- and fit them with
+``adaptive.fit_profile``. The profile carries the adaptive package's default acceptance: a
+profiler measures hardware cost, acceptance is learned online.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..adaptive import FitError, FitSample, build_controller, fit_profile
+from ..adaptive.feedback import Controller
+from .scenario import Scenario
+
+_NOISE = 0.03  # relative std of the simulated step-time measurements
+_profile_dir: Path | None = None
+_profile_paths: dict[tuple[str, int, int], Path] = {}
+
+
+def build_ours(name: str, scenario: Scenario) -> Controller:
+    """``online`` or ``profile`` for ``scenario``'s gamma range."""
+    lo, hi = scenario.min_gamma, scenario.max_gamma
+    if name == "online":
+        return build_controller("online", min_gamma=lo, max_gamma=hi)
+    path = profile_path_for(scenario)
+    return build_controller("profile", min_gamma=lo, max_gamma=hi, profile_path=str(path))
+
+
+def profile_samples(scenario: Scenario, repeats: int = 2) -> list[FitSample]:
+    """Steady decode steps priced by the scenario's cost model, as a profiler would record."""
+    rng = random.Random(f"vspec-profile/{scenario.name}")
+    w = scenario.workload
+    typical_ctx = w.prompt_len.mean_hint + 0.5 * w.output_len.mean_hint
+    # A profiler sweeps a few batch sizes even for a batch-1 deployment: the draft cost per
+    # request cannot be told from the fixed draft cost at a single batch size.
+    top = max(scenario.max_num_seqs, 4)
+    batches: list[int] = []
+    b = 1
+    while b < top:
+        batches.append(b)
+        b *= 2
+    batches.append(top)
+    out: list[FitSample] = []
+    for batch in batches:
+        for gamma in range(scenario.min_gamma, scenario.max_gamma + 1):
+            for ctx_scale in (0.5, 1.5):
+                ctx = batch * typical_ctx * ctx_scale
+                for _ in range(repeats):
+                    t = scenario.cost.steady_time(batch, gamma, int(ctx))
+                    t *= max(0.5, 1.0 + rng.gauss(0.0, _NOISE))
+                    out.append(FitSample(batch_size=batch, gamma=gamma,
+                                         num_batched_tokens=batch * (1 + gamma),
+                                         context_tokens=ctx, step_s=t))
+    return out
+
+
+def profile_path_for(scenario: Scenario) -> Path:
+    """Fit (once per process) and write the scenario's profile; returns the JSON path."""
+    global _profile_dir
+    key = (scenario.name, scenario.min_gamma, scenario.max_gamma)
+    if key in _profile_paths:
+        return _profile_paths[key]
+    samples = profile_samples(scenario)
+    try:
+        result = fit_profile(samples, name=f"sim-{scenario.name}", method="sim")
+    except FitError:
+        # context cost may be absent from the cost model (measured tables): drop its terms
+        result = fit_profile(samples, context_terms=False, name=f"sim-{scenario.name}",
+                             method="sim")
+    if _profile_dir is None:
+        _profile_dir = Path(tempfile.mkdtemp(prefix="vspec-sim-profiles-"))
+        atexit.register(shutil.rmtree, _profile_dir, True)
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in scenario.name)
+    path = _profile_dir / f"{safe}-{scenario.min_gamma}-{scenario.max_gamma}.json"
+    path.write_text(json.dumps(result.profile.to_dict(), indent=2), encoding="utf-8")
+    _profile_paths[key] = path
+    return path

@@ -1,0 +1,254 @@
+"""Step-time models: how long one engine step takes for a given batch shape.
+
+One step verifies the drafts chosen at the previous step (``verify_tokens`` draft tokens in
+total over ``num_decode`` decoding requests), prefills ``prefill_tokens`` prompt tokens, and
+then drafts ``gamma_draft`` tokens for each of ``num_drafting`` requests (the decision of this
+step, verified in the next one).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Protocol
+
+from ._strict import StrictObject
+
+
+class CostModel(Protocol):
+    """Anything that prices one step, in seconds."""
+
+    def step_time(
+        self,
+        num_decode: int,
+        verify_tokens: int,
+        gamma_draft: int,
+        num_drafting: int,
+        prefill_tokens: int,
+        context_tokens: int,
+    ) -> float: ...
+
+    def steady_time(self, batch: int, gamma: int, context_tokens: int) -> float:
+        """Time of a decode-only step at ``batch`` verifying and drafting ``gamma``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class LinearCost:
+    """Linear step-time model (milliseconds per unit).
+
+    target:  target_base_ms + target_per_token_ms * scheduled tokens
+             + target_per_ctx_ktoken_ms * context tokens / 1000
+    draft:   when gamma > 0: spec_overhead_ms + gamma * (per_gamma_ms + draft_step_ms
+             + draft_per_token_ms * drafting requests)
+             + draft_ingest_per_token_ms * scheduled tokens
+    A serial draft model pays ``draft_ingest_per_token_ms`` (it must run over every verified and
+    prefilled token to keep its own KV cache); an in-model MTP/EAGLE head reuses the target's
+    hidden states and leaves it at 0.
+    """
+
+    target_base_ms: float
+    target_per_token_ms: float
+    target_per_ctx_ktoken_ms: float = 0.0
+    draft_step_ms: float = 0.0
+    draft_per_token_ms: float = 0.0
+    draft_ingest_per_token_ms: float = 0.0
+    spec_overhead_ms: float = 0.0
+    per_gamma_ms: float = 0.0
+
+    def step_time(
+        self,
+        num_decode: int,
+        verify_tokens: int,
+        gamma_draft: int,
+        num_drafting: int,
+        prefill_tokens: int,
+        context_tokens: int,
+    ) -> float:
+        """Seconds for one step."""
+        tokens = num_decode + verify_tokens + prefill_tokens
+        ms = (
+            self.target_base_ms
+            + self.target_per_token_ms * tokens
+            + self.target_per_ctx_ktoken_ms * context_tokens * 1e-3
+        )
+        if gamma_draft > 0 and num_drafting > 0:
+            ms += self.spec_overhead_ms + gamma_draft * (
+                self.per_gamma_ms + self.draft_step_ms + self.draft_per_token_ms * num_drafting
+            )
+            ms += self.draft_ingest_per_token_ms * tokens
+        return ms * 1e-3
+
+    def steady_time(self, batch: int, gamma: int, context_tokens: int) -> float:
+        """Decode-only step verifying and drafting ``gamma`` for ``batch`` requests."""
+        return self.step_time(batch, batch * gamma, gamma, batch, 0, context_tokens)
+
+
+def _interp(xs: tuple[float, ...], ys: list[float], x: float) -> float:
+    """Piecewise-linear through (xs, ys); linear extrapolation from the two end points."""
+    n = len(xs)
+    if n == 1:
+        return ys[0]
+    if x <= xs[0]:
+        i = 0
+    elif x >= xs[-1]:
+        i = n - 2
+    else:
+        i = bisect.bisect_right(xs, x) - 1
+    x0, x1 = xs[i], xs[i + 1]
+    w = (x - x0) / (x1 - x0)
+    return ys[i] + w * (ys[i + 1] - ys[i])
+
+
+@dataclass(frozen=True, slots=True)
+class TableCost:
+    """Measured decode step times (ms) over a (batch, gamma) grid, interpolated.
+
+    Interpolation is bilinear; outside the grid it extrapolates linearly along gamma from the
+    two largest gammas and along batch from the two largest batches (a step never gets cheaper
+    than the smallest measured value, and batches below the first row use the first row). A
+    step verifying g_v and drafting g_d uses the table at gamma (g_v + g_d) / 2: the table was
+    measured at steady state where both are equal, and verify and draft cost are both roughly
+    linear in gamma. Prefill adds ``prefill_per_token_ms`` per prompt token.
+    """
+
+    batches: tuple[float, ...]
+    gammas: tuple[float, ...]
+    ms: tuple[tuple[float, ...], ...]  # ms[i][j] at batches[i], gammas[j]
+    prefill_per_token_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if len(self.ms) != len(self.batches) or any(len(r) != len(self.gammas) for r in self.ms):
+            raise ValueError("table shape must be len(batch) x len(gamma)")
+        if list(self.batches) != sorted(set(self.batches)):
+            raise ValueError("table batch values must be strictly increasing")
+        if list(self.gammas) != sorted(set(self.gammas)):
+            raise ValueError("table gamma values must be strictly increasing")
+
+    def ms_at(self, batch: float, gamma: float) -> float:
+        """Interpolated decode step time in ms."""
+        b = max(batch, self.batches[0])
+        col = [_interp(self.gammas, list(row), gamma) for row in self.ms]
+        floor = min(min(r) for r in self.ms)
+        return max(floor, _interp(self.batches, col, b))
+
+    def step_time(
+        self,
+        num_decode: int,
+        verify_tokens: int,
+        gamma_draft: int,
+        num_drafting: int,
+        prefill_tokens: int,
+        context_tokens: int,
+    ) -> float:
+        """Seconds for one step."""
+        g_verify = verify_tokens / num_decode if num_decode else 0.0
+        g_draft = gamma_draft if num_drafting else 0
+        if num_decode and num_drafting:
+            g = 0.5 * (g_verify + g_draft)
+        else:
+            g = g_verify if num_decode else 0.5 * g_draft
+        batch = max(num_decode, num_drafting, 1)
+        return (self.ms_at(batch, g) + self.prefill_per_token_ms * prefill_tokens) * 1e-3
+
+    def steady_time(self, batch: int, gamma: int, context_tokens: int) -> float:
+        """Decode-only step at ``batch`` with ``gamma``."""
+        return self.ms_at(max(batch, 1), gamma) * 1e-3
+
+
+AnyCost = LinearCost | TableCost
+
+COST_PRESETS: dict[str, AnyCost] = {
+    # vLLM's published median ITL (ms), Llama-3.1-8B + EAGLE on H100, K = 0/1/3/5.
+    "h100-llama8b-eagle": TableCost(
+        batches=(1.0, 16.0, 64.0, 256.0),
+        gammas=(0.0, 1.0, 3.0, 5.0),
+        ms=(
+            (6.52, 7.37, 8.84, 10.33),
+            (6.90, 7.85, 9.52, 11.20),
+            (7.77, 9.66, 13.50, 16.83),
+            (14.49, 27.14, 41.85, 57.40),
+        ),
+        prefill_per_token_ms=0.02,
+    ),
+    # A ~70B-class target with a separate ~1B draft model run serially: one draft step costs
+    # ~1/6 of a batch-1 target step, and the draft must also ingest every verified token.
+    "serial-draft": LinearCost(
+        target_base_ms=24.0,
+        target_per_token_ms=0.09,
+        target_per_ctx_ktoken_ms=0.02,
+        draft_step_ms=4.0,
+        draft_per_token_ms=0.012,
+        draft_ingest_per_token_ms=0.01,
+        spec_overhead_ms=0.6,
+    ),
+    # In-model MTP head (one extra decoder layer) on an ~8B-class target: a head pass costs
+    # ~1/12 of a target step and needs no separate ingest.
+    "mtp-head": LinearCost(
+        target_base_ms=7.0,
+        target_per_token_ms=0.03,
+        target_per_ctx_ktoken_ms=0.006,
+        draft_step_ms=0.55,
+        draft_per_token_ms=0.004,
+        spec_overhead_ms=0.25,
+        per_gamma_ms=0.05,
+    ),
+}
+
+
+def parse_cost(value: object, obj: StrictObject, key: str) -> AnyCost:
+    """Parse the scenario's ``cost``: a preset name, or a linear / table object."""
+    if isinstance(value, str):
+        if value not in COST_PRESETS:
+            raise obj.error(key, f"unknown cost preset {value!r} (known: "
+                            f"{', '.join(sorted(COST_PRESETS))})")
+        return COST_PRESETS[value]
+    c = obj.child(key)
+    kind = c.string("type", choices=("linear", "table"))
+    if kind == "linear":
+        out: AnyCost = LinearCost(
+            target_base_ms=c.number("target_base_ms", lo=0.0, lo_open=True),
+            target_per_token_ms=c.number("target_per_token_ms", lo=0.0),
+            target_per_ctx_ktoken_ms=c.number("target_per_ctx_ktoken_ms", 0.0, lo=0.0),
+            draft_step_ms=c.number("draft_step_ms", 0.0, lo=0.0),
+            draft_per_token_ms=c.number("draft_per_token_ms", 0.0, lo=0.0),
+            draft_ingest_per_token_ms=c.number("draft_ingest_per_token_ms", 0.0, lo=0.0),
+            spec_overhead_ms=c.number("spec_overhead_ms", 0.0, lo=0.0),
+            per_gamma_ms=c.number("per_gamma_ms", 0.0, lo=0.0),
+        )
+    else:
+        batches = c.numbers("batch", lo=1.0)
+        gammas = c.numbers("gamma", lo=0.0)
+        rows = c.raw("ms")
+        if not isinstance(rows, list) or len(rows) != len(batches):
+            raise c.error("ms", f"expected {len(batches)} rows (one per batch value)")
+        table: list[tuple[float, ...]] = []
+        for i, row in enumerate(rows):
+            if (not isinstance(row, list) or len(row) != len(gammas)
+                    or any(isinstance(v, bool) or not isinstance(v, int | float) or v <= 0
+                           for v in row)):
+                raise c.error(f"ms[{i}]", f"expected {len(gammas)} positive numbers "
+                              "(one per gamma value)")
+            table.append(tuple(float(v) for v in row))
+        try:
+            out = TableCost(
+                batches=tuple(batches),
+                gammas=tuple(gammas),
+                ms=tuple(table),
+                prefill_per_token_ms=c.number("prefill_per_token_ms", 0.0, lo=0.0),
+            )
+        except ValueError as exc:
+            raise c.error("batch", str(exc)) from None
+    c.finish()
+    return out
+
+
+def describe_cost(cost: AnyCost) -> str:
+    """One-line summary for reports."""
+    if isinstance(cost, TableCost):
+        return (f"table {len(cost.batches)}x{len(cost.gammas)} "
+                f"(batch {cost.batches[0]:g}..{cost.batches[-1]:g}, "
+                f"gamma {cost.gammas[0]:g}..{cost.gammas[-1]:g})")
+    return (f"linear (target {cost.target_base_ms:g} ms + {cost.target_per_token_ms:g} ms/token, "
+            f"draft step {cost.draft_step_ms:g} ms)")
+

@@ -1,0 +1,65 @@
+"""Policy names -> controllers for a scenario.
+
+Names: ``fixed:K``, ``online`` and ``profile`` (ours, from the adaptive package), ``oracle``,
+and the published baselines ``vllm-batch-schedule``, ``sglang-adaptive``, ``hf-heuristic``,
+``ucb1``.
+"""
+
+from __future__ import annotations
+
+from ..adaptive.feedback import Controller
+from .baselines import FixedGamma, HfHeuristic, SglangAdaptive, Ucb1, VllmBatchSchedule
+from .oracle import Oracle
+from .scenario import Scenario
+
+OURS = ("online", "profile")
+BASELINES = ("vllm-batch-schedule", "sglang-adaptive", "hf-heuristic", "ucb1")
+REFERENCE = ("oracle",)
+
+
+class PolicyError(ValueError):
+    """Unknown or malformed policy name."""
+
+
+def fixed_names(scenario: Scenario) -> list[str]:
+    """``fixed:K`` for every K the scenario allows."""
+    return [f"fixed:{k}" for k in range(scenario.min_gamma, scenario.max_gamma + 1)]
+
+
+def all_policies(scenario: Scenario) -> list[str]:
+    """Every policy, in report order."""
+    return [*fixed_names(scenario), *OURS, *REFERENCE, *BASELINES]
+
+
+def known_policy_help() -> str:
+    """Human list of policy names for --help and errors."""
+    return ", ".join(["fixed:K", *OURS, *REFERENCE, *BASELINES])
+
+
+def make_controller(name: str, scenario: Scenario) -> Controller:
+    """A fresh controller for policy ``name`` on ``scenario``."""
+    lo, hi = scenario.min_gamma, scenario.max_gamma
+    if name.startswith("fixed:"):
+        try:
+            k = int(name.split(":", 1)[1])
+        except ValueError:
+            raise PolicyError(f"bad policy {name!r}: expected fixed:K with an integer K") from None
+        if not lo <= k <= hi:
+            raise PolicyError(f"policy {name!r}: K must be within the scenario's "
+                              f"min_gamma..max_gamma = {lo}..{hi}")
+        return FixedGamma(k)
+    if name == "oracle":
+        return Oracle(lo, hi)
+    if name == "vllm-batch-schedule":
+        return VllmBatchSchedule(lo, hi)
+    if name == "sglang-adaptive":
+        return SglangAdaptive(lo, hi)
+    if name == "hf-heuristic":
+        return HfHeuristic(lo, hi)
+    if name == "ucb1":
+        return Ucb1(lo, hi)
+    if name in OURS:
+        from .adaptive_glue import build_ours  # noqa: PLC0415 - needs the adaptive package
+
+        return build_ours(name, scenario)
+    raise PolicyError(f"unknown policy {name!r}; known: {known_policy_help()}")

@@ -1,0 +1,132 @@
+"""Scenario files: one JSON object (``schema_version: 1``) describing a serving situation.
+
+See docs/simulator.md for the schema. Shipped scenarios live in ``sim/scenarios/*.json`` and
+load by name (file stem).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ._strict import ScenarioError, StrictObject
+from .acceptance import AcceptanceSpec, parse_acceptance
+from .cost import AnyCost, parse_cost
+from .workload import Workload, parse_workload
+
+SCHEMA_VERSION = 1
+KNOWN_TAGS = ("stationary", "non-stationary")
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A validated scenario."""
+
+    name: str
+    seed: int
+    min_gamma: int
+    max_gamma: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    workload: Workload
+    acceptance: AcceptanceSpec
+    cost: AnyCost
+    tags: tuple[str, ...] = ()
+    description: str = ""
+    source: str = field(default="<memory>", compare=False)
+
+    @property
+    def stationary(self) -> bool:
+        """Tagged stationary, or (untagged) a single acceptance phase."""
+        if "non-stationary" in self.tags:
+            return False
+        if "stationary" in self.tags:
+            return True
+        return self.acceptance.stationary
+
+
+def parse_scenario(data: Any, source: str) -> Scenario:
+    """Validate a decoded JSON object; errors name ``source`` and the offending key."""
+    top = StrictObject(data, "", source)
+    version = top.integer("schema_version")
+    if version != SCHEMA_VERSION:
+        raise top.error("schema_version", f"unsupported version {version} "
+                        f"(this simulator reads {SCHEMA_VERSION})")
+    name = top.string("name")
+    min_gamma = top.integer("min_gamma", 0, lo=0, hi=64)
+    max_gamma = top.integer("max_gamma", lo=0, hi=64)
+    if max_gamma < min_gamma:
+        raise top.error("max_gamma", f"must be >= min_gamma ({min_gamma}), got {max_gamma}")
+    max_num_seqs = top.integer("max_num_seqs", lo=1, hi=100_000)
+    max_tokens = top.integer("max_num_batched_tokens", lo=1, hi=10_000_000)
+    if max_tokens < max_num_seqs:
+        raise top.error("max_num_batched_tokens",
+                        f"must be >= max_num_seqs ({max_num_seqs}) so every running request "
+                        "can decode")
+    acc = top.child("acceptance")
+    acceptance = parse_acceptance(acc)
+    acc.finish()
+    tags = tuple(top.strings("tags"))
+    if "stationary" in tags and "non-stationary" in tags:
+        raise top.error("tags", "a scenario cannot be both 'stationary' and 'non-stationary'")
+    if "stationary" in tags and not acceptance.stationary:
+        raise top.error("tags", "tagged 'stationary' but acceptance has several phases")
+    scenario = Scenario(
+        name=name,
+        seed=top.integer("seed", 0, lo=0),
+        min_gamma=min_gamma,
+        max_gamma=max_gamma,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_tokens,
+        workload=parse_workload(top.child("workload")),
+        acceptance=acceptance,
+        cost=parse_cost(top.raw("cost"), top, "cost"),
+        tags=tags,
+        description=top.string("description", ""),
+        source=source,
+    )
+    top.finish()
+    return scenario
+
+
+def load_scenario_file(path: str | Path) -> Scenario:
+    """Read and validate a scenario JSON file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"{p}: cannot read scenario file: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    return parse_scenario(data, str(p))
+
+
+def list_scenarios() -> list[str]:
+    """Names of the scenarios shipped with the package (sorted)."""
+    root = resources.files(__package__).joinpath("scenarios")
+    return sorted(
+        item.name[: -len(".json")] for item in root.iterdir() if item.name.endswith(".json")
+    )
+
+
+def load_scenario(name_or_path: str) -> Scenario:
+    """Load a shipped scenario by name, or a scenario file by path."""
+    if name_or_path in list_scenarios():
+        res = resources.files(__package__).joinpath("scenarios").joinpath(f"{name_or_path}.json")
+        try:
+            data = json.loads(res.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:  # pragma: no cover - shipped files are tested
+            raise ScenarioError(f"scenario {name_or_path}: bad JSON: {exc.msg}") from None
+        return parse_scenario(data, f"scenario '{name_or_path}'")
+    p = Path(name_or_path)
+    if p.exists() or name_or_path.endswith(".json"):
+        return load_scenario_file(p)
+    raise ScenarioError(
+        f"no scenario named {name_or_path!r} and no such file; shipped scenarios: "
+        f"{', '.join(list_scenarios())} (or pass a path to a .json file)"
+    )

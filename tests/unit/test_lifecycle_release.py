@@ -1,0 +1,138 @@
+"""release.sh: check on built artefacts and on tampered ones, source-check, publish refusals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+from _lifecycle import RELEASE, Artefacts, built_artefacts, run_script
+
+from vllm_hust_vspec import __version__
+
+
+@pytest.fixture(scope="module")
+def artefacts(tmp_path_factory: pytest.TempPathFactory) -> Artefacts:
+    return built_artefacts(tmp_path_factory.getbasetemp())
+
+
+def _check(*files: Path) -> subprocess.CompletedProcess[str]:
+    return run_script(RELEASE, "check", *map(str, files))
+
+
+def test_check_passes_on_built_artefacts(artefacts: Artefacts) -> None:
+    files = [artefacts.wheel] + ([artefacts.sdist] if artefacts.sdist else [])
+    res = _check(*files)
+    assert res.returncode == 0, res.stderr
+    assert f"check: OK {artefacts.wheel.name}" in res.stdout
+    sums = [line for line in res.stdout.splitlines() if line.endswith((".whl", ".tar.gz"))
+            and len(line.split()[0]) == 64]
+    assert len(sums) == len(files)
+
+
+def _rewrite_wheel(src: Path, dst: Path, member: str, data: bytes) -> None:
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
+        for item in zin.infolist():
+            zout.writestr(item, data if item.filename == member else zin.read(item.filename))
+
+
+def test_check_fails_on_tampered_wheel(artefacts: Artefacts, tmp_path: Path) -> None:
+    member = "vllm_hust_vspec/manifests/vllm-hust-extension-v0.3.json"
+    with zipfile.ZipFile(artefacts.wheel) as zf:
+        doc = json.loads(zf.read(member))
+    doc["extension_version"] = "9.9.9"
+    bad = tmp_path / artefacts.wheel.name
+    _rewrite_wheel(artefacts.wheel, bad, member, json.dumps(doc).encode())
+    res = _check(bad)
+    assert res.returncode == 1
+    assert f"RECORD hash mismatch for {member}" in res.stderr
+    assert "version mismatch" in res.stderr
+    # A code change that keeps the version is caught by RECORD alone.
+    code = "vllm_hust_vspec/__init__.py"
+    with zipfile.ZipFile(artefacts.wheel) as zf:
+        patched = zf.read(code) + b"\nimport os  # injected\n"
+    bad2 = tmp_path / "second" / artefacts.wheel.name
+    bad2.parent.mkdir()
+    _rewrite_wheel(artefacts.wheel, bad2, code, patched)
+    res = _check(bad2)
+    assert res.returncode == 1 and f"RECORD hash mismatch for {code}" in res.stderr
+
+
+def test_check_fails_on_wrong_names_and_missing_content(artefacts: Artefacts,
+                                                       tmp_path: Path) -> None:
+    renamed = tmp_path / "vllm_hust_vspec-0.0.9-py3-none-any.whl"
+    shutil.copy(artefacts.wheel, renamed)
+    res = _check(renamed)
+    assert res.returncode == 1 and "expected file name" in res.stderr
+    if artefacts.sdist is None:
+        pytest.skip("'build' is not installed: no sdist to check")
+    stripped = tmp_path / artefacts.sdist.name
+    import tarfile
+
+    with tarfile.open(artefacts.sdist) as tin, tarfile.open(stripped, "w:gz") as tout:
+        for m in tin.getmembers():
+            if "/docs/" in m.name or m.name.endswith("/manage.sh"):
+                continue
+            tout.addfile(m, tin.extractfile(m) if m.isfile() else None)
+    res = _check(stripped)
+    assert res.returncode == 1
+    assert "manage.sh is missing" in res.stderr
+
+
+def test_source_check_fast_on_the_tree() -> None:
+    res = run_script(RELEASE, "source-check", "--fast")
+    assert res.returncode == 0, res.stderr
+    assert f"version {__version__} is consistent" in res.stdout
+
+
+@pytest.fixture(scope="module")
+def release_repo(artefacts: Artefacts, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A clean git checkout of the copied tree with its two artefacts in (ignored) dist/."""
+    if artefacts.sdist is None:
+        pytest.skip("'build' is not installed: no sdist")
+    repo = tmp_path_factory.mktemp("release") / "repo"
+    shutil.copytree(artefacts.source, repo, symlinks=True)
+    (repo / "dist").mkdir()
+    for f in (artefacts.wheel, artefacts.sdist):
+        shutil.copy(f, repo / "dist" / f.name)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "snapshot"]):
+        subprocess.run(git + args, check=True, capture_output=True)
+    return repo
+
+
+def _publish(repo: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    base = {"VSPEC_RELEASE_CONFIRM": "", "VSPEC_PYPI_TOKEN": "", "TWINE_PASSWORD": ""}
+    return run_script(repo / "release.sh", "publish", *args, env={**base, **env}, cwd=repo)
+
+
+def test_publish_refusals_and_dry_run(release_repo: Path, tmp_path: Path) -> None:
+    token = "pypi-SECRET-never-printed"
+    res = _publish(release_repo, {})
+    assert res.returncode == 1 and f"VSPEC_RELEASE_CONFIRM={__version__}" in res.stderr
+    res = _publish(release_repo, {"VSPEC_RELEASE_CONFIRM": "0.0.0"})
+    assert res.returncode == 1 and "VSPEC_RELEASE_CONFIRM" in res.stderr
+    res = _publish(release_repo, {"VSPEC_RELEASE_CONFIRM": __version__})
+    assert res.returncode == 1 and "no token" in res.stderr
+    ok_env = {"VSPEC_RELEASE_CONFIRM": __version__, "VSPEC_PYPI_TOKEN": token}
+    res = _publish(release_repo, ok_env, "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert "TWINE_PASSWORD=***" in res.stdout and "twine upload" in res.stdout
+    assert token not in res.stdout + res.stderr
+    (release_repo / "stray.txt").write_text("dirty")
+    try:
+        res = _publish(release_repo, ok_env, "--dry-run")
+        assert res.returncode == 1 and "not clean" in res.stderr
+    finally:
+        (release_repo / "stray.txt").unlink()
+    outside = tmp_path / "not-git"
+    outside.mkdir()
+    shutil.copy(release_repo / "release.sh", outside / "release.sh")
+    (outside / "src/vllm_hust_vspec").mkdir(parents=True)
+    shutil.copy(release_repo / "src/vllm_hust_vspec/_version.py",
+                outside / "src/vllm_hust_vspec/_version.py")
+    res = run_script(outside / "release.sh", "publish", env=ok_env, cwd=outside)
+    assert res.returncode == 1 and "not a git checkout" in res.stderr
