@@ -186,6 +186,13 @@ class Settings:
         "(changes outputs).", group="acceptance", minimum=2, maximum=64,
     )
 
+    # --- vLLM-Ascend (NPU host) ----------------------------------------------------------
+    mtp_strict_graph: bool = _opt(
+        False, "MTP on vLLM-Ascend: stop the server when a decode batch would run without "
+        "its full graph instead of silently running eager (on in the MTP frontier preset).",
+        group="ascend",
+    )
+
     def effective_gamma(self) -> int:
         """The gamma upper bound, applying the method default when unset."""
         if self.gamma is not None:

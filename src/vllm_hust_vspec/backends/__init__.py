@@ -1,0 +1,1 @@
+"""Method specifics shared by every host: acceptance rules, speculative-config building."""

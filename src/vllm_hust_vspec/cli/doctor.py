@@ -1,0 +1,80 @@
+"""``vllm-hust-vspec-doctor``: does this host have every API vSpec's patches touch?
+
+Two tiers. Static: find the host packages (installed, a checkout, or an sdist given with
+``--source``) and check every class, method and parameter with ``ast``, importing nothing.
+Live (unless ``--source-only``/``--source``): import the host and check names and
+signatures. Exit status: 0 when every required check passes or no host is installed (the
+"not installed" lines say so), 1 when a required API is missing, 2 for usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from vllm_hust_vspec.host.abi import (
+    FEATURES,
+    METHODS,
+    Report,
+    SourceError,
+    check_live,
+    check_static,
+    merge,
+    render_text,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The doctor's command line."""
+    ap = argparse.ArgumentParser(
+        prog="vllm-hust-vspec-doctor",
+        description="Check that the installed vLLM / vllm-ascend host has every API vSpec "
+        "patches for a speculative method.",
+    )
+    ap.add_argument("--method", choices=METHODS, default="draft",
+                    help="speculative method to check (default: draft)")
+    ap.add_argument("--adaptive", action="store_true",
+                    help="also check the per-step gamma channel (adaptive speculation)")
+    ap.add_argument("--feature", action="append", default=[], choices=FEATURES,
+                    help="also check the host capability a switch needs (repeatable): "
+                    "graph_per_gamma (--graph-mode full*), mtp_strict_graph, "
+                    "isolate_shared_modules, acceptance")
+    ap.add_argument("--all-features", action="store_true", help="check every --feature")
+    ap.add_argument("--source", action="append", default=[], metavar="PATH",
+                    help="read a host package from PATH (sdist .tar.gz, checkout root or "
+                    "package directory) instead of the installed one; implies --source-only")
+    ap.add_argument("--source-only", action="store_true",
+                    help="static tier only: never import the host")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    return ap
+
+
+def run(args: argparse.Namespace) -> Report:
+    """Run the requested tiers and return the merged report."""
+    features = tuple(FEATURES) if args.all_features else tuple(dict.fromkeys(args.feature))
+    static = check_static(args.method, args.adaptive, sources=args.source, features=features)
+    live = None
+    if not (args.source_only or args.source):
+        live = check_live(args.method, args.adaptive, features=features)
+    return merge(static, live)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console-script entry point; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        report = run(args)
+    except SourceError as exc:
+        print(f"vllm-hust-vspec-doctor: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
+    else:
+        sys.stdout.write(render_text(report))
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

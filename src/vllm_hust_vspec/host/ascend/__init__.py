@@ -1,0 +1,116 @@
+"""The vllm-ascend host adapter (NPU).
+
+vllm-ascend runs vLLM's own scheduler, so the upstream scheduler hook (``host.vllm``) is
+shared; this package adds what the NPU worker side needs:
+
+* ``proposer``: the K channel backport on release lines whose
+  ``AscendSpecDecodeBaseProposer._propose`` takes no ``num_speculative_tokens`` (v0.18..v0.26,
+  vLLM-Ascend-HUST); nothing on lines that take K (0.30+ / main).
+* ``graphs``: ``mtp_strict_graph`` (stop instead of silently running eager).
+* ``rejection``: relaxed acceptance modes on ``AscendRejectionSampler``'s path (strict is the
+  host's own behaviour: nothing patched).
+
+:func:`install` is the one list of Ascend patches. Importing this package imports neither
+vllm nor vllm_ascend; :func:`install` does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_hust_vspec.backends.acceptance import STRICT, AcceptanceParams
+from vllm_hust_vspec.host.abi import requirements as req
+from vllm_hust_vspec.host.patching import Patcher, resolve
+
+logger = logging.getLogger("vllm_hust_vspec.host.ascend")
+
+
+@dataclass(frozen=True)
+class AscendPlan:
+    """What :func:`install` did."""
+
+    k_channel: str  # "native" | "backport" | "off" (adaptive off)
+    strict_graph: bool
+    relaxed_acceptance: bool
+
+
+def is_ascend_platform() -> bool:
+    """True when vLLM's current platform is the NPU one (imports vllm, not vllm_ascend)."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return False
+    return str(getattr(current_platform, "device_type", "")) == "npu"
+
+
+def _acceptance(settings: Any) -> AcceptanceParams:
+    if settings is None:
+        return STRICT
+    from vllm_hust_vspec.backends.acceptance import params_from_settings
+
+    return params_from_settings(settings)
+
+
+def install(patcher: Patcher, get_settings: Callable[[], Any]) -> AscendPlan:
+    """Apply every vllm-ascend patch the settings ask for (fail closed on a missing name)."""
+    settings = get_settings()
+    adaptive = bool(getattr(settings, "adaptive_speculation", True))
+    method = getattr(settings, "method", "draft")
+
+    def gamma0_mode() -> str:
+        return str(getattr(get_settings(), "adaptive_gamma0_mode", "sticky"))
+
+    k_channel = "off"
+    if adaptive:
+        from vllm_hust_vspec.host.ascend.proposer import install_proposer
+
+        base = resolve(req.A_BASE_MOD, req.A_BASE)
+        extra: tuple[type, ...] = ()
+        if method == "mtp":
+            try:
+                extra = (resolve(req.A_STEP3P5_MOD, req.A_STEP3P5),)
+            except Exception:  # noqa: BLE001 - optional proposer, absent on some lines
+                extra = ()
+        k_channel = install_proposer(patcher, base, gamma0_mode, extra)
+
+    strict_graph = bool(getattr(settings, "mtp_strict_graph", False)) and method == "mtp"
+    if strict_graph:
+        from vllm_hust_vspec.host.ascend.graphs import install_strict_graph
+
+        runner = resolve(req.A_RUNNER_MOD, req.A_RUNNER)
+        install_strict_graph(
+            patcher, runner, lambda: bool(getattr(get_settings(), "mtp_strict_graph", False))
+        )
+
+    relaxed = False
+    if not _acceptance(settings).strict:
+        import importlib
+
+        from vllm_hust_vspec.host.ascend.rejection import install_rejection
+
+        module = importlib.import_module(req.A_REJ_MOD)
+        relaxed = install_rejection(patcher, module, lambda: _acceptance(get_settings()))
+
+    plan = AscendPlan(k_channel=k_channel, strict_graph=strict_graph, relaxed_acceptance=relaxed)
+    logger.info("vSpec: vllm-ascend adapter installed: %s", plan)
+    return plan
+
+
+def features_for(settings: Any) -> tuple[str, ...]:
+    """The doctor features (host capabilities) these settings need on vllm-ascend."""
+    out = []
+    if getattr(settings, "graph_mode", "") in ("full", "full-decode-only") and getattr(
+        settings, "adaptive_speculation", False
+    ):
+        out.append("graph_per_gamma")
+    if getattr(settings, "mtp_strict_graph", False) and getattr(settings, "method", "") == "mtp":
+        out.append("mtp_strict_graph")
+    if not _acceptance(settings).strict:
+        out.append("acceptance")
+    return tuple(out)
+
+
+__all__ = ["AscendPlan", "features_for", "install", "is_ascend_platform"]

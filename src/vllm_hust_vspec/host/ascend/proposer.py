@@ -1,0 +1,191 @@
+"""K channel backport for vllm-ascend proposers.
+
+vllm-ascend release lines v0.18..v0.26 (and the vLLM-Ascend-HUST line) call
+``drafter._propose(..., scheduler_output=scheduler_output, ...)`` without a K argument and
+always draft ``self.num_speculative_tokens``. The backport reads gamma from that
+``scheduler_output`` (``num_spec_tokens_to_schedule``, set by the scheduler hook) and drafts
+exactly gamma tokens. Lines whose ``_propose`` already takes ``num_speculative_tokens`` are
+left alone. Which case applies is read from the host's own signature, never a version.
+
+Runs on every worker (TP rank); it only reads the scheduler output all ranks share.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from vllm_hust_vspec.host.abi.requirements import K_PARAM, SCHED_OUT_PARAM
+from vllm_hust_vspec.host.patching import PatchError, Patcher
+
+logger = logging.getLogger("vllm_hust_vspec.host.ascend")
+
+# Set on a SchedulerOutput when the drafter must not run after this step (sticky gamma 0);
+# the same name the upstream hook uses (host/vllm.py SKIP_ATTR).
+SKIP_ATTR = "vspec_skip_draft"
+# Per-instance: the configured maximum K (buffers and graphs were sized for it).
+MAX_K_ATTR = "_vspec_max_k"
+# Per-instance: {gamma: runnable} draft graphs captured for that gamma (see graphs.py).
+GAMMA_RUNNABLES_ATTR = "_vspec_gamma_runnables"
+
+NATIVE = "native"
+BACKPORT = "backport"
+
+
+def takes_k(fn: Callable[..., Any]) -> bool:
+    """True when ``_propose`` has a ``num_speculative_tokens`` parameter."""
+    try:
+        return K_PARAM in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def requested_gamma(scheduler_output: Any, max_k: int) -> int:
+    """Gamma the scheduler asked for this step, clamped to ``[0, max_k]``.
+
+    A scheduler output without the field (an old vLLM, or no hook) means "the configured K".
+    """
+    value = getattr(scheduler_output, "num_spec_tokens_to_schedule", None)
+    if value is None:
+        return max_k
+    return max(0, min(int(value), max_k))
+
+
+def _batch_size(kwargs: dict[str, Any]) -> int:
+    cad = kwargs.get("common_attn_metadata")
+    if cad is not None and hasattr(cad, "batch_size"):
+        return int(cad.batch_size())
+    next_ids = kwargs.get("next_token_ids")
+    return int(next_ids.shape[0]) if next_ids is not None else 0
+
+
+def _empty(kwargs: dict[str, Any], batch: int) -> Any:
+    import torch
+
+    ref = kwargs.get("target_token_ids")
+    device = ref.device if ref is not None else None
+    return torch.empty(batch, 0, dtype=torch.int64, device=device)
+
+
+def _graph_bakes_k(proposer: Any) -> bool:
+    """True when the merged draft runs as a captured graph (K fixed at capture)."""
+    runnable = getattr(proposer, "_runnable", None)
+    return type(runnable).__name__ == "ACLGraphWrapper"
+
+
+def make_propose_backport(
+    original: Callable[..., Any], gamma0_mode: Callable[[], str]
+) -> Callable[..., Any]:
+    """Wrap a K-less ``_propose`` so it drafts the scheduler's gamma.
+
+    * gamma == max K: the original call, untouched.
+    * 0 < gamma < max K: ``self.num_speculative_tokens`` is gamma for this call (the loops and
+      output width follow it; buffers stay sized for max K) and restored after. When the
+      merged draft is a captured graph with K baked in, a graph captured for gamma is used if
+      one was registered, else the draft runs at max K and is truncated to gamma (correct;
+      only the verify width shrinks).
+    * gamma == 0: ``sticky`` (or the scheduler's skip flag) returns ``[B, 0]`` without
+      drafting; ``sync`` drafts one token to keep the draft KV cache in step, then drops it.
+    """
+
+    def _propose(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if args:
+            # The runner passes everything by keyword; a positional call is a host we do not
+            # know, so do not guess which argument is which.
+            return original(self, *args, **kwargs)
+        max_k = self.__dict__.get(MAX_K_ATTR)
+        if max_k is None:
+            max_k = int(self.num_speculative_tokens)
+            self.__dict__[MAX_K_ATTR] = max_k
+        sched = kwargs.get(SCHED_OUT_PARAM)
+        gamma = requested_gamma(sched, max_k)
+        if gamma == max_k:
+            return original(self, **kwargs)
+        if gamma == 0:
+            if gamma0_mode() != "sync" or getattr(sched, SKIP_ATTR, False):
+                return _empty(kwargs, _batch_size(kwargs))
+            run_k, keep = 1, 0
+        else:
+            run_k, keep = gamma, gamma
+        graphs = self.__dict__.get(GAMMA_RUNNABLES_ATTR) or {}
+        saved_runnable = None
+        if _graph_bakes_k(self):
+            if run_k in graphs:
+                saved_runnable = self._runnable
+                self._runnable = graphs[run_k]
+            else:
+                run_k = max_k
+        self.num_speculative_tokens = run_k
+        try:
+            out = original(self, **kwargs)
+        finally:
+            self.num_speculative_tokens = max_k
+            if saved_runnable is not None:
+                self._runnable = saved_runnable
+        return out[:, :keep] if out.shape[1] != keep else out
+
+    _propose.__vspec_backport__ = True  # type: ignore[attr-defined]
+    return _propose
+
+
+def make_truncating_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    """For a proposer with its own K-less ``_propose`` (Step3p5 MTP): draft max K as before,
+    hand back only the scheduler's gamma (verification shrinks; draft cost does not)."""
+
+    def _propose(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = original(self, *args, **kwargs)
+        max_k = int(out.shape[1]) if hasattr(out, "shape") and out.ndim == 2 else None
+        if max_k is None:
+            return out
+        gamma = requested_gamma(kwargs.get(SCHED_OUT_PARAM), max_k)
+        return out if gamma == max_k else out[:, :gamma]
+
+    return _propose
+
+
+def install_proposer(
+    patcher: Patcher,
+    base_cls: type,
+    gamma0_mode: Callable[[], str],
+    extra_k_less: tuple[type, ...] = (),
+) -> str:
+    """Patch ``base_cls._propose`` when it lacks K; return ``"native"`` or ``"backport"``.
+
+    ``extra_k_less``: subclasses with their own ``_propose`` (Step3p5) that get the
+    truncating wrapper when their ``_propose`` lacks K.
+    """
+    fn = vars(base_cls).get("_propose")
+    if fn is None:
+        raise PatchError(
+            f"vSpec cannot find {base_cls.__module__}.{base_cls.__qualname__}._propose "
+            f"(host version not supported; run vllm-hust-vspec-doctor)"
+        )
+    if takes_k(fn):
+        return NATIVE
+    if SCHED_OUT_PARAM not in inspect.signature(fn).parameters:
+        raise PatchError(
+            f"vSpec: {base_cls.__qualname__}._propose takes neither {K_PARAM} nor "
+            f"{SCHED_OUT_PARAM}; gamma cannot reach the drafter on this host"
+        )
+    patcher.wrap(base_cls, "_propose", lambda orig: make_propose_backport(orig, gamma0_mode))
+    for cls in extra_k_less:
+        own = vars(cls).get("_propose")
+        if own is not None and not takes_k(own):
+            patcher.wrap(cls, "_propose", make_truncating_wrapper)
+    return BACKPORT
+
+
+__all__ = [
+    "BACKPORT",
+    "GAMMA_RUNNABLES_ATTR",
+    "MAX_K_ATTR",
+    "NATIVE",
+    "SKIP_ATTR",
+    "install_proposer",
+    "make_propose_backport",
+    "make_truncating_wrapper",
+    "requested_gamma",
+    "takes_k",
+]

@@ -1,0 +1,222 @@
+"""The ABI doctor on small hand-written host trees (no vllm import, no download)."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from vllm_hust_vspec.cli import doctor
+from vllm_hust_vspec.host import abi
+from vllm_hust_vspec.host.abi import source as abi_source
+
+UPSTREAM = {
+    "vllm/__init__.py": "__version__ = '9.9.9'\n",
+    "vllm/v1/core/sched/output.py": """
+        from dataclasses import dataclass
+        @dataclass
+        class SchedulerOutput:
+            num_spec_tokens_to_schedule: int = 0
+    """,
+    "vllm/v1/core/sched/scheduler.py": """
+        class Scheduler:
+            def __init__(self):
+                self.dynamic_sd_lookup = None
+            def schedule(self):
+                return self.dynamic_sd_lookup[3]
+            def update_from_output(self, a, b): ...
+            def update_draft_token_ids(self, d): ...
+            def shutdown(self): ...
+    """,
+    "vllm/v1/sample/rejection_sampler.py": """
+        class RejectionSampler:
+            def forward(self, metadata, draft_probs, logits, sampling_metadata): ...
+    """,
+    "vllm/v1/spec_decode/llm_base_proposer.py": """
+        class SpecDecodeBaseProposer:
+            def __init__(self, cfg):
+                self.num_speculative_tokens = 3
+            def propose(self, num_speculative_tokens, target_token_ids): ...
+    """,
+    "vllm/v1/spec_decode/eagle.py": """
+        from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+        class EagleProposer(SpecDecodeBaseProposer): ...
+    """,
+    "vllm/v1/spec_decode/draft_model.py": """
+        from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+        class DraftModelProposer(SpecDecodeBaseProposer): ...
+    """,
+    "vllm/v1/worker/gpu_model_runner.py": """
+        class GPUModelRunner:
+            def propose_draft_token_ids(self, scheduler_output):
+                return self.drafter.propose(scheduler_output.num_spec_tokens_to_schedule)
+    """,
+}
+
+
+def ascend_tree(k_in_propose: bool, draft_shadow: bool = False) -> dict[str, str]:
+    """A minimal vllm_ascend: K-aware or not, optionally with an upstream _propose shadow."""
+    k = "num_speculative_tokens, " if k_in_propose else ""
+    files = {
+        "vllm_ascend/__init__.py": "",
+        "vllm_ascend/spec_decode/__init__.py": """
+            def get_spec_decode_method(method, vllm_config, device, runner): ...
+        """,
+        "vllm_ascend/spec_decode/llm_base_proposer.py": f"""
+            from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+            class AscendSpecDecodeBaseProposer(SpecDecodeBaseProposer):
+                def _propose(self, {k}target_token_ids, common_attn_metadata,
+                             scheduler_output=None):
+                    ...
+        """,
+        "vllm_ascend/spec_decode/eagle_proposer.py": """
+            from vllm.v1.spec_decode.eagle import EagleProposer
+            from vllm_ascend.spec_decode.llm_base_proposer import AscendSpecDecodeBaseProposer
+            class AscendEagleProposer(EagleProposer, AscendSpecDecodeBaseProposer): ...
+        """,
+        "vllm_ascend/spec_decode/draft_proposer.py": """
+            from vllm.v1.spec_decode.draft_model import DraftModelProposer
+            from vllm_ascend.spec_decode.llm_base_proposer import AscendSpecDecodeBaseProposer
+            class AscendDraftModelProposer(DraftModelProposer, AscendSpecDecodeBaseProposer):
+                ...
+        """,
+        "vllm_ascend/sample/rejection_sampler.py": """
+            from vllm.v1.sample.rejection_sampler import RejectionSampler
+            def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len,
+                                 cu_num_draft_tokens, draft_probs, target_logits_or_tuple,
+                                 bonus_token_ids, sampling_metadata): ...
+            class AscendRejectionSampler(RejectionSampler):
+                def forward(self, metadata, draft_probs, logits, sampling_metadata):
+                    return rejection_sample(1, 2, 3, 4, 5, 6, 7, sampling_metadata)
+        """,
+        "vllm_ascend/worker/model_runner_v1.py": """
+            class NPUModelRunner:
+                def propose_draft_token_ids(self, valid, scheduler_output):
+                    return self.drafter._propose(target_token_ids=1,
+                        common_attn_metadata=2, scheduler_output=scheduler_output)
+        """,
+    }
+    if draft_shadow:
+        files["vllm/v1/spec_decode/draft_model.py"] = """
+            from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+            class DraftModelProposer(SpecDecodeBaseProposer):
+                def _propose(self, target_token_ids, scheduler_output=None): ...
+        """
+    return files
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+@pytest.fixture()
+def no_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hide installed hosts so only --source trees count."""
+    monkeypatch.setattr(abi, "installed_source", lambda package: None)
+    monkeypatch.setattr(abi_source, "installed_source", lambda package: None)
+
+
+def statuses(report: abi.Report) -> dict[str, str]:
+    return {r.check.id: r.status for t in report.tiers for r in t.results}
+
+
+def test_upstream_only_tree_passes(tmp_path: Path, no_installed: None) -> None:
+    write(tmp_path, UPSTREAM)
+    report = abi.check_static("eagle", True, sources=[str(tmp_path)])
+    assert report.ok, abi.render_text(report)
+    assert "vllm.proposer_k" in statuses(report)
+    assert report.host("vllm").version == "9.9.9" or report.host("vllm").installed
+    assert not report.host("vllm_ascend").installed
+
+
+def test_missing_k_field_is_named(tmp_path: Path, no_installed: None) -> None:
+    files = dict(UPSTREAM)
+    files["vllm/v1/core/sched/output.py"] = "class SchedulerOutput:\n    x: int = 0\n"
+    write(tmp_path, files)
+    report = abi.check_static("draft", True, sources=[str(tmp_path)])
+    assert not report.ok
+    assert any("SchedulerOutput.num_spec_tokens_to_schedule" in f for f in report.failures())
+    # Without --adaptive the K channel is not required.
+    assert abi.check_static("draft", False, sources=[str(tmp_path)]).ok
+
+
+@pytest.mark.parametrize(("k_in_propose", "variant"), [(True, "native"), (False, "backport")])
+@pytest.mark.parametrize("method", ["draft", "eagle", "mtp"])
+def test_ascend_k_channel_variant(
+    tmp_path: Path, no_installed: None, k_in_propose: bool, variant: str, method: str
+) -> None:
+    write(tmp_path, {**UPSTREAM, **ascend_tree(k_in_propose)})
+    report = abi.check_static(method, True, sources=[str(tmp_path)])
+    assert report.ok, abi.render_text(report)
+    assert report.decisions["k_channel"] == variant
+
+
+def test_draft_mro_shadow_fails_backport(tmp_path: Path, no_installed: None) -> None:
+    write(tmp_path, {**UPSTREAM, **ascend_tree(False, draft_shadow=True)})
+    report = abi.check_static("draft", True, sources=[str(tmp_path)])
+    assert not report.ok
+    text = abi.render_text(report)
+    assert "resolves to vllm.v1.spec_decode.draft_model.DraftModelProposer._propose" in text
+    # EAGLE is unaffected by the draft model's MRO.
+    assert abi.check_static("eagle", True, sources=[str(tmp_path)]).ok
+
+
+def test_sdist_and_package_dir_sources(tmp_path: Path, no_installed: None) -> None:
+    tree = write(tmp_path / "src-tree" / "vllm_ascend-1.0", ascend_tree(False))
+    (tree / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: vllm-ascend\nVersion: 1.0\n")
+    sdist = tmp_path / "vllm_ascend-1.0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        tar.add(tree, arcname="vllm_ascend-1.0")
+    up = write(tmp_path / "up", UPSTREAM)
+    for src in (str(sdist), str(tree / "vllm_ascend")):
+        report = abi.check_static("eagle", True, sources=[src, str(up)])
+        assert report.ok, abi.render_text(report)
+        host = report.host("vllm_ascend")
+        assert host is not None and host.installed
+        assert host.source == ("sdist" if src.endswith(".gz") else "source tree")
+    assert abi.check_static("eagle", True, sources=[str(sdist)]).host(
+        "vllm_ascend").version == "1.0"
+
+
+def test_cli_exit_codes_and_json(
+    tmp_path: Path, no_installed: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = write(tmp_path / "good", {**UPSTREAM, **ascend_tree(False)})
+    assert doctor.main(["--method", "eagle", "--adaptive", "--source", str(good)]) == 0
+    out = capsys.readouterr().out
+    assert "PASS ascend.k_channel (backport)" in out and "result: OK" in out
+
+    bad = write(tmp_path / "bad", {**UPSTREAM, **ascend_tree(False, draft_shadow=True)})
+    rc = doctor.main(["--method", "draft", "--adaptive", "--json", "--source", str(bad)])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 1 and data["ok"] is False
+    failed = [c for t in data["tiers"] for c in t["checks"] if c["status"] == "FAIL"]
+    assert [c["id"] for c in failed] == ["ascend.k_channel"]
+    assert any("DraftModelProposer._propose" in m for m in failed[0]["missing"])
+
+    assert doctor.main(["--source", str(tmp_path / "nowhere")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_not_installed_is_exit_zero(
+    no_installed: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(abi, "check_live", lambda *a, **k: abi.Report(a[0], a[1]))
+    assert doctor.main(["--method", "mtp", "--adaptive"]) == 0
+    out = capsys.readouterr().out
+    assert "host vllm: not installed" in out and "host vllm_ascend: not installed" in out
+    assert "Traceback" not in out
+
+
+def test_unknown_method_is_rejected() -> None:
+    with pytest.raises(ValueError, match="ngram"):
+        abi.check_static("ngram", True, use_installed=False)
+    with pytest.raises(SystemExit):
+        doctor.main(["--method", "ngram"])
