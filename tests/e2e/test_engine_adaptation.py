@@ -23,7 +23,7 @@ import engine_support as es  # noqa: E402
 pytestmark = pytest.mark.vllm
 
 MAX_K = 4
-TOKENS = 120
+TOKENS = 220
 
 
 def _run(draft: str, mode: str, tmp_path: Path) -> list[dict[str, object]]:

@@ -206,9 +206,8 @@ def test_cli_exit_codes_and_json(
 
 
 def test_not_installed_is_exit_zero(
-    no_installed: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    no_installed: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(abi, "check_live", lambda *a, **k: abi.Report(a[0], a[1]))
     assert doctor.main(["--method", "mtp", "--adaptive"]) == 0
     out = capsys.readouterr().out
     assert "host vllm: not installed" in out and "host vllm_ascend: not installed" in out

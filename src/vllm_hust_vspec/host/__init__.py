@@ -49,6 +49,7 @@ def apply(settings: Any) -> None:
         patcher = Patcher("vspec-upstream-vllm")
         try:
             upstream.install(patcher, current_settings)
+            _apply_ascend(patcher, settings)
         except BaseException:
             patcher.undo()
             raise
@@ -56,6 +57,25 @@ def apply(settings: Any) -> None:
         logger.info(
             "vSpec: patched vLLM %s (%d attributes)", caps.vllm_version, len(patcher)
         )
+
+
+def _apply_ascend(patcher: Patcher, settings: Any) -> None:
+    """On the NPU platform: check vllm-ascend's ABI live (fail closed), then patch it."""
+    from vllm_hust_vspec.host import ascend
+
+    if not ascend.is_ascend_platform():
+        return
+    from vllm_hust_vspec.host import abi
+
+    method = getattr(settings, "method", "draft")
+    if method in abi.METHODS:
+        report = abi.check_live(
+            method, bool(getattr(settings, "adaptive_speculation", True)),
+            hosts=(abi.VLLM, abi.ASCEND), features=ascend.features_for(settings),
+        )
+        if not report.ok:
+            raise abi.HostAbiError(report)
+    ascend.install(patcher, current_settings)
 
 
 def undo() -> None:

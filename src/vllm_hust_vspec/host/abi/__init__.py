@@ -97,9 +97,9 @@ def check_static(
     if use_installed:
         for package in HOSTS:
             if package not in found:
-                src = installed_source(package)
-                if src is not None:
-                    found[package] = src
+                installed = installed_source(package)
+                if installed is not None:
+                    found[package] = installed
     report = Report(method=method, adaptive=adaptive)
     report.hosts = [host_info(p, found.get(p)) for p in HOSTS]
     present = tuple(p for p in HOSTS if p in found)

@@ -73,9 +73,9 @@ def _callee(node: ast.Call) -> str | None:
 
 
 def _self_target(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        if node.value.id == "self":
-            return node.attr
+    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id == "self"):
+        return node.attr
     return None
 
 

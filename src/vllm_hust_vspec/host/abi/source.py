@@ -8,6 +8,7 @@ directory, or an sdist tarball (read in memory).
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import tarfile
 from collections.abc import Callable
@@ -46,11 +47,13 @@ def _from_directory(package: str, pkg_dir: Path, kind: str, root: Path) -> Packa
         rel = path.relative_to(pkg_dir)
         if any(part in ("tests", "__pycache__") for part in rel.parts[:-1]):
             continue
-        loaders[_module_name(package, rel)] = (
-            lambda p=path: p.read_text(encoding="utf-8", errors="replace")
-        )
+        loaders[_module_name(package, rel)] = functools.partial(_read, path)
     return PackageSource(package, kind, str(pkg_dir), str(root), loaders,
                          _version_from_root(root, package))
+
+
+def _read(path: Path) -> str:
+    return path.read_text(encoding="utf-8", errors="replace")
 
 
 def _version_from_root(root: Path, package: str) -> str | None:
@@ -113,8 +116,8 @@ def _from_sdist(path: Path, packages: tuple[str, ...]) -> list[PackageSource]:
                     if line.startswith("Version:"):
                         version = line.split(":", 1)[1].strip()
                         break
-            loaders = {
-                m: (lambda t=t: t)
+            loaders: dict[str, Callable[[], str]] = {
+                m: functools.partial(str, t)
                 for m, t in texts.items()
                 if m == package or m.startswith(package + ".")
             }
@@ -264,9 +267,9 @@ class StaticResolver:
             # A submodule imported by name from its package: `from pkg import sub`.
             return None
         for stmt in self._top_level(tree):
-            if isinstance(stmt, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-                if stmt.name == name:
-                    return module, stmt
+            if (isinstance(stmt, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                    and stmt.name == name):
+                return module, stmt
         target = self._imports(module).get(name)
         if target and target[1] is not None:
             return self._find(target[0], target[1], depth + 1)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vllm_hust_vspec.host.abi.requirements import K_PARAM, SCHED_OUT_PARAM
-from vllm_hust_vspec.host.patching import PatchError, Patcher
+from vllm_hust_vspec.host.patching import Patcher, PatchError
 
 logger = logging.getLogger("vllm_hust_vspec.host.ascend")
 
