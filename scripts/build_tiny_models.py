@@ -11,7 +11,8 @@ A ``manifest.json`` in the output directory records each model (path, architectu
 measured greedy agreement with its target), the script version and the seed; a rebuild is
 skipped while both are unchanged (``--force`` rebuilds).
 
-Usage: ``python scripts/build_tiny_models.py [--out DIR] [--seed N] [--force]``.
+Usage: ``python scripts/build_tiny_models.py [--out DIR] [--seed N] [--force]``
+(``TINY_MODELS_THREADS=N`` sets torch's thread count; default: all cores).
 Importable: ``build_models(out_dir, seed=..., force=False) -> dict`` (the manifest).
 """
 
@@ -394,7 +395,9 @@ def _build(out: Path, seed: int, clock: _Clock) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _tiny_nn import Eagle3Head, EagleHead, MtpLayer, Shape, TinyLM
 
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    # TINY_MODELS_THREADS: lower it when other jobs share the cores (spinning OpenMP threads
+    # on an oversubscribed machine made training ~10x slower here).
+    torch.set_num_threads(int(os.environ.get("TINY_MODELS_THREADS") or os.cpu_count() or 1))
     torch.manual_seed(seed)
     (out / MANIFEST).unlink(missing_ok=True)
     t_start = time.monotonic()

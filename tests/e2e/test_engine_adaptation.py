@@ -43,8 +43,10 @@ def _settled(records: list[dict[str, object]]) -> Counter[int]:
     return Counter(decided[-len(decided) // 3 :])
 
 
-def test_cheap_agreeing_drafter_climbs_to_max_gamma(tmp_path: Path) -> None:
-    records = _run("draft-cheap-agree", "sync", tmp_path)
+@pytest.mark.parametrize("mode", ["sticky", "sync"])
+def test_cheap_agreeing_drafter_climbs_to_max_gamma(tmp_path: Path, mode: str) -> None:
+    # sticky is the default mode: exploration zeros must not pin the cohort at gamma 0
+    records = _run("draft-cheap-agree", mode, tmp_path)
     tail = _settled(records)
     assert tail.most_common(1)[0][0] == MAX_K, tail
     assert sum(r["accepted"] for r in records) > 0  # type: ignore[misc]
@@ -53,5 +55,7 @@ def test_cheap_agreeing_drafter_climbs_to_max_gamma(tmp_path: Path) -> None:
 def test_cheap_random_drafter_falls_to_zero_and_stays(tmp_path: Path) -> None:
     records = _run("draft-cheap-random", "sticky", tmp_path)
     tail = _settled(records)
-    assert set(tail) == {0}, tail
+    # settled at 0: nearly every late decision is 0 (a rare exploration probe may differ)
+    assert tail.most_common(1)[0][0] == 0, tail
+    assert tail[0] >= 0.8 * sum(tail.values()), tail
     assert any(r["skip"] for r in records)

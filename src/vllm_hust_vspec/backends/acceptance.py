@@ -12,14 +12,16 @@ rejection path (upstream ``RejectionSampler``, vllm-ascend's ``AscendRejectionSa
 
 Relaxed rules never apply to protected token ids (e.g. EOS, digits: neither accepted
 relaxedly nor overriding a protected target choice), to draft positions before
-``from_position``, or to requests with fewer than ``after_tokens`` generated tokens.
+``from_position``, or to the first ``after_tokens`` output tokens of a request (a draft at
+position ``k`` of a request that has generated ``n`` tokens becomes output token ``n + k``).
+Both limits can be given per mode (``topk_*`` / ``margin_*``); the plain fields apply to both.
 Relaxed modes change outputs; sampling (temperature > 0) is never routed here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -36,18 +38,48 @@ class AcceptanceParams:
     from_position: int = 0  # relaxed only at draft positions >= this
     after_tokens: int = 0  # relaxed only once a request generated this many tokens
     protected_token_ids: frozenset[int] = field(default_factory=frozenset)
+    # Per-mode overrides of from_position / after_tokens (None: use the shared field).
+    topk_from_position: int | None = None
+    topk_after_tokens: int | None = None
+    margin_from_position: int | None = None
+    margin_after_tokens: int | None = None
 
     @property
     def strict(self) -> bool:
         """True when only exact argmax matches are accepted."""
         return self.topk is None and self.margin is None
 
+    def limits(self, mode: str) -> tuple[int, int]:
+        """``(from_position, after_tokens)`` in force for ``mode`` ("topk" or "margin")."""
+        if mode == "topk":
+            pos, after = self.topk_from_position, self.topk_after_tokens
+        elif mode == "margin":
+            pos, after = self.margin_from_position, self.margin_after_tokens
+        else:
+            raise ValueError(f"unknown acceptance mode {mode!r}; use 'topk' or 'margin'")
+        return (
+            self.from_position if pos is None else pos,
+            self.after_tokens if after is None else after,
+        )
+
+    def with_protected(self, token_ids: Sequence[int]) -> AcceptanceParams:
+        """The same parameters with more protected token ids (e.g. the model's EOS)."""
+        if self.strict or not token_ids:
+            return self
+        extra = frozenset(int(t) for t in token_ids if int(t) >= 0)
+        return replace(self, protected_token_ids=self.protected_token_ids | extra)
+
 
 STRICT = AcceptanceParams()
 
 
 def params_from_settings(settings: Any, method: str | None = None) -> AcceptanceParams:
-    """Acceptance parameters for vSpec settings (relaxed top-K only for EAGLE methods)."""
+    """Acceptance parameters for vSpec settings (relaxed top-K only for EAGLE methods).
+
+    ``eagle_relaxed_accept_after_tokens`` limits the top-K mode;
+    ``confidence_accept_from_position`` / ``confidence_accept_after_tokens`` limit the margin
+    mode; ``confidence_protected_token_ids`` protects ids in both.
+    """
     method = method or getattr(settings, "method", None)
     topk = getattr(settings, "eagle_relaxed_accept_topk", None)
     if method not in ("eagle", "eagle3"):
@@ -57,13 +89,10 @@ def params_from_settings(settings: Any, method: str | None = None) -> Acceptance
     return AcceptanceParams(
         topk=topk,
         margin=margin,
-        from_position=int(getattr(settings, "confidence_accept_from_position", 0) or 0),
-        after_tokens=int(
-            getattr(settings, "eagle_relaxed_accept_after_tokens", 0)
-            or getattr(settings, "confidence_accept_after_tokens", 0)
-            or 0
-        ),
         protected_token_ids=frozenset(int(t) for t in protected),
+        topk_after_tokens=int(getattr(settings, "eagle_relaxed_accept_after_tokens", 0) or 0),
+        margin_from_position=int(getattr(settings, "confidence_accept_from_position", 0) or 0),
+        margin_after_tokens=int(getattr(settings, "confidence_accept_after_tokens", 0) or 0),
     )
 
 
@@ -72,28 +101,39 @@ def accept_mask(
     target_logits: torch.Tensor,
     params: AcceptanceParams,
     eligible: torch.Tensor | None = None,
+    *,
+    margin_eligible: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per draft token: (kept?, target argmax). ``eligible`` masks where relaxed rules apply."""
+    """Per draft token: (kept?, target argmax).
+
+    ``eligible`` masks where relaxed rules apply (both modes); ``margin_eligible``, when
+    given, replaces it for the margin mode.
+    """
     target_argmax = target_logits.argmax(dim=-1)
     keep = draft_token_ids == target_argmax
     if params.strict or draft_token_ids.numel() == 0:
         return keep, target_argmax
+    vocab = target_logits.shape[-1]
+    # A draft id outside the target's vocabulary (a padded draft head) is never relaxed.
+    in_vocab = (draft_token_ids >= 0) & (draft_token_ids < vocab)
+    safe_ids = draft_token_ids.long().clamp(0, vocab - 1)
     relaxed = torch.zeros_like(keep)
     if params.topk is not None:
-        top = target_logits.topk(min(params.topk, target_logits.shape[-1]), dim=-1).indices
-        relaxed |= (top == draft_token_ids.unsqueeze(-1)).any(dim=-1)
+        top = target_logits.topk(min(params.topk, vocab), dim=-1).indices
+        by_topk = (top == draft_token_ids.unsqueeze(-1)).any(dim=-1)
+        relaxed |= by_topk if eligible is None else by_topk & eligible
     if params.margin is not None:
         probs = target_logits.float().softmax(dim=-1)
         p_top = probs.gather(-1, target_argmax.unsqueeze(-1)).squeeze(-1)
-        p_draft = probs.gather(-1, draft_token_ids.long().unsqueeze(-1)).squeeze(-1)
-        relaxed |= (p_top - p_draft) <= params.margin
+        p_draft = probs.gather(-1, safe_ids.unsqueeze(-1)).squeeze(-1)
+        by_margin = (p_top - p_draft) <= params.margin
+        where = margin_eligible if margin_eligible is not None else eligible
+        relaxed |= by_margin if where is None else by_margin & where
     if params.protected_token_ids:
         ids = torch.tensor(sorted(params.protected_token_ids), device=draft_token_ids.device)
         protected = torch.isin(draft_token_ids, ids) | torch.isin(target_argmax, ids)
         relaxed &= ~protected
-    if eligible is not None:
-        relaxed &= eligible
-    return keep | relaxed, target_argmax
+    return keep | (relaxed & in_vocab), target_argmax
 
 
 def greedy_accept(
@@ -139,18 +179,19 @@ def greedy_accept(
     valid = pos < counts.unsqueeze(1)  # [B, L]
     idx = (starts.unsqueeze(1) + pos).clamp(max=total - 1)  # [B, L]
 
-    eligible = None
+    eligible = margin_eligible = None
     if not params.strict:
         req_of = torch.repeat_interleave(torch.arange(batch, device=counts.device), counts)
         pos_of = torch.arange(total, device=counts.device) - starts[req_of]
-        eligible = pos_of >= params.from_position
-        if params.after_tokens > 0:
-            if num_output_tokens is None:
-                eligible = torch.zeros_like(eligible)
-            else:
-                done = torch.as_tensor(list(num_output_tokens), device=counts.device)
-                eligible &= done[req_of] >= params.after_tokens
-    keep, argmax = accept_mask(draft_token_ids, target_logits, params, eligible)
+        done = (
+            None if num_output_tokens is None
+            else torch.as_tensor(list(num_output_tokens), device=counts.device)[req_of]
+        )
+        eligible = _eligible(params.limits("topk"), pos_of, done)
+        margin_eligible = _eligible(params.limits("margin"), pos_of, done)
+    keep, argmax = accept_mask(
+        draft_token_ids, target_logits, params, eligible, margin_eligible=margin_eligible
+    )
 
     kept = keep[idx] & valid  # [B, L]
     n_kept = kept.to(torch.int32).cumprod(dim=1).sum(dim=1)  # leading run of kept drafts
@@ -163,6 +204,19 @@ def greedy_accept(
     rows = torch.nonzero(all_kept).reshape(-1)
     out[rows, counts[rows]] = bonus[rows]
     return out
+
+
+def _eligible(
+    limits: tuple[int, int], pos_of: torch.Tensor, done: torch.Tensor | None
+) -> torch.Tensor:
+    """Where one relaxed mode may apply: draft position and output-token limits."""
+    from_position, after_tokens = limits
+    ok = pos_of >= from_position
+    if after_tokens > 0:
+        if done is None:  # unknown progress: stay strict rather than guess
+            return torch.zeros_like(ok)
+        ok &= (done + pos_of) >= after_tokens
+    return ok
 
 
 def accepted_lengths(output_token_ids: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from collections.abc import Sequence
 
 from vllm_hust_vspec._version import __version__
@@ -61,6 +62,16 @@ def split_passthrough(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return args, []
 
 
+def prepare_prometheus_dir(path: str, owned: bool) -> None:
+    """Create the shared metrics folder; empty it when it is ours (stale samples of an earlier
+    server on the same port would otherwise be summed into this one's)."""
+    folder = Path(path)
+    if owned and folder.is_dir():
+        for child in folder.glob("*.db"):
+            child.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; exec()s vllm unless --dry-run."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -91,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("vllm-hust-vspec: error: --json needs --dry-run", file=sys.stderr)
         return 2
     env = {**os.environ, **command.env}
+    prepare_prometheus_dir(env["PROMETHEUS_MULTIPROC_DIR"], owned="PROMETHEUS_MULTIPROC_DIR"
+                           not in os.environ)
     sys.stdout.flush()
     os.execvpe(command.argv[0], command.argv, env)
     return 0  # not reached

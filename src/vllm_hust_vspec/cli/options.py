@@ -12,6 +12,7 @@ GROUP_TITLES = {
     "serve": "serving options",
     "adaptive": "adaptive controller options",
     "acceptance": "acceptance options (relaxed modes change outputs)",
+    "draft": "draft model and vocabulary options",
     "ascend": "vLLM-Ascend options",
 }
 

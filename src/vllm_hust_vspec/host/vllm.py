@@ -150,6 +150,16 @@ class SchedulerHook:
         self._decided = gamma
         return gamma
 
+    def _settled(self) -> bool:
+        """True when a gamma-0 decision is the controller's considered choice.
+
+        A sticky zero ends speculation for the whole running cohort, so zeros the controller
+        picks while still exploring (warm-up, arm sweep) run as sync zeros instead: K=0 with
+        the drafter's KV kept in step, so the cohort can speculate again. Controllers without
+        a ``phase`` (profile, fixed) are always settled.
+        """
+        return not self.failed and getattr(self.controller, "phase", "exploit") == "exploit"
+
     def _live(self, ids: set[str]) -> set[str]:
         requests = self.scheduler.requests
         return {rid for rid in ids if rid in requests and not requests[rid].is_finished()}
@@ -199,7 +209,12 @@ class SchedulerHook:
         if not num_sched:
             return
         decided = self._decided if self._decided is not None else out.num_spec_tokens_to_schedule
-        skip = self.adaptive and self.mode == "sticky" and decided == 0
+        skip = (
+            self.adaptive
+            and self.mode == "sticky"
+            and decided == 0
+            and (bool(self.cohort) or self._settled())
+        )
         if skip:
             setattr(out, SKIP_ATTR, True)
             ids = set(num_sched)

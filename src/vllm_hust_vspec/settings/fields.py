@@ -172,8 +172,13 @@ class Settings:
         minimum=0.0,
     )
     adaptive_entropy_topk: int | None = _opt(
-        None, "Top-k draft probabilities the confidence rule looks at.", group="adaptive",
-        minimum=2, maximum=64,
+        None, "Top-k draft probabilities the confidence rule looks at (default 4).",
+        group="adaptive", minimum=2, maximum=64,
+    )
+    adaptive_entropy_rule: str = _opt(
+        "entropy", "Confidence rule of the entropy stop: top-k entropy above the threshold, or "
+        "top-1 minus top-2 probability below it.", group="adaptive",
+        choices=("entropy", "margin"),
     )
 
     # --- acceptance (relaxed modes change outputs; opt-in) -------------------------------
@@ -184,6 +189,44 @@ class Settings:
     eagle_relaxed_accept_topk: int | None = _opt(
         None, "RELAXED (EAGLE only): accept a draft token in the target's top-K "
         "(changes outputs).", group="acceptance", minimum=2, maximum=64,
+    )
+    eagle_relaxed_accept_after_tokens: int = _opt(
+        0, "Relaxed top-K applies only from this output token of a request on (the first N "
+        "tokens stay strict).", group="acceptance", minimum=0,
+    )
+    confidence_accept_from_position: int = _opt(
+        0, "Confidence margin applies only at draft positions >= this (0 = every position).",
+        group="acceptance", minimum=0, maximum=128,
+    )
+    confidence_accept_after_tokens: int = _opt(
+        0, "Confidence margin applies only from this output token of a request on (the first "
+        "N tokens stay strict).", group="acceptance", minimum=0,
+    )
+    confidence_protected_token_ids: list[int] = _opt(
+        [], "Token ids never accepted or overridden relaxedly (e.g. digits); TOML array or "
+        "comma-separated list.", group="acceptance", metavar="IDS",
+    )
+    acceptance_protect_eos: bool = _opt(
+        True, "In relaxed modes also protect the target's EOS token id(s).", group="acceptance",
+    )
+
+    # --- draft model / vocabulary --------------------------------------------------------
+    draft_allow_tokenizer_mismatch: bool = _opt(
+        False, "Start even when the draft's tokenizer differs from the target's (otherwise "
+        "refused: token ids would mean different text).", group="draft",
+    )
+    eagle_draft_active_vocab_size: int | None = _opt(
+        None, "Draft LM head computes logits over this many token ids only (the first N of the "
+        "ids file, else ids 0..N-1); strict acceptance stays exact.", group="draft", minimum=16,
+    )
+    eagle_draft_active_vocab_file: str | None = _opt(
+        None, "Token-id file (JSON list or one id per line, most frequent first) for the draft's "
+        "active vocabulary (build it with vllm-hust-vspec-active-vocab).", group="draft",
+        metavar="PATH",
+    )
+    eagle_draft_lm_head_quant: str = _opt(
+        "none", "Draft LM-head quantization (per-channel int8 weights; w8a8 also quantizes the "
+        "hidden state per token).", group="draft", choices=("none", "w8a16", "w8a8"),
     )
 
     # --- vLLM-Ascend (NPU host) ----------------------------------------------------------
@@ -211,6 +254,15 @@ class Settings:
             self.eagle_relaxed_accept_topk is not None
         )
 
+    def draft_head_changed(self) -> bool:
+        """True when the draft LM head is restricted or quantized (drafts may change, outputs
+        under strict acceptance do not)."""
+        return (
+            self.eagle_draft_active_vocab_size is not None
+            or self.eagle_draft_active_vocab_file is not None
+            or self.eagle_draft_lm_head_quant != "none"
+        )
+
     def non_defaults(self) -> dict[str, Any]:
         """Options whose value differs from the default (what the launcher exports)."""
         out: dict[str, Any] = {}
@@ -226,7 +278,7 @@ class OptionInfo:
     """Metadata of one option, read from the Settings field."""
 
     name: str
-    kind: str  # "bool" | "int" | "float" | "str" | "list"
+    kind: str  # "bool" | "int" | "float" | "str" | "list" | "ints"
     optional: bool
     default: Any
     help: str
@@ -257,7 +309,8 @@ def default_of(f: dataclasses.Field[Any]) -> Any:
 def _kind(annotation: str) -> tuple[str, bool]:
     optional = "None" in annotation
     base = annotation.replace(" | None", "").strip()
-    kind = {"bool": "bool", "int": "int", "float": "float", "str": "str", "list[str]": "list"}
+    kind = {"bool": "bool", "int": "int", "float": "float", "str": "str", "list[str]": "list",
+            "list[int]": "ints"}
     return kind[base], optional
 
 

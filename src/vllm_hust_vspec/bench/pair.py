@@ -1,0 +1,212 @@
+"""Pair mode: the same load against a target-only server and a vSpec server, interleaved.
+
+Repetition *i* starts the target-only server, measures it, stops it, then does the same for
+the vSpec server (A B A B ...): only one server runs at a time, so both see the same
+machine, and slow drift (thermal, other tenants) hits both arms alike. Each start gets a
+fresh free port, a fresh ``PROMETHEUS_MULTIPROC_DIR`` (so counters of an earlier server are
+never summed in) and, for vSpec, its own controller trace file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vllm_hust_vspec.bench.report import ProgressLine, pair_table
+from vllm_hust_vspec.bench.run import LoadConfig, Target, choose_backend, run_once
+from vllm_hust_vspec.bench.server import (
+    PROM_ENV,
+    TRACE_ENV,
+    ServerProcess,
+    baseline_command,
+    for_run,
+    free_port,
+)
+from vllm_hust_vspec.bench.stats import PairComparison, compare_pair, median
+from vllm_hust_vspec.launch.command import ServeCommand, build_serve_command
+from vllm_hust_vspec.launch.models import resolve_model
+from vllm_hust_vspec.settings import ResolvedSettings
+
+ARMS = ("baseline", "vspec")
+ARM_LABEL = {"baseline": "target-only", "vspec": "vSpec"}
+
+
+@dataclass(frozen=True)
+class PairPlan:
+    """Everything a pair run will do (what ``--dry-run`` prints)."""
+
+    commands: dict[str, ServeCommand]  # arm -> server command
+    load: LoadConfig
+    repetitions: int
+    min_speedup: float
+    backend: str
+    model: str  # served model name
+    tokenizer: str  # local target folder
+    result_dir: Path
+    server_timeout_s: float = 900.0
+
+    def schedule(self) -> list[tuple[int, str]]:
+        """(repetition, arm) in run order: A B A B ..."""
+        return [(rep, arm) for rep in range(1, self.repetitions + 1) for arm in ARMS]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "commands": {arm: {"argv": c.argv, "env": c.env} for arm, c in self.commands.items()},
+            "load": self.load.describe(),
+            "repetitions": self.repetitions,
+            "min_speedup": self.min_speedup,
+            "backend": self.backend,
+            "model": self.model,
+            "order": [f"{arm}-r{rep}" for rep, arm in self.schedule()],
+        }
+
+    def describe(self) -> str:
+        """The commands and schedule, copy-pasteable."""
+        out = []
+        for arm in ARMS:
+            out.append(f"# {ARM_LABEL[arm]} server (port replaced by a free one at each start;"
+                       f" {PROM_ENV} per start" + ("; trace per start)" if arm == "vspec"
+                                                   else ")"))
+            out.append(self.commands[arm].to_shell())
+        out.append(f"# load per run: {self.load.describe()}")
+        out.append(f"# order: {' '.join(f'{arm}-r{rep}' for rep, arm in self.schedule())}")
+        out.append(f"# results: {self.result_dir}; pass if median vSpec/target-only output "
+                   f"throughput >= {self.min_speedup:.2f}")
+        return "\n".join(out)
+
+
+def plan_pair(
+    resolved: ResolvedSettings,
+    env: Mapping[str, str],
+    passthrough: Sequence[str],
+    *,
+    load: LoadConfig,
+    repetitions: int,
+    min_speedup: float,
+    backend: str,
+    result_dir: Path,
+    server_timeout_s: float = 900.0,
+) -> PairPlan:
+    """Build both server commands from one preset with the launcher's command builder."""
+    if repetitions < 1:
+        raise ValueError(f"--repetitions must be >= 1, got {repetitions}")
+    vspec = build_serve_command(resolved, env, passthrough)
+    s = resolved.settings
+    assert s.target_model is not None  # build_serve_command checked it
+    target = resolve_model(s.target_model, "target", env, "--target-model")
+    return PairPlan(
+        commands={"baseline": baseline_command(vspec), "vspec": vspec},
+        load=load, repetitions=repetitions, min_speedup=min_speedup,
+        backend=choose_backend(backend, Target("", None, target)),
+        model=s.served_model_name or target, tokenizer=target, result_dir=result_dir,
+        server_timeout_s=server_timeout_s,
+    )
+
+
+@dataclass
+class PairResult:
+    """Results of every run plus the comparison."""
+
+    plan: PairPlan
+    runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # arm -> results
+    traces: list[Path] = field(default_factory=list)
+    comparison: PairComparison | None = None
+    acceptance: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        runs = {
+            arm: [{k: v for k, v in r.items() if k != "requests"} for r in results]
+            for arm, results in self.runs.items()
+        }
+        return {
+            "plan": self.plan.to_dict(),
+            "runs": runs,
+            "traces": [str(p) for p in self.traces],
+            "comparison": self.comparison.to_dict() if self.comparison else None,
+            "acceptance": self.acceptance,
+        }
+
+
+def aggregate_acceptance(vspec_runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Median acceptance length and per-position acceptance over the vSpec repetitions."""
+    specs = [r.get("spec") or {} for r in vspec_runs]
+    lengths = [s["acceptance_length"] for s in specs if s.get("acceptance_length") is not None]
+    per_pos = [s.get("per_position_acceptance") or [] for s in specs]
+    width = max((len(p) for p in per_pos), default=0)
+    positions = [median([p[k] for p in per_pos if len(p) > k]) for k in range(width)]
+    gamma_steps: dict[str, float] = {}
+    for s in specs:
+        for g, n in (s.get("gamma_steps") or {}).items():
+            gamma_steps[g] = gamma_steps.get(g, 0.0) + float(n)
+    return {
+        "acceptance_length": median(lengths) if lengths else None,
+        "acceptance_rate": median([s["acceptance_rate"] for s in specs
+                                   if s.get("acceptance_rate") is not None]) or None,
+        "per_position_acceptance": positions,
+        "source": next((s.get("per_position_source") for s in specs
+                        if s.get("per_position_source")), ""),
+        "gamma_steps": dict(sorted(gamma_steps.items(), key=lambda kv: int(kv[0]))),
+    }
+
+
+def run_pair(plan: PairPlan, progress: ProgressLine | None = None) -> PairResult:
+    """Run the schedule; servers are always stopped, even on errors or Ctrl-C."""
+    out = PairResult(plan=plan, runs={arm: [] for arm in ARMS})
+    prog = progress or ProgressLine(enabled=False)
+    plan.result_dir.mkdir(parents=True, exist_ok=True)
+    parent_env = dict(os.environ)
+    schedule = plan.schedule()
+    for i, (rep, arm) in enumerate(schedule, 1):
+        name = f"{arm}-r{rep}"
+        prom = plan.result_dir / "prometheus" / name
+        shutil.rmtree(prom, ignore_errors=True)
+        extra = {PROM_ENV: str(prom)}
+        if arm == "vspec":
+            trace = plan.result_dir / f"{name}.trace.jsonl"
+            trace.unlink(missing_ok=True)
+            extra[TRACE_ENV] = str(trace)
+            out.traces.append(trace)
+        cmd = for_run(plan.commands[arm], free_port(), extra)
+        server = ServerProcess(name=name, command=cmd,
+                               log_path=plan.result_dir / f"{name}.server.log")
+        prog.start(f"{i}/{len(schedule)} {ARM_LABEL[arm]} r{rep}")
+        server.start(parent_env)
+        try:
+            server.wait_ready(plan.server_timeout_s, tick=prog.waiting)
+            prog.message(f"[{i}/{len(schedule)}] {ARM_LABEL[arm]} r{rep}: server ready after "
+                         f"{server.ready_after_s:.0f} s at {server.base_url}")
+            result = run_once(
+                Target(server.base_url, plan.model, plan.tokenizer), plan.load,
+                backend=plan.backend, workdir=plan.result_dir, name=name,
+                progress=prog.requests, log=prog.message,
+            ).result
+        finally:
+            server.stop()
+        result["arm"] = arm
+        result["repetition"] = rep
+        result["server_ready_s"] = server.ready_after_s
+        out.runs[arm].append(result)
+        spec = result.get("spec") or {}
+        al = spec.get("acceptance_length")
+        prog.message(
+            f"[{i}/{len(schedule)}] {ARM_LABEL[arm]} r{rep}: "
+            f"{result['output_throughput']:.1f} tok/s, TPOT {result['mean_tpot_ms']:.2f} ms, "
+            f"TTFT {result['mean_ttft_ms']:.1f} ms"
+            + (f", acceptance length {al:.2f}" if al is not None else "")
+        )
+    out.comparison = compare_pair(out.runs["baseline"], out.runs["vspec"],
+                                  min_speedup=plan.min_speedup)
+    out.acceptance = aggregate_acceptance(out.runs["vspec"])
+    (plan.result_dir / "pair-summary.json").write_text(
+        json.dumps(out.to_dict(), indent=1, default=str) + "\n", encoding="utf-8")
+    (plan.result_dir / "pair-summary.md").write_text(
+        pair_table(out.comparison, out.acceptance) + "\n", encoding="utf-8")
+    return out
+
+
+__all__ = ["ARMS", "PairPlan", "PairResult", "aggregate_acceptance", "plan_pair", "run_pair"]

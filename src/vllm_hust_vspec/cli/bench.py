@@ -1,0 +1,248 @@
+"""``vllm-hust-vspec-bench``: throughput measurements, alone or as a target-only/vSpec pair.
+
+Examples::
+
+    vllm-hust-vspec-bench run --base-url http://127.0.0.1:8000 --dataset gsm8k \\
+        --dataset-path gsm8k-test.jsonl
+    vllm-hust-vspec-bench pair --protocol cpu-tiny --num-prompts 32 --output-len 64 \\
+        --repetitions 3 --plot pair.png
+    vllm-hust-vspec-bench pair --protocol eagle --dry-run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from vllm_hust_vspec._version import __version__
+from vllm_hust_vspec.bench.datasets import DATASETS, DatasetError
+from vllm_hust_vspec.bench.report import ProgressLine, pair_table, run_summary
+from vllm_hust_vspec.bench.run import BACKENDS, BenchError, LoadConfig, Target, choose_backend
+from vllm_hust_vspec.cli.launch import split_passthrough
+from vllm_hust_vspec.cli.options import add_settings_arguments, cli_values
+
+PROG = "vllm-hust-vspec-bench"
+EXIT_FAIL, EXIT_USAGE, EXIT_ERROR = 1, 2, 3
+
+EPILOG = """\
+exit status: 0 done (pair: speedup >= --min-speedup), 1 pair below --min-speedup,
+2 bad arguments or configuration, 3 a server or the load failed.
+
+Fair comparison (docs/benchmarks.md): temperature 0, no relaxed acceptance, same server flags,
+warm-up before each measured run, repetitions interleaved, medians with their range.
+"""
+
+
+def _rate(text: str) -> float:
+    if text.lower() in ("inf", "unlimited"):
+        return float("inf")
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected requests/s or 'inf', got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"request rate must be > 0, got {text!r}")
+    return value
+
+
+def _add_load_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("load (same for every run)")
+    g.add_argument("--dataset", choices=DATASETS, default="random",
+                   help="prompt source (default random; gsm8k, arc-easy, spec_bench and custom "
+                        "read --dataset-path)")
+    g.add_argument("--dataset-path", metavar="FILE.jsonl", help="local JSONL file")
+    g.add_argument("--num-prompts", type=int, default=200, help="measured requests (200)")
+    g.add_argument("--output-len", type=int, default=256, help="output tokens per request (256)")
+    g.add_argument("--random-input-len", dest="input_len", type=int, default=128,
+                   help="words per random prompt (128)")
+    g.add_argument("--request-rate", type=_rate, default=float("inf"), metavar="R",
+                   help="requests/s with Poisson arrivals, or inf (default: all at once)")
+    g.add_argument("--max-concurrency", type=int, default=None, metavar="N",
+                   help="requests in flight at most (default unlimited)")
+    g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0)")
+    g.add_argument("--seed", type=int, default=0, help="seed for prompts and arrivals (0)")
+    g.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=True,
+                   help="generate exactly --output-len tokens (default on)")
+    g.add_argument("--shuffle", action="store_true", help="seeded random prompt order")
+    g.add_argument("--warmup-prompts", type=int, default=8,
+                   help="unmeasured requests before each run (8)")
+    g.add_argument("--warmup-output-len", type=int, default=32,
+                   help="output tokens of each warm-up request (32)")
+    g.add_argument("--backend", choices=BACKENDS, default="auto",
+                   help="builtin client or 'vllm bench serve' (auto: vllm when importable and a "
+                        "tokenizer is known, else builtin)")
+    g.add_argument("--result-dir", type=Path, default=None,
+                   help="where results go (default ./vspec-bench/<mode>-<time>)")
+    g.add_argument("--quiet", action="store_true", help="no progress display")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The benchmark's parser (``run`` and ``pair`` subcommands)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Measure serving throughput; compare target-only with vSpec.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="mode", required=True, metavar="{run,pair}")
+    run = sub.add_parser("run", help="one load against a running OpenAI-compatible server",
+                         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8000")
+    run.add_argument("--model", help="served model name (default: the server's first model)")
+    run.add_argument("--tokenizer", help="local tokenizer folder (needed by --backend vllm)")
+    run.add_argument("--dry-run", action="store_true", help="print what would run, then exit")
+    _add_load_arguments(run)
+    pair = sub.add_parser(
+        "pair", help="start a target-only and a vSpec server from one preset and compare",
+        epilog=EPILOG + "\nArguments after '--' go to both 'vllm serve' commands.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    pair.add_argument("--protocol", "--preset", dest="protocol", metavar="NAME",
+                      help="launcher preset (see vllm-hust-vspec --list-presets) or .toml")
+    pair.add_argument("--config", metavar="FILE", help="TOML config over the preset")
+    pair.add_argument("--repetitions", type=int, default=3,
+                      help="A B rounds, each arm measured once per round (3)")
+    pair.add_argument("--min-speedup", type=float, default=1.10,
+                      help="pass threshold on median vSpec / target-only throughput (1.10)")
+    pair.add_argument("--plot", metavar="OUT.png", help="write a figure (needs matplotlib)")
+    pair.add_argument("--server-timeout", type=float, default=900.0, metavar="S",
+                      help="seconds a server may take to become ready (900)")
+    pair.add_argument("--dry-run", action="store_true", help="print the commands, then exit")
+    pair.add_argument("--json", action="store_true", help="with --dry-run: print JSON")
+    _add_load_arguments(pair)
+    add_settings_arguments(pair)
+    return parser
+
+
+def _load(ns: argparse.Namespace) -> LoadConfig:
+    for name in ("num_prompts", "output_len", "input_len", "warmup_output_len"):
+        if getattr(ns, name) < 1:
+            raise DatasetError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(ns, name)}")
+    if ns.warmup_prompts < 0:
+        raise DatasetError(f"--warmup-prompts must be >= 0, got {ns.warmup_prompts}")
+    if ns.max_concurrency is not None and ns.max_concurrency < 1:
+        raise DatasetError(f"--max-concurrency must be >= 1, got {ns.max_concurrency}")
+    return LoadConfig(
+        dataset=ns.dataset, dataset_path=ns.dataset_path, num_prompts=ns.num_prompts,
+        output_len=ns.output_len, input_len=ns.input_len, request_rate=ns.request_rate,
+        max_concurrency=ns.max_concurrency, temperature=ns.temperature, seed=ns.seed,
+        ignore_eos=ns.ignore_eos, shuffle=ns.shuffle, warmup_prompts=ns.warmup_prompts,
+        warmup_output_len=ns.warmup_output_len,
+    )
+
+
+def _result_dir(ns: argparse.Namespace) -> Path:
+    if ns.result_dir is not None:
+        return Path(ns.result_dir)
+    return Path("vspec-bench") / f"{ns.mode}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _err(msg: str) -> None:
+    print(f"{PROG}: error: {msg}", file=sys.stderr)
+
+
+def _main_run(ns: argparse.Namespace, load: LoadConfig) -> int:
+    from vllm_hust_vspec.bench.run import requests_for, run_once, vllm_command
+
+    target = Target(ns.base_url, ns.model, ns.tokenizer)
+    requests_for(load)  # dataset errors before anything is sent
+    backend = choose_backend(ns.backend, target)
+    out_dir = _result_dir(ns)
+    if ns.dry_run:
+        print(f"# load: {load.describe()}\n# target: {ns.base_url}; backend {backend}; "
+              f"results in {out_dir}")
+        if backend == "vllm":
+            argv, _, _ = vllm_command(target, ns.model or "<first model>", load, out_dir, "run")
+            print(" ".join(argv))
+        return 0
+    prog = ProgressLine(enabled=not ns.quiet)
+    prog.start("run")
+    out = run_once(target, load, backend=backend, workdir=out_dir, name="run",
+                   progress=prog.requests, log=prog.message)
+    summary = run_summary(out.result)
+    (out_dir / "summary.txt").write_text(summary + "\n", encoding="utf-8")
+    print(summary)
+    print(f"raw result: {out.path}")
+    return 0
+
+
+def _main_pair(ns: argparse.Namespace, load: LoadConfig, passthrough: list[str]) -> int:
+    from vllm_hust_vspec.bench.pair import plan_pair, run_pair
+    from vllm_hust_vspec.bench.run import requests_for
+    from vllm_hust_vspec.settings import resolve_settings
+
+    requests_for(load)  # dataset errors before any server starts
+    resolved = resolve_settings(preset=ns.protocol, config=ns.config, cli=cli_values(ns),
+                                env=os.environ)
+    s = resolved.settings
+    if s.relaxed_acceptance():
+        raise BenchError("relaxed acceptance is on (confidence_accept_margin / "
+                         "eagle_relaxed_accept_topk): outputs differ from target-only, so the "
+                         "pair would not compare equal work; drop the option")
+    if load.temperature != 0.0:
+        print(f"{PROG}: note: temperature {load.temperature:g} is not the fair-comparison "
+              "protocol (temperature 0)", file=sys.stderr)
+    plan = plan_pair(resolved, os.environ, passthrough, load=load,
+                     repetitions=ns.repetitions, min_speedup=ns.min_speedup,
+                     backend=ns.backend,
+                     result_dir=_result_dir(ns), server_timeout_s=ns.server_timeout)
+    for note in plan.commands["vspec"].notes:
+        print(f"{PROG}: note: {note}", file=sys.stderr)
+    if ns.dry_run:
+        print(json.dumps(plan.to_dict(), indent=2) if ns.json else plan.describe())
+        return 0
+    if ns.json:
+        _err("--json needs --dry-run")
+        return EXIT_USAGE
+    result = run_pair(plan, ProgressLine(enabled=not ns.quiet))
+    assert result.comparison is not None
+    table = pair_table(result.comparison, result.acceptance)
+    print(f"load per run: {load.describe()}")
+    print(table)
+    print(f"results: {plan.result_dir} (pair-summary.json, pair-summary.md, per-run JSON, "
+          "server logs, traces)")
+    if ns.plot:
+        from vllm_hust_vspec.bench.plot import PlotUnavailable, plot_pair
+
+        try:
+            plot_pair(result.to_dict(), result.traces, ns.plot)
+            print(f"plot: {ns.plot}")
+        except PlotUnavailable as exc:
+            _err(str(exc))
+    return 0 if result.comparison.passed else EXIT_FAIL
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console-script entry point; returns the exit status."""
+    from vllm_hust_vspec.bench.server import ServerStartError
+    from vllm_hust_vspec.launch.models import ModelNotFoundError
+    from vllm_hust_vspec.settings import SettingsError
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    ours, passthrough = split_passthrough(args)
+    ns = build_parser().parse_args(ours)
+    if passthrough and ns.mode != "pair":
+        _err("arguments after '--' are only for 'pair' (they go to vllm serve)")
+        return EXIT_USAGE
+    try:
+        load = _load(ns)
+        if ns.mode == "run":
+            return _main_run(ns, load)
+        return _main_pair(ns, load, passthrough)
+    except (DatasetError, SettingsError, ModelNotFoundError, ValueError) as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    except (BenchError, ServerStartError, OSError) as exc:
+        _err(str(exc))
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
