@@ -17,6 +17,7 @@ logger = logging.getLogger("vllm_hust_vspec.host")
 _LOCK = threading.Lock()
 _patcher: Patcher | None = None
 _settings: Any = None
+_registered: list[str] = []
 
 
 def current_settings() -> Any:
@@ -49,6 +50,7 @@ def apply(settings: Any) -> None:
         patcher = Patcher("vspec-upstream-vllm")
         try:
             upstream.install(patcher, current_settings)
+            _apply_methods(patcher, settings)
             _apply_ascend(patcher, settings)
         except BaseException:
             patcher.undo()
@@ -57,6 +59,23 @@ def apply(settings: Any) -> None:
         logger.info(
             "vSpec: patched vLLM %s (%d attributes)", caps.vllm_version, len(patcher)
         )
+
+
+def _apply_methods(patcher: Patcher, settings: Any) -> None:
+    """Method features on the upstream worker/config path (the one list of them):
+    drafter registrations, draft/target vocabulary rule, draft-side features (confidence stop,
+    draft LM head, padded-vocab guards) and, on non-NPU hosts, relaxed acceptance."""
+    global _registered
+    from vllm_hust_vspec.host import ascend, models
+    from vllm_hust_vspec.host.acceptance import install_acceptance
+    from vllm_hust_vspec.host.drafting import install_drafting
+    from vllm_hust_vspec.host.vocab import install_vocab_check
+
+    _registered = models.register_models()
+    install_vocab_check(patcher, current_settings)
+    install_drafting(patcher, current_settings)
+    if not ascend.is_ascend_platform():  # vllm-ascend's rejection path has its own patch
+        install_acceptance(patcher, current_settings)
 
 
 def _apply_ascend(patcher: Patcher, settings: Any) -> None:
@@ -80,12 +99,17 @@ def _apply_ascend(patcher: Patcher, settings: Any) -> None:
 
 def undo() -> None:
     """Remove every patch (tests; a process that wants vanilla vLLM back)."""
-    global _patcher, _settings
+    global _patcher, _settings, _registered
     with _LOCK:
         if _patcher is not None:
             _patcher.undo()
+        if _registered:
+            from vllm_hust_vspec.host import models
+
+            models.unregister_models(_registered)
         _patcher = None
         _settings = None
+        _registered = []
 
 
 __all__ = ["applied", "apply", "current_settings", "undo"]
