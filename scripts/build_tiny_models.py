@@ -12,7 +12,7 @@ measured greedy agreement with its target), the script version and the seed; a r
 skipped while both are unchanged (``--force`` rebuilds).
 
 Usage: ``python scripts/build_tiny_models.py [--out DIR] [--seed N] [--force]``
-(``TINY_MODELS_THREADS=N`` sets torch's thread count; default: all cores).
+(``TINY_MODELS_THREADS=N`` sets torch's thread count; default: all cores, or 1 when busy).
 Importable: ``build_models(out_dir, seed=..., force=False) -> dict`` (the manifest).
 """
 
@@ -93,7 +93,9 @@ def is_current(out: Path, seed: int = DEFAULT_SEED) -> bool:
     man = load_manifest(out)
     if not man or man.get("script_version") != SCRIPT_VERSION or man.get("seed") != seed:
         return False
-    return all((out / m["path"] / "config.json").is_file() for m in man["models"].values())
+    if not all((out / m["path"] / "config.json").is_file() for m in man["models"].values()):
+        return False
+    return all(name in man["models"] for name in DERIVED)
 
 
 # --------------------------------------------------------------------------- corpus + tokenizer
@@ -386,7 +388,10 @@ def build_models(out_dir: Path | str = DEFAULT_OUT, seed: int = DEFAULT_SEED, fo
             man = load_manifest(out)
             assert man is not None
             return man
-        return _build(out, seed, _Clock(log))
+        man = load_manifest(out)
+        if not force and man is not None and _trained_current(out, man, seed):
+            return add_derived(out, man, _Clock(log))  # seconds: no training needed
+        return add_derived(out, _build(out, seed, _Clock(log)), _Clock(log))
 
 
 def _build(out: Path, seed: int, clock: _Clock) -> dict[str, Any]:
@@ -395,9 +400,7 @@ def _build(out: Path, seed: int, clock: _Clock) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _tiny_nn import Eagle3Head, EagleHead, MtpLayer, Shape, TinyLM
 
-    # TINY_MODELS_THREADS: lower it when other jobs share the cores (spinning OpenMP threads
-    # on an oversubscribed machine made training ~10x slower here).
-    torch.set_num_threads(int(os.environ.get("TINY_MODELS_THREADS") or os.cpu_count() or 1))
+    torch.set_num_threads(_threads())
     torch.manual_seed(seed)
     (out / MANIFEST).unlink(missing_ok=True)
     t_start = time.monotonic()
@@ -593,6 +596,124 @@ def _build(out: Path, seed: int, clock: _Clock) -> dict[str, Any]:
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     clock(f"done in {manifest['build_seconds']}s -> {out / MANIFEST}")
     return manifest
+
+
+def _threads() -> int:
+    """torch threads: $TINY_MODELS_THREADS, else all cores, else 1 on a busy machine.
+
+    On a shared 2-core box, 2 spinning OpenMP threads next to another job made a training step
+    ~8x slower than 1 thread (2.8 s vs 0.33 s); results were identical for 1 and 2 threads.
+    """
+    env = os.environ.get("TINY_MODELS_THREADS")
+    if env:
+        return max(1, int(env))
+    cores = os.cpu_count() or 1
+    return 1 if os.getloadavg()[0] >= 1.0 else cores
+
+
+# --------------------------------------------------------------------------- derived models
+# Built from the trained fixtures in seconds (no training), so adding one never forces the
+# ~10 minute rebuild; ``is_current`` requires every name below in the manifest.
+
+
+def _trained_current(out: Path, man: dict[str, Any], seed: int) -> bool:
+    if man.get("script_version") != SCRIPT_VERSION or man.get("seed") != seed:
+        return False
+    return all((out / m["path"] / "config.json").is_file() for n, m in man["models"].items()
+               if n not in DERIVED)
+
+
+def _derive_eagle_qwen2(out: Path, man: dict[str, Any]) -> dict[str, Any]:
+    """The trained EAGLE-1 head re-saved in the EAGLE-Qwen2(.5) checkpoint format.
+
+    Format of the EAGLE-Qwen2.5 releases: config ``architectures: ["Qwen2ForCausalLM"]``,
+    ``model_type: qwen2``, one layer; tensors ``fc.weight`` + ``fc.bias`` over
+    [embedding; hidden], ``layers.0.*`` WITHOUT q/k/v biases (vSpec's drafter uses zeros),
+    no input norm on layer 0, no final norm, ``embed_tokens.weight`` (a copy of the target's),
+    no ``lm_head`` (shared from the target). Same function as ``eagle``, so its drafts and
+    acceptance equal the Llama EAGLE head's.
+    """
+    import torch
+    from safetensors.torch import load_file
+    from transformers import Qwen2Config
+
+    src = json.loads((out / "eagle" / "config.json").read_text())
+    tensors = load_file(str(out / "eagle" / "model.safetensors"))
+    target = load_file(str(out / "target" / "model.safetensors"))
+    tensors["fc.bias"] = torch.zeros(tensors["fc.weight"].shape[0])
+    tensors["embed_tokens.weight"] = target["model.embed_tokens.weight"].clone()
+    rope = src.get("rope_parameters") or {"rope_type": "default", "rope_theta": 10000.0}
+    cfg = Qwen2Config(
+        vocab_size=src["vocab_size"], hidden_size=src["hidden_size"],
+        intermediate_size=src["intermediate_size"], num_hidden_layers=1,
+        num_attention_heads=src["num_attention_heads"],
+        num_key_value_heads=src["num_key_value_heads"],
+        max_position_embeddings=src["max_position_embeddings"], rms_norm_eps=src["rms_norm_eps"],
+        rope_parameters=rope, use_sliding_window=False, tie_word_embeddings=False,
+        bos_token_id=src.get("bos_token_id"), eos_token_id=src.get("eos_token_id"),
+        pad_token_id=src.get("pad_token_id"), dtype="float32",
+        architectures=["Qwen2ForCausalLM"],
+    )
+    d = out / "eagle-qwen2"
+    shutil.rmtree(d, ignore_errors=True)
+    save_raw(tensors, cfg, d)
+    copy_tokenizer(out / "tokenizer", d)
+    eagle = man["models"]["eagle"]
+    return {"path": "eagle-qwen2", "architecture": "Qwen2ForCausalLM (EAGLE-Qwen2 format)",
+            "params": int(sum(t.numel() for t in tensors.values())), "trained": True,
+            "role": "eagle", "target": "target", "derived_from": "eagle",
+            "step1_agreement": eagle.get("step1_agreement"),
+            "notes": "eagle head in EAGLE-Qwen2 layout: fc.bias zero, no q/k/v bias, "
+                     "embed_tokens copy of the target's, no lm_head"}
+
+
+def _derive_draft_padded(out: Path, man: dict[str, Any]) -> dict[str, Any]:
+    """``draft`` with its embedding and LM head padded by 64 zero rows (vocab 2112 vs the
+    target's 2048, same tokenizer): the Qwen2.5-0.5B-vs-14B situation in miniature."""
+    import torch
+    from safetensors.torch import load_file
+
+    pad = 64
+    d = out / "draft-padded-vocab"
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(out / "draft", d)
+    tensors = load_file(str(d / "model.safetensors"))
+    for key in ("model.embed_tokens.weight", "lm_head.weight"):
+        w = tensors[key]
+        tensors[key] = torch.cat([w, torch.zeros(pad, w.shape[1], dtype=w.dtype)])
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(d / "model.safetensors"),
+              metadata={"format": "pt"})
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["vocab_size"] = int(cfg["vocab_size"]) + pad
+    (d / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    draft = man["models"]["draft"]
+    return {"path": "draft-padded-vocab", "architecture": "LlamaForCausalLM",
+            "params": int(sum(t.numel() for t in tensors.values())), "trained": True,
+            "role": "draft_model", "target": "target", "derived_from": "draft",
+            "vocab_size": cfg["vocab_size"], "greedy_agreement": draft.get("greedy_agreement"),
+            "notes": f"draft + {pad} zero rows in embed_tokens and lm_head (padded vocab)"}
+
+
+DERIVED: dict[str, Callable[[Path, dict[str, Any]], dict[str, Any]]] = {
+    "eagle-qwen2": _derive_eagle_qwen2,
+    "draft-padded-vocab": _derive_draft_padded,
+}
+
+
+def add_derived(out: Path, man: dict[str, Any], clock: Callable[[str], None]) -> dict[str, Any]:
+    """Add every missing derived model to ``man`` and rewrite the manifest."""
+    changed = False
+    for name, derive in DERIVED.items():
+        if name in man["models"] and (out / name / "config.json").is_file():
+            continue
+        man["models"][name] = derive(out, man)
+        changed = True
+        clock(f"derived {name}")
+    if changed:
+        (out / MANIFEST).write_text(json.dumps(man, indent=2) + "\n")
+    return man
 
 
 def _mimo_config(s: Any, tok_ids: dict[str, int]) -> Any:

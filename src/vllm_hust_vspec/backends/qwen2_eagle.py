@@ -64,7 +64,8 @@ def checkpoint_name(name: str) -> str:
     return "model." + name
 
 
-@support_torch_compile
+# Explicit dims: this module uses postponed annotations, which the decorator cannot inspect.
+@support_torch_compile(dynamic_arg_dims={"input_ids": 0, "positions": -1, "hidden_states": 0})
 class Qwen2EagleModel(nn.Module):
     """``fc`` + Qwen2 decoder layer(s); returns (hidden, hidden) like vLLM's EAGLE models."""
 

@@ -145,12 +145,13 @@ def _line_output_tokens(obj: dict[str, Any], where: str, default: int) -> int:
     return value
 
 
-_WORDS = (
+_WORD_TEXT = (
     "the of and to in is for on that with as by at from it this be are or an was which not "
     "have but all can more one will their has when there were what so if each about out up "
     "them time some these would into other two make like then its over such only new first "
     "number way could people after most also made any through work where many system data"
-).split()
+)
+_WORDS = tuple(_WORD_TEXT.split())
 
 
 def random_prompts(num: int, input_len: int, output_tokens: int, seed: int) -> list[

@@ -90,11 +90,13 @@ def plot_pair(summary: dict[str, Any], traces: Sequence[Path], out_path: str | P
         ax_a.set_ylim(0, 1)
     ax_a.set_xlabel("draft position")
     ax_a.set_ylabel("acceptance rate")
-    ax_a.set_title(f"per-position acceptance (vSpec, {acc.get('source') or 'no data'})")
+    source = {"vspec": "vspec_ counters", "vllm": "vllm:spec_decode counters"}.get(
+        acc.get("source") or "", "no data")
+    ax_a.set_title(f"per-position acceptance (vSpec, from {source})")
     for i, path in enumerate(traces):
         ts, gs = gamma_series(read_trace(Path(path)))
         if ts:
-            ax_g.plot(ts, gs, linewidth=1.0, label=f"r{i + 1}")
+            ax_g.plot(ts, gs, linewidth=0.8, marker=".", markersize=2, label=f"r{i + 1}")
     ax_g.set_xlabel("seconds since the first traced step")
     ax_g.set_ylabel("decided gamma (moving average)")
     ax_g.set_title("gamma over time (vSpec controller trace)")

@@ -28,6 +28,10 @@ class BenchError(RuntimeError):
     """A benchmark run failed; the message says which step and why."""
 
 
+class BenchUsageError(ValueError):
+    """The benchmark was asked for something it cannot do (bad option combination)."""
+
+
 @dataclass(frozen=True)
 class LoadConfig:
     """The load of one run (the same for every run of a pair)."""
@@ -87,10 +91,10 @@ def choose_backend(backend: str, target: Target) -> str:
     """``auto``: vLLM's own ``bench serve`` when it is importable and a tokenizer is known,
     else the built-in client."""
     if backend not in BACKENDS:
-        raise BenchError(f"unknown --backend {backend!r} (one of: {', '.join(BACKENDS)})")
+        raise BenchUsageError(f"unknown --backend {backend!r} (one of: {', '.join(BACKENDS)})")
     if backend != "auto":
         if backend == "vllm" and not target.tokenizer:
-            raise BenchError("--backend vllm needs --tokenizer PATH (a local tokenizer folder)")
+            raise BenchUsageError("--backend vllm needs --tokenizer PATH (a local tokenizer folder)")
         return backend
     if target.tokenizer and vllm_cli.vllm_bench_available():
         return "vllm"
@@ -195,6 +199,7 @@ def run_once(
 __all__ = [
     "BACKENDS",
     "BenchError",
+    "BenchUsageError",
     "LoadConfig",
     "RunOutput",
     "Target",

@@ -8,6 +8,7 @@ flag (dtype, lengths, batch limits, graph mode, ``[env]`` of the preset) is iden
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -166,10 +167,8 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 continue
         # EngineCore children may outlive the API server by a moment; reap the group.
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def tail(path: Path, lines: int = 15) -> str:

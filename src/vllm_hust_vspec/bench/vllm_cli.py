@@ -32,11 +32,16 @@ _SHIM = (
 
 
 def vllm_bench_available() -> bool:
-    """True when this interpreter can run ``vllm.benchmarks.serve`` (vLLM installed)."""
+    """True when vLLM's ``benchmarks/serve.py`` is installed for this interpreter.
+
+    Looks at files only: ``find_spec("vllm.benchmarks.serve")`` would import vllm itself.
+    """
     try:
-        return importlib.util.find_spec("vllm.benchmarks.serve") is not None
+        spec = importlib.util.find_spec("vllm")
     except (ImportError, ValueError):
         return False
+    locations = spec.submodule_search_locations if spec is not None else None
+    return any((Path(loc) / "benchmarks" / "serve.py").is_file() for loc in locations or ())
 
 
 def bench_runner() -> list[str]:

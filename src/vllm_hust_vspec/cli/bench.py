@@ -173,14 +173,14 @@ def _main_run(ns: argparse.Namespace, load: LoadConfig) -> int:
 def _main_pair(ns: argparse.Namespace, load: LoadConfig, passthrough: list[str]) -> int:
     from vllm_hust_vspec.bench.pair import plan_pair, run_pair
     from vllm_hust_vspec.bench.run import requests_for
-    from vllm_hust_vspec.settings import resolve_settings
+    from vllm_hust_vspec.settings import SettingsError, resolve_settings
 
     requests_for(load)  # dataset errors before any server starts
     resolved = resolve_settings(preset=ns.protocol, config=ns.config, cli=cli_values(ns),
                                 env=os.environ)
     s = resolved.settings
     if s.relaxed_acceptance():
-        raise BenchError("relaxed acceptance is on (confidence_accept_margin / "
+        raise SettingsError("relaxed acceptance is on (confidence_accept_margin / "
                          "eagle_relaxed_accept_topk): outputs differ from target-only, so the "
                          "pair would not compare equal work; drop the option")
     if load.temperature != 0.0:
