@@ -85,7 +85,8 @@ def test_manage_install_wheel_in_fresh_venv(installed: tuple[Path, Path, object]
     assert res.returncode == 0, out
     assert f"installed vllm-hust-vspec {__version__}" in out
     assert "OK   [0.3]" in out and "OK   [0.2-experimental]" in out
-    assert "vllm-hust-vspec-doctor is not available yet" in out
+    # the installed doctor runs; this venv has no vLLM, which it reports without failing
+    assert "host vllm: not installed" in out
     assert "restarted" in out
     assert (venv / "bin" / "vllm-hust-vspec").is_file()
     assert list(site_packages(venv).glob(f"vllm_hust_vspec-{__version__}.dist-info"))

@@ -200,6 +200,13 @@ def build_serve_command(
         notes.append(
             "RELAXED ACCEPTANCE is on: outputs will differ from target-only decoding"
         )
+    if s.draft_head_changed():
+        notes.append(
+            "draft LM head restricted/quantized: outputs unchanged (strict acceptance), the "
+            "acceptance rate may drop"
+        )
+    if s.adaptive_entropy_stop:
+        notes.append("confidence stop on: drafts are cut at their first uncertain position")
     if not s.adaptive_speculation:
         notes.append(f"adaptive speculation is off: fixed gamma {s.effective_gamma()}")
     return ServeCommand(argv=argv, env=out_env, notes=notes)
