@@ -29,6 +29,8 @@ from typing import Any
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+# vLLM logs to stdout; keep stdout for the tables.
+os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_K = 4
@@ -176,10 +178,11 @@ def bench_heads(models: Path, reps: int, prompts: list[str], tokens: int) -> lis
             times: list[float] = []
             orig = drafter.propose
 
-            def propose(*args: Any, _orig: Any = orig, **kwargs: Any) -> Any:
+            def propose(*args: Any, _orig: Any = orig, _times: list[float] = times,
+                        **kwargs: Any) -> Any:
                 t = time.perf_counter()
                 out = _orig(*args, **kwargs)
-                times.append(time.perf_counter() - t)
+                _times.append(time.perf_counter() - t)
                 return out
 
             drafter.propose = propose

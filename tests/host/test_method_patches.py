@@ -108,5 +108,6 @@ def test_qwen2_eagle_checkpoint_names() -> None:
 
     assert set(ARCHITECTURES) == set(models.QWEN2_EAGLE_ARCHS)
     assert checkpoint_name("fc.weight") == "model.fc.weight"
-    assert checkpoint_name("model.layers.0.mlp.up_proj.weight") == "model.layers.0.mlp.up_proj.weight"
+    up = "model.layers.0.mlp.up_proj.weight"
+    assert checkpoint_name(up) == up
     assert checkpoint_name("lm_head.weight") == "lm_head.weight"

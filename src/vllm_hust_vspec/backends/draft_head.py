@@ -56,7 +56,9 @@ def read_ids_file(path: str | Path) -> list[int]:
     return ids
 
 
-def active_ids(vocab_size: int, size: int | None = None, path: str | Path | None = None) -> list[int]:
+def active_ids(
+    vocab_size: int, size: int | None = None, path: str | Path | None = None
+) -> list[int]:
     """The active token ids: the first ``size`` ids of ``path`` (deduplicated, in order), or
     ids ``0..size-1`` without a file (byte-level BPE vocabularies put frequent merges first).
 

@@ -24,7 +24,6 @@ from collections.abc import Iterable
 
 import torch
 from torch import nn
-
 from vllm.compilation.decorators import support_torch_compile
 from vllm.config import VllmConfig
 from vllm.model_executor.layers.linear import ReplicatedLinear

@@ -142,7 +142,8 @@ def aggregate_acceptance(vspec_runs: Sequence[Mapping[str, Any]]) -> dict[str, A
     gamma_steps: dict[str, float] = {}
     for s in specs:
         for g, n in (s.get("gamma_steps") or {}).items():
-            gamma_steps[g] = gamma_steps.get(g, 0.0) + float(n)
+            if n:
+                gamma_steps[g] = gamma_steps.get(g, 0.0) + float(n)
     return {
         "acceptance_length": median(lengths) if lengths else None,
         "acceptance_rate": median([s["acceptance_rate"] for s in specs

@@ -21,6 +21,9 @@ FIGURE_LABELS = {
 }
 
 
+SOURCE_LABELS = {"vspec": "vspec_ counters", "vllm": "vllm:spec_decode counters"}
+
+
 class ProgressLine:
     """Progress on stderr: one rewritten line on a terminal, a line per 25 % otherwise."""
 
@@ -105,7 +108,8 @@ def run_summary(result: Mapping[str, Any]) -> str:
                      f"(rate {_fmt(spec.get('acceptance_rate'), 3)})")
     if spec.get("per_position_acceptance"):
         pos = ", ".join(f"{p:.3f}" for p in spec["per_position_acceptance"])
-        lines.append(f"per-position acceptance [{pos}] (from {spec['per_position_source']})")
+        source = SOURCE_LABELS.get(str(spec.get("per_position_source")), "?")
+        lines.append(f"per-position acceptance [{pos}] (from {source})")
     if spec.get("gamma_steps"):
         lines.append(f"vSpec gamma steps {spec['gamma_steps']}")
     return "\n".join(lines)
@@ -124,7 +128,8 @@ def pair_table(cmp: PairComparison, acceptance: Mapping[str, Any]) -> str:
                     f"{acceptance['acceptance_length']:.3f}")
     if acceptance.get("per_position_acceptance"):
         pos = ", ".join(f"{p:.3f}" for p in acceptance["per_position_acceptance"])
-        rows.append(f"* per-position acceptance (vSpec, {acceptance.get('source')}): [{pos}]")
+        source = SOURCE_LABELS.get(str(acceptance.get("source")), "?")
+        rows.append(f"* per-position acceptance (vSpec, from {source}): [{pos}]")
     if acceptance.get("gamma_steps"):
         rows.append(f"* steps per chosen gamma (vSpec, all repetitions): "
                     f"{acceptance['gamma_steps']}")

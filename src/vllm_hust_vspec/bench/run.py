@@ -94,7 +94,8 @@ def choose_backend(backend: str, target: Target) -> str:
         raise BenchUsageError(f"unknown --backend {backend!r} (one of: {', '.join(BACKENDS)})")
     if backend != "auto":
         if backend == "vllm" and not target.tokenizer:
-            raise BenchUsageError("--backend vllm needs --tokenizer PATH (a local tokenizer folder)")
+            raise BenchUsageError(
+                "--backend vllm needs --tokenizer PATH (a local tokenizer folder)")
         return backend
     if target.tokenizer and vllm_cli.vllm_bench_available():
         return "vllm"

@@ -133,10 +133,11 @@ def _lm_head_weight(proposer: Any) -> Any:
             f"eagle_draft_lm_head_quant) need an unquantized 'lm_head.weight' on the draft "
             f"model, but {type(model).__name__} has none; unset those options"
         )
-    if int(getattr(head, "tp_size", 1) or 1) > 1:
+    tp_size = int(getattr(head, "tp_size", 1) or 1)
+    if tp_size > 1:
         raise DraftSideError(
             "vSpec: the draft LM head options need the draft head on one rank "
-            f"(it is vocab-sharded over {head.tp_size} ranks); set draft_tensor_parallel_size 1"
+            f"(it is vocab-sharded over {tp_size} ranks); set draft_tensor_parallel_size 1"
             " or unset the options"
         )
     org = getattr(getattr(model, "logits_processor", None), "org_vocab_size", None)
@@ -283,8 +284,7 @@ def _make_take_wrapper(
             from vllm_hust_vspec.backends.confidence import keep_counts, truncate
 
             cfg = state.config
-            keep = keep_counts(steps, rule=cfg.entropy_rule,  # type: ignore[arg-type]
-                               threshold=cfg.entropy_threshold)
+            keep = keep_counts(steps, rule=cfg.entropy_rule, threshold=cfg.entropy_threshold)
             out.draft_token_ids = truncate(out.draft_token_ids, keep)
             return out
 

@@ -155,8 +155,8 @@ def measure(
         text = prompt_text()
         ids = []
         # Encode in pieces: one long encode trips the tokenizer's max-length warning.
-        for i in range(0, len(text), 4000):
-            ids.extend(tokenizer.encode(text[i:i + 4000], add_special_tokens=False))
+        for i in range(0, len(text), 1500):
+            ids.extend(tokenizer.encode(text[i:i + 1500], add_special_tokens=False))
         if len(ids) < grid.prompt_len * 2:
             raise RuntimeError(f"prompt corpus too short for --prompt-len {grid.prompt_len}")
 
