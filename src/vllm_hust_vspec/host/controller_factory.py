@@ -11,7 +11,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from vllm_hust_vspec.adaptive.feedback import Controller, StepFeedback
+from vllm_hust_vspec.adaptive.feedback import Controller
+from vllm_hust_vspec.adaptive.fixed import FixedController
 
 logger = logging.getLogger("vllm_hust_vspec.host")
 
@@ -28,24 +29,6 @@ _OVERRIDES = {
 }
 
 _factory_override: ControllerFactory | None = None
-
-
-class FixedGamma:
-    """Always the same gamma: used when adaptation is off and after a controller failure."""
-
-    def __init__(self, gamma: int) -> None:
-        self.gamma = gamma
-
-    def decide(self, batch_size: int, token_budget: int) -> int:
-        """The fixed gamma."""
-        return self.gamma
-
-    def observe(self, feedback: StepFeedback) -> None:
-        """Nothing to learn."""
-
-    def snapshot(self) -> dict[str, Any]:
-        """State for traces and metrics."""
-        return {"policy": "fixed", "gamma": self.gamma}
 
 
 def set_factory(factory: ControllerFactory | None) -> None:
@@ -77,11 +60,11 @@ def make_controller(settings: Any, max_gamma: int) -> Controller:
     if _factory_override is not None:
         return _factory_override(settings, max_gamma)
     if not getattr(settings, "adaptive_speculation", True):
-        return FixedGamma(max_gamma)
+        return FixedController(max_gamma, max_gamma)
     from vllm_hust_vspec.adaptive import build_controller
 
     policy = getattr(settings, "adaptive_policy", "online")
     return build_controller(policy, **controller_kwargs(settings, max_gamma))
 
 
-__all__ = ["ControllerFactory", "FixedGamma", "controller_kwargs", "make_controller", "set_factory"]
+__all__ = ["ControllerFactory", "controller_kwargs", "make_controller", "set_factory"]

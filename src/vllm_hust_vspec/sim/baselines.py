@@ -18,28 +18,19 @@ import math
 from typing import Any
 
 from ..adaptive.feedback import StepFeedback
+from ..adaptive.fixed import FixedController
 
 
 def _clip(g: int, lo: int, hi: int) -> int:
     return lo if g < lo else (hi if g > hi else g)
 
 
-class FixedGamma:
-    """Always the same gamma."""
+class FixedGamma(FixedController):
+    """``fixed:K``: the adaptive package's fixed controller pinned at K."""
 
     def __init__(self, gamma: int) -> None:
+        super().__init__(gamma, gamma)
         self.gamma = gamma
-
-    def decide(self, batch_size: int, token_budget: int) -> int:
-        """The fixed gamma."""
-        return self.gamma
-
-    def observe(self, feedback: StepFeedback) -> None:
-        """Ignored."""
-
-    def snapshot(self) -> dict[str, Any]:
-        """State for reports."""
-        return {"policy": "fixed", "gamma": self.gamma}
 
 
 def default_vllm_schedule(max_gamma: int) -> list[tuple[int, int, int]]:
