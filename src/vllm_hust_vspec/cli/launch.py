@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 
 from vllm_hust_vspec._version import __version__
 from vllm_hust_vspec.cli.options import add_settings_arguments, cli_values
