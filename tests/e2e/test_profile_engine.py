@@ -32,8 +32,8 @@ def test_profile_small_grid_writes_a_loadable_profile(tmp_path: Path) -> None:
     proc = subprocess.run(
         [*_profile_command(), "--method", "draft", "--target-model", target, "--draft-model",
          draft, "--dtype", "float32", "--max-model-len", "128", "--batch-sizes", "1,3",
-         "--gammas", "0,2", "--output-lens", "12", "--prompt-len", "16", "--out", str(out),
-         "--name", "e2e-tiny"],
+         "--gammas", "0,2", "--output-lens", "12", "--prompt-len", "16", "--repeats", "1",
+         "--out", str(out), "--name", "e2e-tiny"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

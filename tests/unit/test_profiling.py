@@ -27,6 +27,7 @@ from vllm_hust_vspec.profiling import (
     plan_profile,
 )
 from vllm_hust_vspec.profiling.engine import prompt_text, prompt_windows
+from vllm_hust_vspec.profiling.grid import run_goodput, select_median_runs
 from vllm_hust_vspec.profiling.provenance import model_fingerprint, sha256_file
 from vllm_hust_vspec.settings import resolve_settings
 
@@ -102,7 +103,8 @@ def _synthetic(grid: ProfileGrid, noise: float = 0.0) -> list[CellRun]:
 
 
 def test_build_profile_recovers_the_model_and_measures_the_table() -> None:
-    grid = ProfileGrid(batch_sizes=(1, 4, 16), gammas=(0, 1, 2, 3), output_lens=(24, 48))
+    grid = ProfileGrid(batch_sizes=(1, 4, 16), gammas=(0, 1, 2, 3), output_lens=(24, 48),
+                       repeats=1)
     runs = _synthetic(grid)
     samples = [s for r in runs for s in cell_samples(r, grid.prompt_len)]
     feedback = [f for r in runs for f in r.feedback if f.gamma > 0]
@@ -131,6 +133,18 @@ def test_build_profile_falls_back_without_context_terms_when_unidentifiable() ->
     assert out.acceptance == [0.6]  # nothing drafted: the schema default
 
 
+def test_select_median_runs_drops_the_disturbed_repeats() -> None:
+    cell = Cell(batch=2, gamma=1, output_len=8)
+    runs = [CellRun(Cell(2, 1, 8, rep), [fb(2, 1, t, accepted=1)] * 4)
+            for rep, t in enumerate((0.010, 0.500, 0.012))]  # repeat 1 hit by foreign load
+    other = CellRun(Cell(4, 1, 8), [fb(4, 1, 0.02)])
+    chosen = select_median_runs([*runs, other], prompt_len=4)
+    assert len(chosen) == 2 and other in chosen
+    assert next(r for r in chosen if r.cell.batch == cell.batch).feedback[0].interval_s == 0.012
+    assert run_goodput(runs[0], 4) == pytest.approx(4 / 0.010)
+    assert run_goodput(CellRun(cell, []), 4) == 0.0
+
+
 def test_grid_validation_names_the_flag() -> None:
     with pytest.raises(GridError, match="--gammas needs at least two values"):
         ProfileGrid(gammas=(0,)).validate()
@@ -138,8 +152,10 @@ def test_grid_validation_names_the_flag() -> None:
         ProfileGrid(batch_sizes=(2, 2)).validate()
     with pytest.raises(GridError, match="max_model_len >= 197"):
         ProfileGrid(output_lens=(160,), prompt_len=32).validate(max_model_len=128)
-    cells = ProfileGrid(batch_sizes=(1, 2), gammas=(0, 1), output_lens=(8,)).cells()
-    assert [(c.batch, c.gamma) for c in cells] == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    cells = ProfileGrid(batch_sizes=(1, 2), gammas=(0, 1), output_lens=(8,), repeats=2).cells()
+    # repeats outermost: the two runs of a cell are a full grid pass apart
+    assert [(c.repeat, c.batch, c.gamma) for c in cells] == [
+        (0, 1, 0), (0, 1, 1), (0, 2, 0), (0, 2, 1), (1, 1, 0), (1, 1, 1), (1, 2, 0), (1, 2, 1)]
 
 
 def test_prompt_windows_are_distinct_and_sized() -> None:
@@ -186,7 +202,10 @@ def test_collect_writes_both_files_from_given_runs(fake_models: Path, tmp_path: 
     on_disk = json.loads(plan.measurements_path.read_text())
     assert on_disk["models"]["target"]["files"]["config.json"]["sha256"]
     assert on_disk["settings"]["grid"]["gammas"] == [0, 1, 2]
-    assert len(on_disk["samples"]) == meas["fit"]["num_samples"] > 0
+    selected = [x for x in on_disk["samples"] if x["selected"]]
+    assert len(selected) == meas["fit"]["num_samples"] > 0
+    assert len(on_disk["samples"]) == 3 * len(selected)  # three repeats, the median one fitted
+    assert sum(c["selected"] for c in on_disk["cells"]) == len(on_disk["cells"]) // 3
     assert on_disk["fit"]["residual_rmse_s"] >= 0
     assert {"versions", "machine"} <= set(on_disk["host"])
     assert on_disk["best_gamma"] == {str(b): g for b, g in outcome.best.items()}
@@ -198,7 +217,7 @@ def test_profile_cli_dry_run(fake_models: Path, capsys: pytest.CaptureFixture[st
     out = capsys.readouterr().out
     assert rc == 0
     assert '"num_speculative_tokens": 2' in out and '"max_num_seqs": 2' in out
-    assert "= 4 cells" in out
+    assert "3 repeat(s) = 12 cells" in out
     assert profile_cli.main(["--protocol", "cpu-tiny", "--gammas", "0", "--dry-run"]) == 2
     assert "--gammas" in capsys.readouterr().err
     assert profile_cli.default_batches(8) == (1, 2, 4, 8)

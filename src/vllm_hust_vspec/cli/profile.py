@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--output-lens", type=_ints, default=(64, 160), metavar="N,N,...",
                    help="output tokens per request, one cell each (default 64,160)")
     g.add_argument("--prompt-len", type=int, default=32, help="prompt tokens per request (32)")
-    g.add_argument("--repeats", type=int, default=1, help="runs of every cell (1)")
+    g.add_argument("--repeats", type=int, default=3,
+                   help="runs of every cell, a grid pass apart; the median one is used (3)")
     o = p.add_argument_group("output")
     o.add_argument("--out", type=Path, default=Path("vspec-profile"),
                    help="folder for profile.json and measurements.json (./vspec-profile)")

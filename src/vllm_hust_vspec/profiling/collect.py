@@ -22,6 +22,8 @@ from vllm_hust_vspec.profiling.grid import (
     ProfileOutcome,
     build_profile,
     cell_samples,
+    run_goodput,
+    select_median_runs,
 )
 from vllm_hust_vspec.profiling.provenance import host_versions, machine, model_fingerprint
 from vllm_hust_vspec.settings import ResolvedSettings, SettingsError
@@ -106,6 +108,7 @@ def _write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -135,11 +138,23 @@ def collect(
     """Measure (unless ``runs`` are given), fit, and write both files."""
     facts: dict[str, Any] = {}
     started = time.time()
+    # Fingerprint before measuring: the files on disk are the ones the engine loads.
+    models = {
+        "target": model_fingerprint(plan.target_path, weights=plan.hash_weights),
+        "draft": (model_fingerprint(plan.draft_path, weights=plan.hash_weights)
+                  if plan.draft_path else None),
+    }
     if runs is None:
         from vllm_hust_vspec.profiling.engine import measure
 
         runs, facts = measure(plan.engine, plan.grid, plan.settings, log=log)
-    samples = [s for r in runs for s in cell_samples(r, plan.grid.prompt_len)]
+    # Fit and goodput use the median repeat of every cell (robust to bursts of foreign load);
+    # measurements.json keeps every sample, marked.
+    selected = select_median_runs(runs, plan.grid.prompt_len)
+    chosen = {id(r) for r in selected}
+    samples = [s for r in selected for s in cell_samples(r, plan.grid.prompt_len)]
+    all_samples = [{**s, "selected": id(r) in chosen}
+                   for r in runs for s in cell_samples(r, plan.grid.prompt_len)]
     feedback = [f for r in runs for f in r.feedback if f.steady and f.gamma > 0]
     versions = host_versions()
     mach = machine()
@@ -155,13 +170,10 @@ def collect(
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         "duration_s": round(time.time() - started, 1),
         "host": {"versions": versions, "machine": mach, **facts},
-        "models": {
-            "target": model_fingerprint(plan.target_path, weights=plan.hash_weights),
-            "draft": (model_fingerprint(plan.draft_path, weights=plan.hash_weights)
-                      if plan.draft_path else None),
-        },
+        "models": models,
         "settings": {"method": plan.settings.method, "engine": plan.engine.llm_kwargs(),
                      "grid": plan.grid.to_dict(), "timing": "whole step (scheduler interval)",
+                     "selection": "median repeat per (batch, gamma, output_len)",
                      "gamma0_mode": "sticky"},
         "fit": {"mode": fit.mode, "num_samples": fit.num_samples,
                 "residual_rmse_s": fit.residual, "relative_residual": fit.relative_residual,
@@ -172,8 +184,10 @@ def collect(
         "acceptance_per_position": outcome.acceptance,
         "cells": [{"batch_size": r.cell.batch, "gamma": r.cell.gamma,
                    "output_len": r.cell.output_len, "repeat": r.cell.repeat,
-                   "steps": len(r.feedback), "wall_s": r.wall_s} for r in runs],
-        "samples": samples,
+                   "steps": len(r.feedback), "wall_s": r.wall_s,
+                   "goodput_tokens_per_s": run_goodput(r, plan.grid.prompt_len),
+                   "selected": id(r) in chosen} for r in runs],
+        "samples": all_samples,
     }
     _write_atomic(plan.profile_path, json.dumps(outcome.profile.to_dict(), indent=2) + "\n")
     _write_atomic(plan.measurements_path, json.dumps(measurements, indent=1) + "\n")
