@@ -81,7 +81,9 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
 
     target = models / DRAFTERS[drafter]
     base = make_llm(target, None)
-    host.apply(load_settings({"HUST_VSPEC_METHOD": "draft"}))
+    host.apply(load_settings({"HUST_VSPEC_METHOD": "draft",
+                              **({"HUST_VSPEC_ADAPTIVE_TRACE": os.environ["BENCH_TRACE"]}
+                                 if os.environ.get("BENCH_TRACE") else {})}))
     try:
         spec = make_llm(target, {"method": "draft_model", "model": str(models / drafter),
                                  "num_speculative_tokens": MAX_K})
