@@ -21,12 +21,10 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+from _cpu_engine import hook_of, make_llm, tokens_per_s  # scripts/ is on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_K = 4
@@ -43,34 +41,6 @@ PROMPTS = [
     "    return self._", "for key, value in sorted(", "# Copyright 2001 Python Software",
     "raise ValueError(\"", "if __name__ == '__main__':",
 ]
-
-
-def make_llm(target: Path, spec: dict[str, Any] | None) -> Any:
-    from vllm import LLM
-
-    kwargs: dict[str, Any] = dict(model=str(target), dtype="float32", max_model_len=512,
-                                  enforce_eager=True, seed=0, max_num_seqs=16)
-    if spec:
-        kwargs["speculative_config"] = spec
-    return LLM(**kwargs)
-
-
-def timed_tokens_per_s(llm: Any, prompts: list[str], tokens: int) -> float:
-    from vllm import SamplingParams
-
-    params = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
-    start = time.perf_counter()
-    outs = llm.generate(prompts, params, use_tqdm=False)
-    elapsed = time.perf_counter() - start
-    return sum(len(o.outputs[0].token_ids) for o in outs) / elapsed
-
-
-def hook_of(llm: Any) -> Any:
-    from vllm_hust_vspec.host.vllm import HOOK_ATTR
-
-    core = llm.llm_engine.engine_core
-    engine = getattr(core, "engine_core", core)
-    return getattr(engine.scheduler, HOOK_ATTR)
 
 
 def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
@@ -93,15 +63,15 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
         arms["vspec"] = online
         results: dict[str, list[float]] = {"target-only": [], **{a: [] for a in arms}}
         # warm-up: every arm once, not measured (the online controller starts learning here)
-        timed_tokens_per_s(base, prompts, tokens // 2)
+        tokens_per_s(base, prompts, tokens // 2)
         for controller in arms.values():
             hook.controller = controller
-            timed_tokens_per_s(spec, prompts, tokens // 2)
+            tokens_per_s(spec, prompts, tokens // 2)
         for rep in range(reps):
-            results["target-only"].append(timed_tokens_per_s(base, prompts, tokens))
+            results["target-only"].append(tokens_per_s(base, prompts, tokens))
             for name, controller in arms.items():
                 hook.controller = controller
-                results[name].append(timed_tokens_per_s(spec, prompts, tokens))
+                results[name].append(tokens_per_s(spec, prompts, tokens))
             print(f"  {drafter}: repetition {rep + 1}/{reps} done", file=sys.stderr, flush=True)
     finally:
         host.undo()

@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+from _cpu_engine import drafter_of, hook_of, make_llm, tokens_per_s  # scripts/ is on sys.path
+
 # vLLM logs to stdout; keep stdout for the tables.
 os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
 
@@ -70,40 +70,6 @@ class Counting:
 
     def snapshot(self) -> dict[str, Any]:
         return dict(self.inner.snapshot())
-
-
-def make_llm(target: Path, spec: dict[str, Any] | None) -> Any:
-    from vllm import LLM
-
-    kwargs: dict[str, Any] = dict(model=str(target), dtype="float32", max_model_len=512,
-                                  enforce_eager=True, seed=0, max_num_seqs=16)
-    if spec:
-        kwargs["speculative_config"] = spec
-    return LLM(**kwargs)
-
-
-def tokens_per_s(llm: Any, prompts: list[str], tokens: int) -> float:
-    from vllm import SamplingParams
-
-    params = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
-    start = time.perf_counter()
-    outs = llm.generate(prompts, params, use_tqdm=False)
-    return sum(len(o.outputs[0].token_ids) for o in outs) / (time.perf_counter() - start)
-
-
-def _engine(llm: Any) -> Any:
-    core = llm.llm_engine.engine_core
-    return getattr(core, "engine_core", core)
-
-
-def hook_of(llm: Any) -> Any:
-    from vllm_hust_vspec.host.vllm import HOOK_ATTR
-
-    return getattr(_engine(llm).scheduler, HOOK_ATTR)
-
-
-def drafter_of(llm: Any) -> Any:
-    return _engine(llm).model_executor.driver_worker.worker.model_runner.drafter
 
 
 def settings(**env: str) -> Any:
