@@ -26,6 +26,7 @@ from ._limits import ZeroProbe, bucket_index, budget_cap, should_switch, step_to
 from ._validate import require_float, require_int
 from .acceptance import AcceptanceModel
 from .arms import BucketStats
+from .cadence import CadencedPolicy
 from .cost_model import GlobalCost
 from .feedback import StepFeedback
 
@@ -98,18 +99,16 @@ class OnlineConfig:
                 )
 
 
-class OnlineController:
+class OnlineController(CadencedPolicy):
     """The default gamma policy: no offline calibration needed. Implements ``Controller``."""
 
     def __init__(self, config: OnlineConfig | None = None) -> None:
         cfg = config or OnlineConfig()
         self.config = cfg
         lo, hi = cfg.min_gamma, cfg.max_gamma
-        self._lo = lo
+        initial = hi if cfg.initial_gamma is None else cfg.initial_gamma
+        super().__init__(lo, hi, cfg.control_interval, initial)
         self._num_arms = hi - lo + 1
-        self._gamma = hi if cfg.initial_gamma is None else cfg.initial_gamma
-        self._prev_gamma = self._gamma
-        self._calls = 0
         self._discard_left = cfg.warmup_samples
         self._sweep_done = False
         self._sweep_issued = [0] * self._num_arms
@@ -131,29 +130,11 @@ class OnlineController:
         self._last_est: list[float | None] = []
         self._last_score: list[float] = []
         self._observations = 0
-        self._switches = 0
         self._skipped_nonsteady = 0
         self._skipped_transition = 0
         self._probe = ZeroProbe(cfg.probe_interval, cfg.max_probe_interval)
 
     # -- Controller protocol ------------------------------------------------------------------
-
-    def decide(self, batch_size: int, token_budget: int) -> int:
-        """Gamma to draft after this step (verified in the next one)."""
-        cfg = self.config
-        cap = budget_cap(batch_size, token_budget, self._lo, cfg.max_gamma)
-        cur = self._gamma
-        calls = self._calls
-        self._calls = calls + 1
-        if calls % cfg.control_interval:
-            g = cur if cur <= cap else cap
-        else:
-            g = self._choose(batch_size, cap, cur if cur <= cap else cap)
-        if g != cur:
-            self._switches += 1
-        self._prev_gamma = cur
-        self._gamma = g
-        return g
 
     def observe(self, feedback: StepFeedback) -> None:
         """Learn from one completed step. Rewards are attributed to ``feedback.gamma``."""
@@ -179,7 +160,7 @@ class OnlineController:
             # The step drafted a different gamma than it verified: its time mixes two arms.
             self._skipped_transition += 1
             return
-        idx = batch.bit_length() - 1 if batch > 1 else 0
+        idx = bucket_index(batch)
         bucket = self._buckets.get(idx)
         if bucket is None:
             bucket = self._new_bucket(idx)
@@ -259,7 +240,7 @@ class OnlineController:
     def _choose(self, batch: int, cap: int, cur: int) -> int:
         """One decision; ``cur`` is the current gamma already capped by the budget."""
         cfg = self.config
-        idx = batch.bit_length() - 1 if batch > 1 else 0
+        idx = bucket_index(batch)
         self._last_batch = batch
         self._last_cap = cap
         self._last_bucket = idx

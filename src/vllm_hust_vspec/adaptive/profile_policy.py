@@ -17,6 +17,7 @@ from typing import Any
 from ._limits import ZeroProbe, budget_cap, should_switch, step_toward
 from ._validate import require_float, require_int
 from .acceptance import AcceptanceModel
+from .cadence import CadencedPolicy
 from .feedback import StepFeedback
 from .profile import Profile
 
@@ -63,14 +64,14 @@ class ProfileConfig:
         require_float(self, "calibration_max", 1.0, 1e6)
 
 
-class ProfilePolicy:
+class ProfilePolicy(CadencedPolicy):
     """Gamma from a fitted profile, corrected online. Implements ``Controller``."""
 
     def __init__(self, profile: Profile, config: ProfileConfig | None = None) -> None:
         cfg = config or ProfileConfig()
+        super().__init__(cfg.min_gamma, cfg.max_gamma, cfg.control_interval, cfg.max_gamma)
         self.config = cfg
         self.profile = profile
-        self._lo = cfg.min_gamma
         self._num_arms = cfg.max_gamma - cfg.min_gamma + 1
         self._acc = AcceptanceModel(
             cfg.max_gamma,
@@ -82,11 +83,7 @@ class ProfilePolicy:
         self._acc.seed(cfg.acceptance_prior_weight)
         self._calib = 1.0
         self._arm_calib: list[float | None] = [None] * self._num_arms
-        self._gamma = cfg.max_gamma
-        self._prev_gamma = self._gamma
-        self._calls = 0
         self._steady = 0
-        self._switches = 0
         self._probe = ZeroProbe(cfg.probe_interval, cfg.max_probe_interval)
         self._last_batch = 0
         self._last_cap = cfg.max_gamma
@@ -94,22 +91,6 @@ class ProfilePolicy:
         self._last_source = "model"
         # Predicted step times depend only on the batch size: cache them per batch.
         self._time_cache: dict[int, list[float]] = {}
-
-    def decide(self, batch_size: int, token_budget: int) -> int:
-        """Gamma to draft after this step (verified in the next one)."""
-        cfg = self.config
-        cap = budget_cap(batch_size, token_budget, self._lo, cfg.max_gamma)
-        cur = self._gamma
-        calls = self._calls
-        self._calls = calls + 1
-        g = cur if cur <= cap else cap
-        if calls % cfg.control_interval == 0:
-            g = self._choose(batch_size, cap, g)
-        if g != cur:
-            self._switches += 1
-        self._prev_gamma = cur
-        self._gamma = g
-        return g
 
     def observe(self, feedback: StepFeedback) -> None:
         """Update acceptance (every step) and latency calibration (steady steps only)."""
