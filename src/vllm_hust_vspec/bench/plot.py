@@ -3,17 +3,12 @@ over time from the vSpec server's controller trace."""
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-INSTALL_HINT = "pip install vllm-hust-vspec[bench]"
-
-
-class PlotUnavailable(RuntimeError):
-    """matplotlib is not installed."""
+from vllm_hust_vspec.plotting import PlotUnavailable, load_pyplot, moving_average
 
 
 def read_trace(path: Path) -> list[dict[str, Any]]:
@@ -42,25 +37,12 @@ def gamma_series(records: Sequence[dict[str, Any]], window: int = 9) -> tuple[
     t0 = float(records[0]["t"])
     ts = [float(r["t"]) - t0 for r in records]
     gs = [float(r.get("decided", r.get("gamma", 0))) for r in records]
-    avg: list[float] = []
-    acc = 0.0
-    for i, g in enumerate(gs):
-        acc += g
-        if i >= window:
-            acc -= gs[i - window]
-        avg.append(acc / min(i + 1, window))
-    return ts, avg
+    return ts, moving_average(gs, window)
 
 
 def plot_pair(summary: dict[str, Any], traces: Sequence[Path], out_path: str | Path) -> None:
     """Three panels: throughput per repetition and arm, per-position acceptance, gamma."""
-    try:
-        # optional dependency, imported on demand (and untyped for mypy either way)
-        matplotlib: Any = importlib.import_module("matplotlib")
-        matplotlib.use("Agg")
-        plt: Any = importlib.import_module("matplotlib.pyplot")
-    except ImportError:
-        raise PlotUnavailable(f"--plot needs matplotlib: {INSTALL_HINT}") from None
+    plt = load_pyplot()
     fig: Any
     fig, (ax_t, ax_a, ax_g) = plt.subplots(3, 1, figsize=(9, 11))
     runs = summary.get("runs", {})

@@ -2,38 +2,15 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
+from ..plotting import PlotUnavailable, load_pyplot, moving_average
 from .runner import ScenarioReport
-
-INSTALL_HINT = "pip install vllm-hust-vspec[bench]"
-
-
-class PlotUnavailable(RuntimeError):
-    """matplotlib is not installed."""
-
-
-def _moving_average(values: list[float], width: int) -> list[float]:
-    out: list[float] = []
-    acc = 0.0
-    for i, v in enumerate(values):
-        acc += v
-        if i >= width:
-            acc -= values[i - width]
-        out.append(acc / min(i + 1, width))
-    return out
 
 
 def plot_report(report: ScenarioReport, out_path: str) -> None:
     """Draw gamma over time (first seed, moving average) and mean goodput (+- std)."""
-    try:
-        # optional dependency, imported on demand (and untyped for mypy either way)
-        matplotlib: Any = importlib.import_module("matplotlib")
-        matplotlib.use("Agg")
-        plt: Any = importlib.import_module("matplotlib.pyplot")
-    except ImportError:
-        raise PlotUnavailable(f"--plot needs matplotlib: {INSTALL_HINT}") from None
+    plt = load_pyplot()
     fig: Any
     fig, (ax_g, ax_p) = plt.subplots(2, 1, figsize=(10, 8))
     for summary in report.policies:
@@ -41,7 +18,7 @@ def plot_report(report: ScenarioReport, out_path: str) -> None:
         if run is None or summary.policy.startswith("fixed:"):
             continue
         ts = run.timeline["t"]
-        gs = _moving_average(run.timeline["gamma"], 25)
+        gs = moving_average(run.timeline["gamma"], 25)
         ax_g.plot(ts, gs, label=summary.policy, linewidth=1.0)
     ax_g.set_xlabel("simulated time (s)")
     ax_g.set_ylabel("gamma (25-step moving average)")
@@ -60,3 +37,6 @@ def plot_report(report: ScenarioReport, out_path: str) -> None:
     fig.tight_layout()
     fig.savefig(out_path, dpi=110)
     plt.close(fig)
+
+
+__all__ = ["PlotUnavailable", "plot_report"]
