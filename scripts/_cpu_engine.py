@@ -3,13 +3,45 @@ generation, and reach the vSpec scheduler hook and drafter of an engine."""
 
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPTS = [
+    "def parse(self, text):", "import os\nimport sys\n", "class Queue:\n    def __init__(self",
+    "    return self._", "for key, value in sorted(", "# Copyright 2001 Python Software",
+    "raise ValueError(\"", "if __name__ == '__main__':",
+]
+
+
+def add_load_arguments(parser: argparse.ArgumentParser, drafters: list[str],
+                       default: list[str]) -> None:
+    """The flags every CPU benchmark takes: models folder, drafters, repetitions, load."""
+    parser.add_argument("--models", type=Path, default=ROOT / ".cache" / "models")
+    parser.add_argument("--drafters", nargs="+", default=default, choices=drafters)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=8, help="concurrent prompts")
+    parser.add_argument("--tokens", type=int, default=96, help="output tokens per prompt")
+
+
+def models_ready(models: Path) -> bool:
+    """True when the tiny models are built; otherwise say how to build them."""
+    if (models / "target" / "config.json").is_file():
+        return True
+    print(f"no tiny models in {models}: run scripts/build_tiny_models.py", file=sys.stderr)
+    return False
+
+
+def batch_prompts(batch: int) -> list[str]:
+    """``batch`` prompts, cycling the fixed list."""
+    return (PROMPTS * (batch // len(PROMPTS) + 1))[:batch]
 
 
 def make_llm(target: Path, spec: dict[str, Any] | None) -> Any:

@@ -24,9 +24,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _cpu_engine import hook_of, make_llm, tokens_per_s  # scripts/ is on sys.path
+from _cpu_engine import (  # scripts/ is on sys.path
+    add_load_arguments,
+    batch_prompts,
+    hook_of,
+    make_llm,
+    models_ready,
+    tokens_per_s,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
 MAX_K = 4
 # drafter -> target it drafts for
 DRAFTERS = {
@@ -36,11 +42,6 @@ DRAFTERS = {
     "draft-cheap-agree": "target-deep",
     "draft-cheap-random": "target-deep",
 }
-PROMPTS = [
-    "def parse(self, text):", "import os\nimport sys\n", "class Queue:\n    def __init__(self",
-    "    return self._", "for key, value in sorted(", "# Copyright 2001 Python Software",
-    "raise ValueError(\"", "if __name__ == '__main__':",
-]
 
 
 def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
@@ -80,17 +81,11 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", type=Path, default=ROOT / ".cache" / "models")
-    parser.add_argument("--drafters", nargs="+", default=list(DRAFTERS), choices=list(DRAFTERS))
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--batch", type=int, default=8, help="concurrent prompts")
-    parser.add_argument("--tokens", type=int, default=96, help="output tokens per prompt")
+    add_load_arguments(parser, list(DRAFTERS), list(DRAFTERS))
     args = parser.parse_args()
-    if not (args.models / "target" / "config.json").is_file():
-        print(f"no tiny models in {args.models}: run scripts/build_tiny_models.py",
-              file=sys.stderr)
+    if not models_ready(args.models):
         return 2
-    prompts = (PROMPTS * (args.batch // len(PROMPTS) + 1))[: args.batch]
+    prompts = batch_prompts(args.batch)
     rows = []
     for drafter in args.drafters:
         print(f"benchmarking {drafter} ...", file=sys.stderr, flush=True)

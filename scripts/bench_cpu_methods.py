@@ -27,19 +27,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _cpu_engine import drafter_of, hook_of, make_llm, tokens_per_s  # scripts/ is on sys.path
+from _cpu_engine import (  # scripts/ is on sys.path
+    add_load_arguments,
+    batch_prompts,
+    drafter_of,
+    hook_of,
+    make_llm,
+    models_ready,
+    tokens_per_s,
+)
 
 # vLLM logs to stdout; keep stdout for the tables.
 os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
 
-ROOT = Path(__file__).resolve().parents[1]
 MAX_K = 4
 DRAFTERS = {"draft-noise-poor": "target", "draft-noise-medium": "target", "draft": "target"}
-PROMPTS = [
-    "def parse(self, text):", "import os\nimport sys\n", "class Queue:\n    def __init__(self",
-    "    return self._", "for key, value in sorted(", "# Copyright 2001 Python Software",
-    "raise ValueError(\"", "if __name__ == '__main__':",
-]
 HEADS: dict[str, dict[str, Any]] = {
     "full": {},
     "active-512": {"HUST_VSPEC_EAGLE_DRAFT_ACTIVE_VOCAB_SIZE": "512"},
@@ -167,20 +169,13 @@ def bench_heads(models: Path, reps: int, prompts: list[str], tokens: int) -> lis
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", type=Path, default=ROOT / ".cache" / "models")
-    parser.add_argument("--drafters", nargs="+", default=["draft-noise-poor", "draft"],
-                        choices=list(DRAFTERS))
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--batch", type=int, default=8, help="concurrent prompts")
-    parser.add_argument("--tokens", type=int, default=96, help="output tokens per prompt")
+    add_load_arguments(parser, list(DRAFTERS), ["draft-noise-poor", "draft"])
     parser.add_argument("--threshold", type=float, default=0.5, help="entropy threshold (nats)")
     parser.add_argument("--head", action="store_true", help="also time draft-head variants")
     args = parser.parse_args()
-    if not (args.models / "target" / "config.json").is_file():
-        print(f"no tiny models in {args.models}: run scripts/build_tiny_models.py",
-              file=sys.stderr)
+    if not models_ready(args.models):
         return 2
-    prompts = (PROMPTS * (args.batch // len(PROMPTS) + 1))[: args.batch]
+    prompts = batch_prompts(args.batch)
     print(f"\nvllm-cpu, batch {args.batch} x {args.tokens} tokens, max gamma {MAX_K}, entropy "
           f"threshold {args.threshold}; medians of {args.reps} interleaved repetitions\n")
     arms = ["fixed4/off", "fixed4/stop", "vspec/off", "vspec/stop"]
