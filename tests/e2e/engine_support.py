@@ -101,6 +101,16 @@ def shutdown(llm: Any) -> None:
     gc.collect()
 
 
+@contextmanager
+def engine(target: str, speculative: dict[str, Any] | None = None, **kwargs: Any) -> Iterator[Any]:
+    """``make_llm`` for the length of a ``with`` block, then :func:`shutdown`."""
+    llm = make_llm(target, speculative, **kwargs)
+    try:
+        yield llm
+    finally:
+        shutdown(llm)
+
+
 def engine_scheduler(llm: Any) -> Any:
     """The Scheduler of an in-process engine."""
     core = llm.llm_engine.engine_core

@@ -29,13 +29,12 @@ TOKENS = 220
 def _run(draft: str, mode: str, tmp_path: Path) -> list[dict[str, object]]:
     trace = tmp_path / "trace.jsonl"
     spec = {"method": "draft_model", "model": es.model(draft), "num_speculative_tokens": MAX_K}
-    with es.vspec(method="draft", adaptive_gamma0_mode=mode, adaptive_trace=str(trace)):
-        llm = es.make_llm(es.model("target-deep"), spec)
-        try:
-            for _ in range(2):  # two cohorts: more late decisions to judge
-                es.generate(llm, es.PROMPTS * 2, TOKENS)
-        finally:
-            es.shutdown(llm)
+    with (
+        es.vspec(method="draft", adaptive_gamma0_mode=mode, adaptive_trace=str(trace)),
+        es.engine(es.model("target-deep"), spec) as llm,
+    ):
+        for _ in range(2):  # two cohorts: more late decisions to judge
+            es.generate(llm, es.PROMPTS * 2, TOKENS)
     return es.read_trace(trace)
 
 

@@ -52,14 +52,10 @@ def test_sync_variable_gamma_is_token_identical(
     with es.vspec(
         controller=lambda k: es.ScriptedController(gammas, k),
         method="draft", adaptive_gamma0_mode="sync", adaptive_trace=str(trace),
-    ) as built:
-        llm = es.make_llm(models["target"], _spec(models["draft"]))
+    ) as built, es.engine(models["target"], _spec(models["draft"])) as llm:
         calls = es.count_propose_calls(llm)
-        try:
-            out = es.generate(llm)
-            metrics = {m.name: m for m in llm.get_metrics()}
-        finally:
-            es.shutdown(llm)
+        out = es.generate(llm)
+        metrics = {m.name: m for m in llm.get_metrics()}
     assert out == reference
     (ctrl,) = built
     assert ctrl.max_gamma == MAX_K
@@ -104,13 +100,9 @@ def test_sticky_gamma0_skips_drafter_then_resumes(
     with es.vspec(
         controller=lambda k: es.ScriptedController([2, 2, 0, MAX_K], k, repeat=False),
         method="draft", adaptive_gamma0_mode="sticky", adaptive_trace=str(trace),
-    ) as built:
-        llm = es.make_llm(models["target"], _spec(models["draft"]), max_num_seqs=4)
+    ) as built, es.engine(models["target"], _spec(models["draft"]), max_num_seqs=4) as llm:
         calls = es.count_propose_calls(llm)
-        try:
-            out = es.generate(llm)
-        finally:
-            es.shutdown(llm)
+        out = es.generate(llm)
     assert out == reference
     records = es.read_trace(trace)
     skipped = [r for r in records if r["skip"]]
@@ -137,12 +129,8 @@ def test_controller_failure_falls_back_to_max_gamma(
     with es.vspec(
         controller=lambda k: es.RaisingController([1], k),
         method="draft", adaptive_trace=str(trace),
-    ):
-        llm = es.make_llm(models["target"], _spec(models["draft"]))
-        try:
-            out = es.generate(llm)
-        finally:
-            es.shutdown(llm)
+    ), es.engine(models["target"], _spec(models["draft"])) as llm:
+        out = es.generate(llm)
     assert out == reference
     assert _sample("vspec_controller_fallbacks_total") == before + 1
     records = es.read_trace(trace)
@@ -165,12 +153,8 @@ def test_refill_admission_admits_cohorts_and_completes_every_request(
     with es.vspec(
         controller=lambda k: es.ScriptedController([2], k),
         method="draft", adaptive_refill_batch=refill, adaptive_trace=str(trace),
-    ):
-        llm = es.make_llm(models["target"], _spec(models["draft"]), max_num_seqs=4)
-        try:
-            outs = llm.generate(prompts, params)
-        finally:
-            es.shutdown(llm)
+    ), es.engine(models["target"], _spec(models["draft"]), max_num_seqs=4) as llm:
+        outs = llm.generate(prompts, params)
     for prompt, n, o in zip(prompts, lengths, outs, strict=True):
         assert o.finished
         assert list(o.outputs[0].token_ids) == reference[es.PROMPTS.index(prompt)][:n]

@@ -48,13 +48,9 @@ def test_method_token_identical_with_variable_gamma(
     with es.vspec(
         controller=lambda k: es.ScriptedController(GAMMAS, k),
         method=method, adaptive_gamma0_mode=mode, adaptive_trace=str(trace),
-    ) as built:
-        llm = es.make_llm(target, _spec(method, draft), max_num_seqs=4)
+    ) as built, es.engine(target, _spec(method, draft), max_num_seqs=4) as llm:
         calls = es.count_propose_calls(llm)
-        try:
-            out = es.generate(llm)
-        finally:
-            es.shutdown(llm)
+        out = es.generate(llm)
     assert out == reference
     (ctrl,) = built
     fbs = ctrl.feedback

@@ -22,12 +22,9 @@ def _run(**fields: Any) -> tuple[list[list[int]], float]:
     """Outputs and mean accepted drafts per decoding request-step (fixed gamma K)."""
     with es.vspec(controller=lambda k: es.ScriptedController([k], k), method="eagle",
                   **fields) as built:
-        llm = es.make_llm(es.model("target"), {"method": "eagle", "model": es.model("eagle"),
-                                               "num_speculative_tokens": K}, max_num_seqs=8)
-        try:
+        spec = {"method": "eagle", "model": es.model("eagle"), "num_speculative_tokens": K}
+        with es.engine(es.model("target"), spec, max_num_seqs=8) as llm:
             out = es.generate(llm)
-        finally:
-            es.shutdown(llm)
     accepted = [a for fb in built[0].feedback for a in fb.accepted]
     assert accepted, "no decoding step was observed"
     return out, sum(accepted) / len(accepted)

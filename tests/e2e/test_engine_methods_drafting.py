@@ -21,12 +21,11 @@ pytestmark = pytest.mark.vllm
 
 def _run(target: str, spec: dict[str, Any], **fields: Any) -> tuple[list[list[int]], list[Any]]:
     gamma = int(spec["num_speculative_tokens"])
-    with es.vspec(controller=lambda k: es.ScriptedController([gamma], k), **fields) as built:
-        llm = es.make_llm(es.model(target), spec, max_num_seqs=8)
-        try:
-            out = es.generate(llm)
-        finally:
-            es.shutdown(llm)
+    with (
+        es.vspec(controller=lambda k: es.ScriptedController([gamma], k), **fields) as built,
+        es.engine(es.model(target), spec, max_num_seqs=8) as llm,
+    ):
+        out = es.generate(llm)
     return out, built[0].feedback
 
 
@@ -58,12 +57,11 @@ def test_entropy_stop_cuts_poor_drafts_outputs_unchanged(reference: list[list[in
 def test_entropy_stop_with_online_controller(reference: list[list[int]], tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
     spec = {"method": "eagle", "model": es.model("eagle"), "num_speculative_tokens": 3}
-    with es.vspec(method="eagle", adaptive_entropy_stop=True, adaptive_trace=str(trace)):
-        llm = es.make_llm(es.model("target"), spec, max_num_seqs=8)
-        try:
-            out = es.generate(llm)
-        finally:
-            es.shutdown(llm)
+    with (
+        es.vspec(method="eagle", adaptive_entropy_stop=True, adaptive_trace=str(trace)),
+        es.engine(es.model("target"), spec, max_num_seqs=8) as llm,
+    ):
+        out = es.generate(llm)
     assert out == reference
     records = es.read_trace(trace)
     assert records and any(r["drafted"] > 0 for r in records)
