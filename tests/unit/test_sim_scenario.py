@@ -85,7 +85,7 @@ def test_unknown_name_lists_shipped_scenarios() -> None:
 
 def test_shipped_suite_loads_and_is_tagged() -> None:
     names = list_scenarios()
-    assert 10 <= len(names) <= 14
+    assert 10 <= len(names) <= 24
     suite = [load_scenario(n) for n in names]
     assert all(s.name == n for s, n in zip(suite, names, strict=True))
     assert any(s.stationary for s in suite) and any(not s.stationary for s in suite)

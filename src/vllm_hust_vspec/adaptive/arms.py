@@ -1,4 +1,4 @@
-"""Per-bucket, per-arm step-time statistics with a sliding window per arm."""
+"""Per-bucket, per-arm state: the filtered cost (see load.py) and a window for reports."""
 
 from __future__ import annotations
 
@@ -8,54 +8,41 @@ _RESUM_EVERY = 4096  # re-add window sums now and then so float drift cannot acc
 
 
 class ArmWindow:
-    """The last ``window`` steady samples of one arm: step interval and committed/request."""
+    """One gamma arm of one bucket.
 
-    __slots__ = (
-        "batch_sq_sum", "batch_sum", "batch_time_sum", "batches", "commit_sum", "commits",
-        "count_total", "interval_sum", "intervals", "last_seen",
-    )
+    ``mu`` / ``var`` / ``seen`` are the arm's load-free log cost as kept by
+    :class:`~vllm_hust_vspec.adaptive.load.TimeFilter` (what decisions use). The window of the
+    last ``window`` steady samples (load-normalised interval, committed per request) only
+    feeds reports: measured goodput and mean interval in ``snapshot()``.
+    """
+
+    __slots__ = ("commit_sum", "commits", "count_total", "interval_sum", "intervals", "mu",
+                 "seen", "var")
 
     def __init__(self, window: int) -> None:
         self.intervals: deque[float] = deque(maxlen=window)
         self.commits: deque[float] = deque(maxlen=window)
-        self.batches: deque[int] = deque(maxlen=window)
         self.interval_sum = 0.0
         self.commit_sum = 0.0
-        # Batch sums let the bucket regress step time on batch size inside the window.
-        self.batch_sum = 0.0
-        self.batch_sq_sum = 0.0
-        self.batch_time_sum = 0.0
         self.count_total = 0
-        self.last_seen = 0
+        self.mu = 0.0
+        self.var = 0.0  # 0: never measured
+        self.seen = 0
 
-    def add(self, interval_s: float, committed_per_request: float, batch: int,
-            when: int) -> None:
+    def add(self, interval_s: float, committed_per_request: float) -> None:
         """Append one sample, evicting the oldest when the window is full (O(1))."""
         iv = self.intervals
         if len(iv) == iv.maxlen:
-            old_t = iv[0]
-            old_b = self.batches[0]
-            self.interval_sum -= old_t
+            self.interval_sum -= iv[0]
             self.commit_sum -= self.commits[0]
-            self.batch_sum -= old_b
-            self.batch_sq_sum -= old_b * old_b
-            self.batch_time_sum -= old_b * old_t
         iv.append(interval_s)
         self.commits.append(committed_per_request)
-        self.batches.append(batch)
         self.interval_sum += interval_s
         self.commit_sum += committed_per_request
-        self.batch_sum += batch
-        self.batch_sq_sum += batch * batch
-        self.batch_time_sum += batch * interval_s
         self.count_total += 1
-        self.last_seen = when
         if self.count_total % _RESUM_EVERY == 0:
             self.interval_sum = sum(iv)
             self.commit_sum = sum(self.commits)
-            self.batch_sum = float(sum(self.batches))
-            self.batch_sq_sum = float(sum(b * b for b in self.batches))
-            self.batch_time_sum = sum(b * t for b, t in zip(self.batches, iv, strict=True))
 
     @property
     def count(self) -> int:
@@ -80,34 +67,12 @@ class BucketStats:
         self.index = index
         self.arms = [ArmWindow(window) for _ in range(num_arms)]
         self.observations = 0  # steady samples ever recorded here (the UCB clock)
-        self.measured = 0  # arms with at least one sample in their window
+        self.measured = 0  # arms with at least one sample
 
-    def add(self, arm: int, interval_s: float, committed_per_request: float, batch: int) -> None:
-        """Record one steady sample for ``arm``."""
+    def add(self, arm: int, interval_s: float, committed_per_request: float) -> None:
+        """Record one steady sample for ``arm`` in its report window."""
         self.observations += 1
         a = self.arms[arm]
-        if not a.intervals:
+        if not a.count_total:
             self.measured += 1
-        a.add(interval_s, committed_per_request, batch, self.observations)
-
-    def own_times(
-        self, batch: int = 0, gamma0: int = 0, slope: float = 0.0
-    ) -> list[float | None]:
-        """Step time per arm from this bucket's own windows, None when unmeasured. With
-        ``batch`` and ``slope`` (seconds per verified token) each window mean is moved from
-        its own mean batch to ``batch``: arms measured at different batch sizes become
-        comparable."""
-        if batch <= 0:
-            slope = 0.0
-        out: list[float | None] = []
-        for i, a in enumerate(self.arms):
-            n = len(a.intervals)
-            if not n:
-                out.append(None)
-                continue
-            t = a.interval_sum / n
-            if slope:
-                t += slope * (gamma0 + i + 1) * (batch - a.batch_sum / n)
-                t = max(t, 0.1 * a.interval_sum / n)
-            out.append(t)
-        return out
+        a.add(interval_s, committed_per_request)

@@ -1,4 +1,4 @@
-"""Online gamma controller: model-assisted sliding-window UCB over gamma arms.
+"""Online gamma controller: model-assisted UCB over gamma arms, robust to machine load.
 
 Every allowed gamma is an arm. A step's goodput factorises as
 
@@ -6,13 +6,15 @@ Every allowed gamma is an arm. A step's goodput factorises as
 
 where ``p[k]`` is the per-position acceptance (shared by all arms and all batch sizes, learned
 from every verify step, discounted so it follows drift) and ``T(g)`` is the step interval at
-gamma ``g`` (hardware cost, learned per power-of-two batch bucket from a sliding window of
-steady steps per arm). Estimating the two factors separately is what makes the controller
-fast: a change in acceptance moves the estimate of *every* arm at once, without having to
-re-sample them, and the step time of an arm never played in a bucket is borrowed from the
-nearest measured bucket (scaled to this bucket's measured arms) so obviously bad arms are not
-probed. A UCB bonus, scaled to the size of the estimates, probes arms whose time is uncertain
-or stale; hysteresis, a per-decision step limit and a control interval keep gamma steady.
+gamma ``g`` (hardware cost, learned per power-of-two batch bucket from steady steps; a small
+Kalman filter, adaptive/load.py, separates each arm's cost from the machine's drifting load, so
+arms sampled at different moments stay comparable). Estimating the two factors separately is
+what makes the controller fast: a change in acceptance moves the estimate of *every* arm at
+once, without having to re-sample them, and the step time of an arm never played in a bucket is
+borrowed from the nearest measured bucket (scaled to this bucket's measured arms) so obviously
+bad arms are not probed. A UCB bonus, scaled to the size of the estimates, probes arms whose
+cost is uncertain or stale; hysteresis, a per-decision step limit and a control interval keep
+gamma steady.
 See docs/controller.md for the reasoning behind each piece.
 """
 
@@ -29,6 +31,7 @@ from .arms import BucketStats
 from .cadence import CadencedPolicy
 from .cost_model import GlobalCost
 from .feedback import StepFeedback
+from .load import TimeFilter
 
 _INF = math.inf
 # Pseudo-count given to a step time borrowed from another bucket or a linear fit: as
@@ -48,15 +51,21 @@ class OnlineConfig:
     hysteresis: float = 0.05
     # Largest gamma change per decision (a budget cap may force a larger drop).
     max_gamma_step: int = 2
-    # Steady samples kept per arm and bucket.
+    # Steady samples per arm and bucket kept for reports (measured goodput in snapshot()).
     window: int = 32
     # UCB coefficient, relative to the best estimate of the bucket.
     exploration: float = 0.05
     # Steady samples discarded at start (graph warm-up, cache effects).
     warmup_samples: int = 3
-    # Decisions per arm in the initial sweep (the first of each is a mixed transition step).
-    sweep_samples: int = 3
-    # Bucket observations after which an arm's confidence halves (re-probes stale arms).
+    # Decisions per arm and sweep pass (the first of each visit is a mixed transition step).
+    sweep_samples: int = 2
+    # Sweep passes: the first walks down from the initial gamma, the next back up, and so on,
+    # so a load level that drifts during the sweep biases no arm (each arm's mean sample time
+    # is the same).
+    sweep_passes: int = 2
+    # Steps without playing an arm after which its cost is as uncertain as one sample's: the
+    # arm's variance grows by 1/halflife per step (units of the noise), which both lets a
+    # fresh sample move its estimate and gives it the UCB bonus that re-probes it.
     staleness_halflife: float = 256.0
     # p[0] assumed before any verify feedback (deeper positions continue geometrically).
     prior_acceptance: float = 0.6
@@ -69,7 +78,10 @@ class OnlineConfig:
     # time the probe does not turn speculation back on. 0 disables probing.
     probe_interval: int = 16
     max_probe_interval: int = 512
-    # First gamma (None: max_gamma); the sweep walks down from it, then up.
+    # Growth per step of the load level's variance, in units of the measurement noise: how
+    # fast the shared load estimate follows the machine (adaptive/load.py).
+    load_drift: float = 0.25
+    # First gamma (None: max_gamma); the first sweep pass walks down from it, then up.
     initial_gamma: int | None = None
 
     def __post_init__(self) -> None:
@@ -80,12 +92,14 @@ class OnlineConfig:
         require_int(self, "window", 1)
         require_int(self, "warmup_samples", 0)
         require_int(self, "sweep_samples", 1)
+        require_int(self, "sweep_passes", 1)
         require_int(self, "probe_interval", 0)
         require_int(self, "max_probe_interval", self.probe_interval)
         require_float(self, "hysteresis", 0.0, 10.0)
         require_float(self, "exploration", 0.0, 100.0)
         require_float(self, "staleness_halflife", 1e-9, math.inf)
         require_float(self, "prior_acceptance", 0.0, 1.0)
+        require_float(self, "load_drift", 0.0, 100.0)
         require_float(self, "acceptance_halflife_requests", 1e-9, math.inf)
         require_float(self, "acceptance_min_halflife_steps", 1e-9, math.inf)
         require_float(self, "acceptance_max_halflife_steps", self.acceptance_min_halflife_steps,
@@ -113,7 +127,9 @@ class OnlineController(CadencedPolicy):
         self._sweep_done = False
         self._sweep_issued = [0] * self._num_arms
         start = self._gamma
-        self._sweep_order = list(range(start, lo - 1, -1)) + list(range(start + 1, hi + 1))
+        down_up = list(range(start, lo - 1, -1)) + list(range(start + 1, hi + 1))
+        self._sweep_orders = [down_up if p % 2 == 0 else down_up[::-1]
+                              for p in range(cfg.sweep_passes)]
         self._buckets: dict[int, BucketStats] = {}
         self._cost = GlobalCost()
         self._acc = AcceptanceModel(
@@ -133,6 +149,7 @@ class OnlineController(CadencedPolicy):
         self._skipped_nonsteady = 0
         self._skipped_transition = 0
         self._probe = ZeroProbe(cfg.probe_interval, cfg.max_probe_interval)
+        self._filter = TimeFilter(cfg.load_drift, 1.0 / cfg.staleness_halflife)
 
     # -- Controller protocol ------------------------------------------------------------------
 
@@ -164,8 +181,18 @@ class OnlineController(CadencedPolicy):
         bucket = self._buckets.get(idx)
         if bucket is None:
             bucket = self._new_bucket(idx)
-        bucket.add(g - self._lo, feedback.interval_s, feedback.committed / batch, batch)
-        self._cost.add(batch, g, feedback.interval_s)
+        arm = g - self._lo
+        # Arms are compared in load-free units (adaptive/load.py): the filter splits each
+        # step's surprise between the machine's load level and this arm's own cost.
+        # The filter works at the bucket's reference batch (its lower edge): a step at another
+        # batch inside the bucket is moved there along the global per-token slope.
+        load = self._filter.load()
+        shift = load * self._cost.per_token() * (g + 1) * (batch - (1 << idx))
+        self._filter.update(bucket.arms[arm], max(feedback.interval_s - shift,
+                                                  0.1 * feedback.interval_s))
+        seconds = feedback.interval_s / load
+        bucket.add(arm, seconds, feedback.committed / batch)
+        self._cost.add(batch, g, seconds)
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-serialisable state: current gamma, phase, per-arm view of the last bucket."""
@@ -274,10 +301,12 @@ class OnlineController(CadencedPolicy):
 
     def _sweep_target(self, cap: int) -> int | None:
         lo = self._lo
-        need = self.config.sweep_samples
-        for g in self._sweep_order:
-            if g <= cap and self._sweep_issued[g - lo] < need:
-                return g
+        per_visit = self.config.sweep_samples
+        for p, order in enumerate(self._sweep_orders):
+            quota = per_visit * (p + 1)
+            for g in order:
+                if g <= cap and self._sweep_issued[g - lo] < quota:
+                    return g
         return None
 
     def _estimates(self, bucket: BucketStats, cap: int, batch: int) -> list[float | None]:
@@ -299,8 +328,7 @@ class OnlineController(CadencedPolicy):
             if e is not None and e > ref:
                 ref = e
         coef = self.config.exploration * ref * math.sqrt(math.log(bucket.observations + 2.0))
-        now = bucket.observations
-        hl = self.config.staleness_halflife
+        arm_var = self._filter.arm_var
         arms = bucket.arms
         score: list[float] = []
         for i, e in enumerate(est):
@@ -308,12 +336,7 @@ class OnlineController(CadencedPolicy):
                 score.append(_INF)
                 continue
             arm = arms[i]
-            n = len(arm.intervals)
-            if n:
-                age = now - arm.last_seen
-                weight = n * 0.5 ** (age / hl) if age else float(n)
-            else:
-                weight = _BORROWED_WEIGHT
+            weight = 1.0 / arm_var(arm.var, arm.seen) if arm.var > 0.0 else _BORROWED_WEIGHT
             score.append(e + coef / math.sqrt(weight))
         self._last_score = score
         return score
@@ -324,12 +347,11 @@ class OnlineController(CadencedPolicy):
         measured in both (the shape of T(g) transfers between batch sizes better than its
         level); else a line over this bucket's arms; else the global cost model's shape.
         Borrowed values are kept physically plausible (see _bound)."""
-        slope = self._cost.per_token()
         lo = self._lo
-        own = bucket.own_times(batch, lo, slope)
+        own = self._own_times(bucket, batch)
         if bucket.measured == self._num_arms:
             return own
-        shape = self._neighbour_curve(bucket.index, batch, slope)
+        shape = self._neighbour_curve(bucket.index, batch)
         out = list(own)
         measured = [i for i, t in enumerate(own) if t is not None]
         line = _linear_fill(own) if len(measured) >= 2 else None
@@ -352,7 +374,23 @@ class OnlineController(CadencedPolicy):
                 out[i] = _bound(out[i], own, measured, i, lo)
         return out
 
-    def _neighbour_curve(self, idx: int, batch: int, slope: float) -> list[float | None] | None:
+    def _own_times(self, bucket: BucketStats, batch: int) -> list[float | None]:
+        """Each measured arm's step time at the current load and ``batch`` (None: never
+        measured)."""
+        level = self._filter.level
+        per_gap = math.exp(level) * self._cost.per_token() * (batch - (1 << bucket.index))
+        out: list[float | None] = []
+        g = self._lo + 1
+        for a in bucket.arms:
+            if a.var > 0.0:
+                t = math.exp(a.mu + level)
+                out.append(max(t + per_gap * g, 0.1 * t))
+            else:
+                out.append(None)
+            g += 1
+        return out
+
+    def _neighbour_curve(self, idx: int, batch: int) -> list[float | None] | None:
         """Time curve at ``batch`` of the nearest bucket with at least two measured arms."""
         best: BucketStats | None = None
         for b in self._buckets.values():
@@ -364,7 +402,7 @@ class OnlineController(CadencedPolicy):
                 best = b
         if best is None:
             return None
-        own = best.own_times(batch, self._lo, slope)
+        own = self._own_times(best, batch)
         if best.measured == self._num_arms:
             return own
         measured = [i for i, t in enumerate(own) if t is not None]

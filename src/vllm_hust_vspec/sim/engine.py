@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from ..adaptive.feedback import Controller, StepFeedback
 from .acceptance import StationaryModel, expected_accept_prefix
+from .noise import NoiseSource
 from .scenario import Scenario
 from .workload import RequestSpec, make_requests
 
@@ -100,6 +101,8 @@ class Simulation:
         self.record = record
         self.want_trace = trace
         self.cost = scenario.cost
+        noisy = scenario.timing_noise.active
+        self.noise = NoiseSource(scenario.timing_noise, seed) if noisy else None
         self.depth = max(scenario.max_gamma, 1)
         self.phase_idx = 0
         self.phase_counter = 0
@@ -151,6 +154,7 @@ class Simulation:
         phases = sc.acceptance.phases
         cycle = sc.acceptance.cycle
         cost = self.cost
+        noise = self.noise
         controller = self.controller
         decide, observe = controller.decide, controller.observe
 
@@ -270,6 +274,8 @@ class Simulation:
 
             # 4. time and feedback
             dt = cost.step_time(len(decode), verify, g, num_drafting, pre_tokens, ctx)
+            if noise is not None:
+                dt *= noise.factor(t)
             t += dt
             busy += dt
             steps += 1

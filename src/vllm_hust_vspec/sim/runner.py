@@ -61,6 +61,7 @@ class ScenarioReport:
     seeds: list[int]
     best_fixed_policy: str | None
     policies: list[PolicySummary]
+    noisy: bool = False  # step times carry timing noise (scenario ``timing_noise``)
 
     def get(self, policy: str) -> PolicySummary | None:
         """Summary of ``policy`` if it ran."""
@@ -74,6 +75,7 @@ class ScenarioReport:
         return {
             "scenario": self.scenario,
             "stationary": self.stationary,
+            "noisy": self.noisy,
             "seeds": self.seeds,
             "best_fixed_policy": self.best_fixed_policy,
             "policies": [p.as_dict() for p in self.policies],
@@ -154,6 +156,7 @@ def summarise(scenario: Scenario, results: list[RunResult]) -> ScenarioReport:
         seeds=seeds,
         best_fixed_policy=best.policy if best else None,
         policies=summaries,
+        noisy=scenario.timing_noise.active,
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from ._strict import ScenarioError, StrictObject
 from .acceptance import AcceptanceSpec, parse_acceptance
 from .cost import AnyCost, parse_cost
+from .noise import TimingNoise, parse_noise
 from .workload import Workload, parse_workload
 
 SCHEMA_VERSION = 1
@@ -36,6 +37,7 @@ class Scenario:
     cost: AnyCost
     tags: tuple[str, ...] = ()
     description: str = ""
+    timing_noise: TimingNoise = field(default_factory=TimingNoise)
     source: str = field(default="<memory>", compare=False)
 
     @property
@@ -85,6 +87,8 @@ def parse_scenario(data: Any, source: str) -> Scenario:
         acceptance=acceptance,
         cost=parse_cost(top.raw("cost"), top, "cost"),
         tags=tags,
+        timing_noise=(parse_noise(top.child("timing_noise")) if top.has("timing_noise")
+                      else TimingNoise()),
         description=top.string("description", ""),
         source=source,
     )
