@@ -8,13 +8,14 @@ from collections import Counter
 import pytest
 from _adaptive_env import SynthEnv, run
 
-from vllm_hust_vspec.adaptive import OnlineController
+from vllm_hust_vspec.adaptive import OnlineConfig, OnlineController
 from vllm_hust_vspec.adaptive.arms import ArmWindow
 from vllm_hust_vspec.adaptive.load import TimeFilter
 
 
 def _filter() -> TimeFilter:
-    return TimeFilter(level_drift=0.25, arm_drift=1.0 / 256)
+    cfg = OnlineConfig()  # the controller's defaults
+    return TimeFilter(level_drift=cfg.load_drift, arm_drift=1.0 / cfg.staleness_halflife)
 
 
 def test_load_change_moves_the_level_not_the_long_played_arm() -> None:
@@ -65,10 +66,10 @@ def test_stale_arm_regains_uncertainty() -> None:
     a, b = ArmWindow(8), ArmWindow(8)
     for _ in range(5):
         f.update(b, 0.012)
-    fresh = f.arm_var(b.var, b.seen)
+    fresh = f.arm_var(b)
     for _ in range(200):
         f.update(a, 0.010)
-    assert f.arm_var(b.var, b.seen) > fresh + 0.5
+    assert f.arm_var(b) > fresh + 0.5
 
 
 def test_a_stall_is_clipped() -> None:

@@ -15,13 +15,16 @@ its surprises move the *level*; a freshly probed or stale arm has a vague ``mu``
 surprise moves *its own estimate* and leaves the level alone. An arm's variance grows while it
 is not played, which is also what makes the UCB bonus re-probe stale arms.
 
-Variances are kept in units of the measurement noise ``r`` (estimated online from the
-innovations), so ``1 / var`` reads as "effective samples".
+How noisy a step is and how fast the load moves are measured, not assumed (DriftEstimator,
+a variogram of the played arm), and outliers are told apart: a lone one is a stall, two in a
+row are a shift. Variances are kept in units of the measurement noise ``r``, so ``1 / var``
+reads as "effective samples".
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Protocol
 
 
@@ -39,19 +42,84 @@ _R_MIN = 1e-4
 _R_INIT = 4e-3
 # An innovation larger than this many standard deviations is clipped.
 _CLIP_SIGMAS = 3.0
+# Variogram: lag (steps) of the long difference, EWMA weight floor, samples before it is used,
+# and the range the learned level drift (units of r) is kept in.
+_LAG = 8
+_VARIO_RATE = 0.02
+_VARIO_READY = 24
+_DRIFT_MIN = 0.01
+_DRIFT_MAX = 16.0
+
+
+class DriftEstimator:
+    """How noisy is one step, and how fast does the load move? Read off the played arm.
+
+    While one arm is played, its log step times are ``level + mu + noise``: differences at lag
+    1 have variance ``2r + q``, at lag k ``2r + k q`` (``q``: the level's random-walk variance
+    per step). Two discounted mean squares of differences therefore give both the noise ``r``
+    and the drift ``q / r`` the filter needs -- on a steady GPU host the drift comes out near 0
+    and arms are averaged over many steps; on a shared CPU whose load wanders it comes out
+    large and the level follows the machine. Differences are taken only within one run of one
+    arm (a switch restarts the history), and squared differences far above the current
+    estimate (stalls) are clipped.
+    """
+
+    __slots__ = ("_arm", "_hist", "n_long", "n_short", "v_long", "v_short")
+
+    def __init__(self) -> None:
+        self._arm: object | None = None
+        self._hist: deque[float] = deque(maxlen=_LAG)
+        self.v_short = 0.0
+        self.v_long = 0.0
+        self.n_short = 0
+        self.n_long = 0
+
+    def observe(self, arm: object, y: float) -> None:
+        """One clean log step time ``y`` of ``arm``."""
+        h = self._hist
+        if arm is not self._arm:
+            self._arm = arm
+            h.clear()
+        if h:
+            self.n_short += 1
+            self.v_short = _mean_square(self.v_short, y - h[-1], self.n_short)
+        if len(h) == _LAG:
+            self.n_long += 1
+            self.v_long = _mean_square(self.v_long, y - h[0], self.n_long)
+        h.append(y)
+
+    def estimate(self) -> tuple[float, float] | None:
+        """``(r, q / r)`` once enough runs were seen, else None."""
+        if self.n_long < _VARIO_READY:
+            return None
+        q = max((self.v_long - self.v_short) / (_LAG - 1), 0.0)
+        r = max((self.v_short - q) / 2.0, _R_MIN)
+        return r, min(max(q / r, _DRIFT_MIN), _DRIFT_MAX)
+
+
+def _mean_square(v: float, d: float, n: int) -> float:
+    """Discounted mean of ``d * d`` (plain mean for the first samples; stalls clipped)."""
+    sq = d * d
+    if n > _LAG and sq > 16.0 * v:
+        sq = 16.0 * v
+    return v + max(_VARIO_RATE, 1.0 / n) * (sq - v)
 
 
 class TimeFilter:
     """Shared load level plus per-arm log costs. Arms are any objects with ``mu``, ``var``
     (in units of ``r``) and ``seen`` (the filter clock when last updated) attributes."""
 
-    __slots__ = ("_arm_drift", "_level_drift", "clock", "level", "level_var", "r")
+    __slots__ = ("_arm_drift", "_drift", "_outlier_side", "clock", "level", "level_drift",
+                 "level_var", "r")
 
     def __init__(self, level_drift: float, arm_drift: float) -> None:
-        # Per-step variance growth, in units of r: the level follows the load within a few
-        # steps; an arm's cost is nearly constant but is re-checked after long absences.
-        self._level_drift = level_drift
+        # Per-step variance growth, in units of r. ``level_drift`` is the prior for how fast
+        # the load moves, replaced by the measured value once the variogram has data; an
+        # arm's cost is nearly constant but is re-checked after long absences.
+        self.level_drift = level_drift
         self._arm_drift = arm_drift
+        self._drift = DriftEstimator()
+        self._outlier_side = 0  # sign of the last step's outlier (0: it was not one)
         self.level = 0.0
         self.level_var = 1.0
         self.r = _R_INIT
@@ -61,36 +129,59 @@ class TimeFilter:
         """Current load factor (``exp(level)``; 1.0 before any measurement)."""
         return math.exp(self.level)
 
-    def arm_var(self, var: float, seen: int) -> float:
+    def arm_var(self, arm: ArmLike) -> float:
         """An arm's variance now, after ``clock - seen`` steps without being played."""
-        return var + self._arm_drift * (self.clock - seen)
+        return arm.var + self._arm_drift * (self.clock - arm.seen)
 
     def update(self, arm: ArmLike, seconds: float) -> None:
         """Fold in one clean step of ``arm`` that took ``seconds``."""
         self.clock += 1
         y = math.log(seconds)
-        self.level_var += self._level_drift
+        self._drift.observe(arm, y)
+        measured = self._drift.estimate()
+        if measured is not None:
+            self.r, self.level_drift = measured
+        self.level_var += self.level_drift
         if arm.var <= 0.0:
             # First sample of this arm: all of it is the arm (the level is known from others).
             arm.mu = y - self.level
             arm.var = 1.0 + self.level_var
             arm.seen = self.clock
             return
-        p_arm = self.arm_var(arm.var, arm.seen)
+        p_arm = self.arm_var(arm)
         p_level = self.level_var
         s = p_level + p_arm + 1.0  # innovation variance, units of r
         e = y - self.level - arm.mu
-        # Learn the noise scale from the innovations (their variance is s * r).
-        self.r += 0.05 * (min(e * e / s, 9.0 * self.r) - self.r)
-        if self.r < _R_MIN:
-            self.r = _R_MIN
-        # Beyond a few sigmas the surprise is clipped: a stall is neither a load change nor a
-        # property of the arm, and one must not swing either estimate.
+        if measured is None:
+            # Until the variogram is ready, learn the noise scale from the innovations
+            # (their variance is s * r).
+            self.r += 0.05 * (min(e * e / s, 9.0 * self.r) - self.r)
+            if self.r < _R_MIN:
+                self.r = _R_MIN
+        # Beyond a few sigmas the surprise is an outlier. One alone is a stall, neither a load
+        # change nor a property of the arm: it is clipped. Two in a row on the same side are a
+        # shift: whichever of level and arm is less certain is re-anchored on this sample (a
+        # load jump moves the level at once; a thin arm's wrong first sample is replaced).
         bound = _CLIP_SIGMAS * math.sqrt(s * self.r)
-        if e > bound:
-            e = bound
-        elif e < -bound:
-            e = -bound
+        side = 1 if e > bound else -1 if e < -bound else 0
+        if side and p_arm > p_level:
+            # A thin arm's estimate is one or two samples, possibly taken under another
+            # load: a surprise here says more about the estimate than about a stall.
+            side = 0
+        shifted = side != 0 and side == self._outlier_side
+        self._outlier_side = side
+        if shifted:
+            if p_arm > p_level:
+                arm.mu += e
+                arm.var = 1.0 + p_level
+            else:
+                self.level += e
+                self.level_var = 1.0 + p_arm
+                arm.var = p_arm
+            arm.seen = self.clock
+            return
+        if side:
+            e = side * bound
         self.level += p_level / s * e
         arm.mu += p_arm / s * e
         self.level_var = p_level * (1.0 - p_level / s)

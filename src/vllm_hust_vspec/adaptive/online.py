@@ -78,9 +78,9 @@ class OnlineConfig:
     # time the probe does not turn speculation back on. 0 disables probing.
     probe_interval: int = 16
     max_probe_interval: int = 512
-    # Growth per step of the load level's variance, in units of the measurement noise: how
-    # fast the shared load estimate follows the machine (adaptive/load.py).
-    load_drift: float = 0.25
+    # Prior growth per step of the load level's variance, in units of the measurement noise
+    # (how fast the load estimate follows the machine), until it is measured (adaptive/load.py).
+    load_drift: float = 1.0
     # First gamma (None: max_gamma); the first sweep pass walks down from it, then up.
     initial_gamma: int | None = None
 
@@ -336,7 +336,7 @@ class OnlineController(CadencedPolicy):
                 score.append(_INF)
                 continue
             arm = arms[i]
-            weight = 1.0 / arm_var(arm.var, arm.seen) if arm.var > 0.0 else _BORROWED_WEIGHT
+            weight = 1.0 / arm_var(arm) if arm.var > 0.0 else _BORROWED_WEIGHT
             score.append(e + coef / math.sqrt(weight))
         self._last_score = score
         return score
