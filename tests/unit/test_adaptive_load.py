@@ -99,3 +99,18 @@ def test_busy_machine_during_the_sweep_does_not_pin_a_low_gamma(seed: int) -> No
     _, decisions = run(OnlineController(), env, 600, busy_then_quiet)
     late = Counter(decisions[200:])
     assert late[4] >= 0.85 * sum(late.values()), late
+
+
+def test_neighbour_is_rechecked_at_a_fixed_cadence() -> None:
+    env = SynthEnv(alpha=0.9, seed=3, noise=0.01)
+    assert env.best_gamma() == 4
+    cfg = OnlineConfig(neighbour_check_interval=40)
+    _, decisions = run(OnlineController(cfg), env, 700)
+    tail = "".join(str(g) for g in decisions[300:])
+    visits = [run_ for run_ in tail.split("4") if run_]
+    # each visit: at least 1 + sweep_samples decisions at the neighbour, then back at 4 once
+    # the scores say so (hysteresis applies from the neighbour)
+    assert visits and all(set(v) == {"3"} and len(v) >= 1 + cfg.sweep_samples
+                          for v in visits), visits
+    assert len(visits) >= len(tail) // (2 * cfg.neighbour_check_interval)
+    assert tail.count("4") >= 0.8 * len(tail)

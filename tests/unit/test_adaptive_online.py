@@ -62,8 +62,9 @@ def test_hysteresis_prevents_flapping_under_noise() -> None:
     # Arms 1..4 within a few percent of each other and very noisy step times.
     kw: dict[str, Any] = {"alpha": 0.6, "c": 0.002, "overhead": 0.002, "noise": 0.3, "seed": 6}
 
-    def switches(h: float) -> int:
-        cfg = OnlineConfig(hysteresis=h)
+    def switches(h: float, check: int = 0) -> int:
+        # neighbour re-checks off: they switch on purpose (counted separately below)
+        cfg = OnlineConfig(hysteresis=h, neighbour_check_interval=check)
         _, decisions = run(OnlineController(cfg), SynthEnv(**kw), 2000)
         return sum(a != b for a, b in zip(decisions, decisions[1:], strict=False))
 
@@ -71,6 +72,8 @@ def test_hysteresis_prevents_flapping_under_noise() -> None:
     without = switches(0.0)
     assert with_h < 60
     assert with_h * 1.5 < without
+    # a re-check is two switches (there and back) per interval at most
+    assert switches(0.05, check=64) <= with_h + 2 * (2000 // 64) + 2
 
 
 def test_new_bucket_is_seeded_from_nearest_measured_neighbour() -> None:
@@ -238,7 +241,8 @@ def test_batch_drift_inside_a_bucket_does_not_bias_arms() -> None:
 
     _, decisions = run(OnlineController(), env, 900, drain)
     tail = decisions[600:]
-    assert sum(g >= 3 for g in tail) >= 0.9 * len(tail)
+    # biased arms would settle at 1-2; neighbour re-checks spend ~5% of decisions at 2
+    assert sum(g >= 3 for g in tail) >= 0.85 * len(tail)
 
 
 def test_global_cost_model_recovers_coefficients() -> None:

@@ -81,6 +81,9 @@ class OnlineConfig:
     # Prior growth per step of the load level's variance, in units of the measurement noise
     # (how fast the load estimate follows the machine), until it is measured (adaptive/load.py).
     load_drift: float = 1.0
+    # After this many decisions at one arm (gamma > min), visit the better-scored neighbour
+    # for 1 + sweep_samples decisions (0 disables).
+    neighbour_check_interval: int = 64
     # First gamma (None: max_gamma); the first sweep pass walks down from it, then up.
     initial_gamma: int | None = None
 
@@ -94,6 +97,7 @@ class OnlineConfig:
         require_int(self, "sweep_samples", 1)
         require_int(self, "sweep_passes", 1)
         require_int(self, "probe_interval", 0)
+        require_int(self, "neighbour_check_interval", 0)
         require_int(self, "max_probe_interval", self.probe_interval)
         require_float(self, "hysteresis", 0.0, 10.0)
         require_float(self, "exploration", 0.0, 100.0)
@@ -149,6 +153,8 @@ class OnlineController(CadencedPolicy):
         self._skipped_nonsteady = 0
         self._skipped_transition = 0
         self._probe = ZeroProbe(cfg.probe_interval, cfg.max_probe_interval)
+        self._held = 0  # exploit decisions at the current arm
+        self._visit_left = 0  # decisions left in a neighbour re-check
         self._filter = TimeFilter(cfg.load_drift, 1.0 / cfg.staleness_halflife)
 
     # -- Controller protocol ------------------------------------------------------------------
@@ -289,14 +295,33 @@ class OnlineController(CadencedPolicy):
         for i in range(1, len(score)):
             if score[i] > best_score:
                 best, best_score = i, score[i]
+        if self._visit_left:
+            # A neighbour re-check in progress: finish it before judging. Afterwards the
+            # neighbour is judged as the current arm (hysteresis applies from there): measured
+            # on the simulator's noisy scenarios, this beats returning home at once.
+            self._visit_left -= 1
+            return cur
         cur_i = cur - self._lo
         if best != cur_i and should_switch(best_score, score[cur_i], cfg.hysteresis):
             if cur == 0:
                 self._probe.left_zero()
+            self._held = 0
             return step_toward(cur, best + self._lo, cfg.max_gamma_step)
         if cur == 0 and cap >= 1 and self._probe.due():
             # Speculation is off, so acceptance is not observed: draft one token to look.
             return 1
+        self._held += 1
+        interval = cfg.neighbour_check_interval
+        if interval and cur > self._lo and self._held >= interval:
+            # Long at one arm: re-measure a neighbour now, at today's load, in case the
+            # estimate that keeps us here was made under another (the bonus alone re-checks
+            # too slowly on a noisy host). Gamma 0 has its own probe (above).
+            self._held = 0
+            up = cur + 1 if cur + 1 <= cap else None
+            down = cur - 1
+            pick = down if up is None or score[down - self._lo] >= score[up - self._lo] else up
+            self._visit_left = cfg.sweep_samples
+            return pick
         return cur
 
     def _sweep_target(self, cap: int) -> int | None:
