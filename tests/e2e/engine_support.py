@@ -178,11 +178,16 @@ def vspec(settings: Any = None, controller: Any = None, **fields: Any) -> Iterat
         controller_factory.set_factory(None)
 
 
-def engine_drafter(llm: Any) -> Any:
-    """The drafter (proposer) of an in-process engine's worker."""
+def engine_runner(llm: Any) -> Any:
+    """The model runner of an in-process engine's worker."""
     core = llm.llm_engine.engine_core
     engine = getattr(core, "engine_core", core)
-    return engine.model_executor.driver_worker.worker.model_runner.drafter
+    return engine.model_executor.driver_worker.worker.model_runner
+
+
+def engine_drafter(llm: Any) -> Any:
+    """The drafter (proposer) of an in-process engine's worker."""
+    return engine_runner(llm).drafter
 
 
 def count_propose_calls(llm: Any) -> list[int]:

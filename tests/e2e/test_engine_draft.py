@@ -92,18 +92,34 @@ def test_sync_variable_gamma_is_token_identical(
     assert sum(r["drafted"] for r in steady) == sum(sum(fb.drafted) for fb in fbs)
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "spec-path"])
 def test_sticky_gamma0_skips_drafter_then_resumes(
-    models: dict[str, str], reference: list[list[int]], tmp_path: Path
+    models: dict[str, str], reference: list[list[int]], tmp_path: Path, fast: bool
 ) -> None:
+    from vllm_hust_vspec.host import fast_path
+
     trace = tmp_path / "trace.jsonl"
     # 2, 2, then 0 (pins the first cohort), then max for the rest.
     with es.vspec(
         controller=lambda k: es.ScriptedController([2, 2, 0, MAX_K], k, repeat=False),
         method="draft", adaptive_gamma0_mode="sticky", adaptive_trace=str(trace),
+        adaptive_zero_fast_path=fast,
     ) as built, es.engine(models["target"], _spec(models["draft"]), max_num_seqs=4) as llm:
         calls = es.count_propose_calls(llm)
         out = es.generate(llm)
+        plain = getattr(es.engine_runner(llm), fast_path.COUNT_ATTR, 0)
+        spec_config_kept = es.engine_runner(llm).speculative_config is not None
     assert out == reference
+    assert spec_config_kept
+    records = es.read_trace(trace)
+    # Zero-draft sticky steps ran as plain target steps (all but the one verifying the last
+    # drafts), and only those; with the fast path off, none did.
+    zero_steps = [r for r in records if r["skip"] and r["gamma"] == 0]
+    if fast:
+        assert 0 < plain <= len([r for r in records if r["skip"]])
+        assert plain >= len(zero_steps) - 1
+    else:
+        assert plain == 0
     records = es.read_trace(trace)
     skipped = [r for r in records if r["skip"]]
     assert skipped, "gamma 0 must skip the drafter in sticky mode"

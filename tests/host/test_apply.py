@@ -25,6 +25,8 @@ def _targets() -> list[tuple[type, str]]:
         (Scheduler, "update_from_output"),
         (Scheduler, "shutdown"),
         (GPUModelRunner, "propose_draft_token_ids"),
+        (GPUModelRunner, "execute_model"),
+        (GPUModelRunner, "sample_tokens"),
     ]
 
 

@@ -53,6 +53,12 @@ UPSTREAM = {
         class GPUModelRunner:
             def propose_draft_token_ids(self, scheduler_output):
                 return self.drafter.propose(scheduler_output.num_spec_tokens_to_schedule)
+            def _prepare_inputs(self, scheduler_output):
+                use_spec_decode = self.speculative_config is not None
+            def execute_model(self, scheduler_output):
+                return self.speculative_config
+            def sample_tokens(self, grammar_output):
+                spec_config = self.speculative_config
     """,
 }
 

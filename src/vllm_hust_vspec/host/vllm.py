@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_hust_vspec.adaptive.feedback import Controller, StepFeedback
-from vllm_hust_vspec.host import controller_factory
+from vllm_hust_vspec.host import controller_factory, fast_path
 from vllm_hust_vspec.host.capabilities import MODEL_RUNNER, SCHEDULER
 from vllm_hust_vspec.host.metrics import VSpecMetrics, arm_rewards, get_metrics
 from vllm_hust_vspec.host.patching import Patcher, resolve
@@ -503,6 +503,12 @@ def install(patcher: Patcher, get_settings: Callable[[], Any]) -> None:
     patcher.wrap(scheduler_cls, "update_from_output", _make_update_wrapper)
     patcher.wrap(scheduler_cls, "shutdown", _make_shutdown_wrapper)
     patcher.wrap(runner_cls, "propose_draft_token_ids", _make_propose_wrapper)
+
+    def fast_on() -> bool:
+        return bool(getattr(get_settings(), "adaptive_zero_fast_path", True))
+
+    patcher.wrap(runner_cls, "execute_model", fast_path.make_execute_wrapper(SKIP_ATTR, fast_on))
+    patcher.wrap(runner_cls, "sample_tokens", fast_path.make_sample_wrapper)
 
 
 __all__ = [

@@ -155,6 +155,11 @@ class Settings:
         "sticky", "At gamma 0: 'sticky' skips drafting until the cohort ends; 'sync' keeps a "
         "shadow draft so speculation can resume.", group="adaptive", choices=("sticky", "sync"),
     )
+    adaptive_zero_fast_path: bool = _opt(
+        True, "In sticky gamma-0 steps with no drafts to verify, run the target like a "
+        "target-only engine (plain sampler, no spec metadata). Off: keep vLLM's speculative "
+        "path on every step.", group="adaptive",
+    )
     adaptive_refill_batch: int = _opt(
         0, "Cohort refill admission size (0: method default, 8 for draft, 4 otherwise).",
         group="adaptive", minimum=0,

@@ -98,6 +98,16 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                          "the V1 runner passes the scheduler's K to propose()",
                          _p(SOURCE, RUNNER_MOD, "GPUModelRunner", "propose_draft_token_ids",
                             "num_spec_tokens_to_schedule")),
+                Check.of("vllm.zero_fast_path", VLLM,
+                         "sticky gamma-0 steps run as plain target steps: the runner decides "
+                         "the speculative path from self.speculative_config in execute_model "
+                         "and sample_tokens",
+                         _p(SOURCE, RUNNER_MOD, "GPUModelRunner", "_prepare_inputs",
+                            "speculative_config"),
+                         _p(SOURCE, RUNNER_MOD, "GPUModelRunner", "execute_model",
+                            "speculative_config"),
+                         _p(SOURCE, RUNNER_MOD, "GPUModelRunner", "sample_tokens",
+                            "speculative_config")),
             ]
     return out
 
