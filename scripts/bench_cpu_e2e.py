@@ -3,8 +3,10 @@
 
 For every drafter, one process keeps two in-process engines alive: a target-only engine and a
 speculative engine (max gamma 4) with vSpec's scheduler hook. The speculative engine plays
-each arm by swapping the hook's controller (fixed gamma 1..4, then vSpec online, whose
-controller persists across repetitions the way it would in a long-running server).
+each arm by swapping the hook's controller (fixed gamma 0..4, then vSpec online, whose
+controller persists across repetitions the way it would in a long-running server; fixed 0 is
+sticky gamma 0, drafter skipped). `--no-fast-path` keeps vLLM's speculative path on gamma-0
+steps, to measure what the zero-draft fast path buys.
 Repetitions are interleaved (all arms once, then again), medians are reported, and the ratios
 are measured side by side in this one run.
 
@@ -45,7 +47,7 @@ DRAFTERS = {
 
 
 def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
-                  tokens: int) -> dict[str, list[float]]:
+                  tokens: int, fast_path: bool) -> dict[str, list[float]]:
     from vllm_hust_vspec import host
     from vllm_hust_vspec.adaptive import FixedController
     from vllm_hust_vspec.settings import load_settings
@@ -53,6 +55,7 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
     target = models / DRAFTERS[drafter]
     base = make_llm(target, None)
     host.apply(load_settings({"HUST_VSPEC_METHOD": "draft",
+                              "HUST_VSPEC_ADAPTIVE_ZERO_FAST_PATH": "1" if fast_path else "0",
                               **({"HUST_VSPEC_ADAPTIVE_TRACE": os.environ["BENCH_TRACE"]}
                                  if os.environ.get("BENCH_TRACE") else {})}))
     try:
@@ -60,7 +63,9 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
                                  "num_speculative_tokens": MAX_K})
         hook = hook_of(spec)
         online = hook.controller
-        arms: dict[str, Any] = {f"fixed:{k}": FixedController(k, k) for k in range(1, MAX_K + 1)}
+        # fixed:0 is sticky gamma 0: the drafter is skipped (and, with the fast path, the
+        # target runs like a target-only engine)
+        arms: dict[str, Any] = {f"fixed:{k}": FixedController(k, k) for k in range(MAX_K + 1)}
         arms["vspec"] = online
         results: dict[str, list[float]] = {"target-only": [], **{a: [] for a in arms}}
         # warm-up: every arm once, not measured (the online controller starts learning here)
@@ -82,6 +87,9 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_load_arguments(parser, list(DRAFTERS), list(DRAFTERS))
+    parser.add_argument("--no-fast-path", action="store_true",
+                        help="keep vLLM's speculative path on gamma-0 steps "
+                             "(adaptive_zero_fast_path off), to measure what the fast path buys")
     args = parser.parse_args()
     if not models_ready(args.models):
         return 2
@@ -89,12 +97,14 @@ def main() -> int:
     rows = []
     for drafter in args.drafters:
         print(f"benchmarking {drafter} ...", file=sys.stderr, flush=True)
-        res = bench_drafter(args.models, drafter, args.reps, prompts, args.tokens)
+        res = bench_drafter(args.models, drafter, args.reps, prompts, args.tokens,
+                            not args.no_fast_path)
         rows.append((drafter, {k: statistics.median(v) for k, v in res.items()}, res))
 
     print(f"\nvllm-cpu end-to-end, batch {args.batch} x {args.tokens} tokens, medians of "
-          f"{args.reps} interleaved repetitions (tokens/s; ratios in the same run)\n")
-    arms = ["target-only", *[f"fixed:{k}" for k in range(1, MAX_K + 1)], "vspec"]
+          f"{args.reps} interleaved repetitions (tokens/s; ratios in the same run; zero-draft "
+          f"fast path {'off' if args.no_fast_path else 'on'})\n")
+    arms = ["target-only", *[f"fixed:{k}" for k in range(MAX_K + 1)], "vspec"]
     print(f"{'drafter':20s}" + "".join(f"{a:>12s}" for a in arms)
           + f"{'best fixed':>12s}{'vs best':>9s}{'vs tgt':>8s}  spread(vspec)")
     ok = True

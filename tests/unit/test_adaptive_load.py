@@ -114,3 +114,43 @@ def test_neighbour_is_rechecked_at_a_fixed_cadence() -> None:
                           for v in visits), visits
     assert len(visits) >= len(tail) // (2 * cfg.neighbour_check_interval)
     assert tail.count("4") >= 0.8 * len(tail)
+
+
+def _sticky_host_run(zero_skips: bool, overhead: float, alpha: float) -> list[int]:
+    """A host whose gamma 0 skips the drafter once the controller has settled (sticky): the
+    drafter's fixed cost ``overhead`` is paid on every step it runs, gamma-0 sync steps too."""
+    import random as _random
+
+    from vllm_hust_vspec.adaptive import StepFeedback
+
+    rng = _random.Random(5)
+    ctrl = OnlineController(OnlineConfig(zero_skips_drafter=zero_skips))
+    batch, prev, decisions = 16, 4, []
+    for _ in range(800):
+        g = ctrl.decide(batch, 8192)
+        skip = g == 0 and ctrl.phase == "exploit"
+        t = 0.010 + 0.0002 * batch * (1 + prev) / 16 + (0.0 if skip else overhead + 0.001 * g)
+        t *= 1.0 + 0.02 * rng.gauss(0.0, 1.0)
+        acc = tuple(sum(1 for _ in range(prev) if rng.random() < alpha) for _ in range(batch))
+        ctrl.observe(StepFeedback(batch_size=batch, gamma=prev, drafted=(prev,) * batch,
+                                  accepted=acc, committed=batch + sum(acc), interval_s=t,
+                                  token_budget=8192, drafter_ran=not skip))
+        decisions.append(g)
+        prev = g
+    return decisions
+
+
+def test_drafter_skipping_zero_is_found_when_zero_steps_while_exploring_pay_the_drafter() -> None:
+    # A poor drafter whose fixed cost (5 ms on a 10 ms target step) is paid even by gamma-0
+    # steps while the controller explores. Judged on those, gamma 0 looks dearer than 1 and is
+    # found only by chance; told that a settled 0 skips the drafter, the controller looks once
+    # and stays.
+    blind = Counter(_sticky_host_run(False, 0.005, 0.3)[400:])
+    aware = Counter(_sticky_host_run(True, 0.005, 0.3)[400:])
+    assert aware[0] >= 0.8 * 400, aware  # the rest: acceptance probes from 0
+    assert aware[0] - blind[0] >= 0.15 * 400, (aware, blind)
+
+
+def test_drafter_skipping_zero_is_not_kept_when_speculation_pays() -> None:
+    aware = Counter(_sticky_host_run(True, 0.002, 0.9)[400:])
+    assert aware[0] <= 0.1 * 400, aware

@@ -61,11 +61,14 @@ class ArmWindow:
 class BucketStats:
     """Arms of one power-of-two batch-size bucket."""
 
-    __slots__ = ("arms", "index", "measured", "observations")
+    __slots__ = ("arms", "index", "measured", "observations", "sync_zero")
 
     def __init__(self, index: int, num_arms: int, window: int) -> None:
         self.index = index
         self.arms = [ArmWindow(window) for _ in range(num_arms)]
+        # Gamma-0 steps in which the drafter still ran, when arm 0 means "drafter skipped"
+        # (OnlineConfig.zero_skips_drafter): kept apart, only to put a prior on arm 0.
+        self.sync_zero = ArmWindow(window)
         self.observations = 0  # steady samples ever recorded here (the UCB clock)
         self.measured = 0  # arms with at least one sample
 

@@ -27,6 +27,8 @@ class StepFeedback:
     steady: bool = True
     # accept_flags[i][k] is True when request i's draft token at position k was accepted.
     accept_flags: tuple[tuple[bool, ...], ...] | None = None
+    # False when the drafter did not run in this step (a sticky gamma 0: the host skipped it).
+    drafter_ran: bool = True
 
     @property
     def reward(self) -> float:

@@ -37,6 +37,9 @@ _INF = math.inf
 # Pseudo-count given to a step time borrowed from another bucket or a linear fit: as
 # uncertain as one real sample, so a borrowed arm is probed only if it looks promising.
 _BORROWED_WEIGHT = 1.0
+# A never-measured drafter-skipping gamma 0 is assumed to cost this share of a gamma-0 step in
+# which the drafter ran (see _skip_zero_prior).
+_SKIP_ZERO_PRIOR = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +87,10 @@ class OnlineConfig:
     # After this many decisions at one arm (gamma > min), visit the better-scored neighbour
     # for 1 + sweep_samples decisions (0 disables).
     neighbour_check_interval: int = 64
+    # Arm 0 skips the drafter (the host's sticky gamma 0): its cost is learned only from steps
+    # reported with drafter_ran=False. Gamma-0 steps in which the drafter still ran (zeros
+    # while exploring) only set an optimistic prior for it (half their time).
+    zero_skips_drafter: bool = False
     # First gamma (None: max_gamma); the first sweep pass walks down from it, then up.
     initial_gamma: int | None = None
 
@@ -187,15 +194,19 @@ class OnlineController(CadencedPolicy):
         bucket = self._buckets.get(idx)
         if bucket is None:
             bucket = self._new_bucket(idx)
-        arm = g - self._lo
         # Arms are compared in load-free units (adaptive/load.py): the filter splits each
-        # step's surprise between the machine's load level and this arm's own cost.
-        # The filter works at the bucket's reference batch (its lower edge): a step at another
-        # batch inside the bucket is moved there along the global per-token slope.
+        # step's surprise between the machine's load level and this arm's own cost. It works
+        # at the bucket's reference batch (its lower edge): a step at another batch inside the
+        # bucket is moved there along the global per-token slope.
         load = self._filter.load()
         shift = load * self._cost.per_token() * (g + 1) * (batch - (1 << idx))
-        self._filter.update(bucket.arms[arm], max(feedback.interval_s - shift,
-                                                  0.1 * feedback.interval_s))
+        at_reference = max(feedback.interval_s - shift, 0.1 * feedback.interval_s)
+        if g == 0 and self.config.zero_skips_drafter and feedback.drafter_ran:
+            # A zero in which the drafter still ran is not what arm 0 costs (see config).
+            self._filter.update(bucket.sync_zero, at_reference)
+            return
+        arm = g - self._lo
+        self._filter.update(bucket.arms[arm], at_reference)
         seconds = feedback.interval_s / load
         bucket.add(arm, seconds, feedback.committed / batch)
         self._cost.add(batch, g, seconds)
@@ -374,6 +385,8 @@ class OnlineController(CadencedPolicy):
         Borrowed values are kept physically plausible (see _bound)."""
         lo = self._lo
         own = self._own_times(bucket, batch)
+        if lo == 0 and own[0] is None and self.config.zero_skips_drafter:
+            own[0] = self._skip_zero_prior(bucket, batch)
         if bucket.measured == self._num_arms:
             return own
         shape = self._neighbour_curve(bucket.index, batch)
@@ -398,6 +411,20 @@ class OnlineController(CadencedPolicy):
             if measured:
                 out[i] = _bound(out[i], own, measured, i, lo)
         return out
+
+    def _skip_zero_prior(self, bucket: BucketStats, batch: int) -> float | None:
+        """Step time of a drafter-skipping gamma 0 never measured in this bucket: half of a
+        gamma-0 step in which the drafter ran. Optimistic on purpose (the optimistic end of
+        what skipping can save: the drafter's passes and the speculative bookkeeping, which
+        on a small target are most of a step); it only has to earn arm 0 one real look, and
+        arm 0 then learns from steps that really skipped the drafter."""
+        sz = bucket.sync_zero
+        if sz.var <= 0.0:
+            return None
+        level = self._filter.level
+        t_sync = math.exp(sz.mu + level) + math.exp(level) * self._cost.per_token() * (
+            batch - (1 << bucket.index))
+        return _SKIP_ZERO_PRIOR * max(t_sync, 0.0)
 
     def _own_times(self, bucket: BucketStats, batch: int) -> list[float | None]:
         """Each measured arm's step time at the current load and ``batch`` (None: never

@@ -52,6 +52,10 @@ def controller_kwargs(settings: Any, max_gamma: int) -> dict[str, Any]:
         value = getattr(settings, field_name, None)
         if value is not None:
             kwargs[keyword] = value
+    if (getattr(settings, "adaptive_policy", "online") == "online"
+            and getattr(settings, "adaptive_gamma0_mode", "sticky") == "sticky"):
+        # The host skips the drafter at a settled gamma 0: arm 0 costs a target-only step.
+        kwargs["zero_skips_drafter"] = True
     return kwargs
 
 

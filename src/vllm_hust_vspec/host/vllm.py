@@ -290,6 +290,7 @@ class SchedulerHook:
                 accept_flags=tuple(
                     (True,) * a + (False,) * (d - a) for d, a in zip(drafted, accepted, strict=True)
                 ),
+                drafter_ran=not record.skip,
             )
 
         def finish() -> None:
