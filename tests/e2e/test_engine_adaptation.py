@@ -53,12 +53,14 @@ def test_cheap_agreeing_drafter_settles_at_the_top(tmp_path: Path, mode: str) ->
     # other, either may win a run), and the controller re-checks the neighbour of its arm now
     # and then. On a busy 2-core machine step times jitter by 10-20% and load bursts last tens
     # of steps, so what is robustly true is: it settles in the top of the range (late mean at
-    # least 2.5, i.e. mostly 3-4), it plays the maximum, and it never settles low. A controller
-    # comparing raw interval means settled at 2 or 1 here on a loaded machine (see
-    # tests/unit/test_adaptive_load.py for the deterministic version of that failure).
+    # least 2.5, i.e. mostly 3-4), it plays the maximum after the sweep, and it never settles
+    # low. A controller comparing raw interval means settled at 2 or 1 here on a loaded
+    # machine (tests/unit/test_adaptive_load.py has the deterministic version of that failure),
+    # and one that let an untried sticky zero earn a UCB bonus pinned a cohort at 0.
     mean = sum(g * n for g, n in tail.items()) / sum(tail.values())
     assert mean >= MAX_K - 1.5, tail
-    assert tail[MAX_K] > 0, tail
+    decided = [int(r["decided"]) for r in records if r["batch"]]  # type: ignore[call-overload]
+    assert MAX_K in decided[len(decided) // 3 :], decided  # played after the sweep
     assert sum(r["accepted"] for r in records) > 0  # type: ignore[misc]
 
 

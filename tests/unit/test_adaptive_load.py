@@ -18,11 +18,16 @@ def _filter() -> TimeFilter:
     return TimeFilter(level_drift=cfg.load_drift, arm_drift=1.0 / cfg.staleness_halflife)
 
 
+def _played(steps: int, seconds: float = 0.010) -> tuple[TimeFilter, ArmWindow]:
+    """A filter after ``steps`` steady steps of one arm."""
+    f, arm = _filter(), ArmWindow(8)
+    for _ in range(steps):
+        f.update(arm, seconds)
+    return f, arm
+
+
 def test_load_change_moves_the_level_not_the_long_played_arm() -> None:
-    f = _filter()
-    played = ArmWindow(8)
-    for _ in range(60):
-        f.update(played, 0.010)
+    f, played = _played(60)
     mu_before = played.mu
     for _ in range(20):  # the machine gets twice as slow
         f.update(played, 0.020)
@@ -73,10 +78,7 @@ def test_stale_arm_regains_uncertainty() -> None:
 
 
 def test_a_stall_is_clipped() -> None:
-    f = _filter()
-    a = ArmWindow(8)
-    for _ in range(50):
-        f.update(a, 0.010)
+    f, a = _played(50)
     mu = a.mu
     f.update(a, 0.100)  # a 10x stall moves neither estimate much
     assert f.load() < 1.3

@@ -366,12 +366,19 @@ class OnlineController(CadencedPolicy):
         coef = self.config.exploration * ref * math.sqrt(math.log(bucket.observations + 2.0))
         arm_var = self._filter.arm_var
         arms = bucket.arms
+        # A never-tried drafter-skipping zero gets no bonus: trying it pins the running cohort
+        # at 0 for good (sticky), so only its (optimistic) prior beating the best arm by the
+        # hysteresis margin may earn it a look.
+        prior_zero = self.config.zero_skips_drafter and self._lo == 0 and arms[0].var <= 0.0
         score: list[float] = []
         for i, e in enumerate(est):
             if e is None:
                 score.append(_INF)
                 continue
             arm = arms[i]
+            if i == 0 and prior_zero:
+                score.append(e)
+                continue
             weight = 1.0 / arm_var(arm) if arm.var > 0.0 else _BORROWED_WEIGHT
             score.append(e + coef / math.sqrt(weight))
         self._last_score = score
