@@ -15,10 +15,10 @@ its surprises move the *level*; a freshly probed or stale arm has a vague ``mu``
 surprise moves *its own estimate* and leaves the level alone. An arm's variance grows while it
 is not played, which is also what makes the UCB bonus re-probe stale arms.
 
-How noisy a step is and how fast the load moves are measured, not assumed (DriftEstimator,
-a variogram of the played arm), and outliers are told apart: a lone one is a stall, two in a
-row are a shift. Variances are kept in units of the measurement noise ``r``, so ``1 / var``
-reads as "effective samples".
+How noisy a step is and how fast the load moves are measured, not assumed (DriftEstimator, a
+variogram of the played arm), and outliers of a well-known arm are told apart: a lone one is a
+stall, two in a row are a load shift. Variances are kept in units of the measurement noise
+``r``, so ``1 / var`` reads as "effective samples".
 """
 
 from __future__ import annotations
@@ -158,26 +158,22 @@ class TimeFilter:
             self.r += 0.05 * (min(e * e / s, 9.0 * self.r) - self.r)
             if self.r < _R_MIN:
                 self.r = _R_MIN
-        # Beyond a few sigmas the surprise is an outlier. One alone is a stall, neither a load
-        # change nor a property of the arm: it is clipped. Two in a row on the same side are a
-        # shift: whichever of level and arm is less certain is re-anchored on this sample (a
-        # load jump moves the level at once; a thin arm's wrong first sample is replaced).
+        # Beyond a few sigmas the surprise of a well-known arm is an outlier. One alone is a
+        # stall, neither a load change nor a property of the arm: it is clipped. Two in a row
+        # on the same side are a load shift: the level is re-anchored on this sample at once.
+        # A thin arm (less certain than the level) is never treated so: its estimate is one or
+        # two samples, possibly taken under another load, so a surprise says more about the
+        # estimate than about a stall, and the plain update lets it take most of it.
         bound = _CLIP_SIGMAS * math.sqrt(s * self.r)
-        side = 1 if e > bound else -1 if e < -bound else 0
-        if side and p_arm > p_level:
-            # A thin arm's estimate is one or two samples, possibly taken under another
-            # load: a surprise here says more about the estimate than about a stall.
-            side = 0
+        side = 0
+        if p_arm <= p_level:
+            side = 1 if e > bound else -1 if e < -bound else 0
         shifted = side != 0 and side == self._outlier_side
         self._outlier_side = side
         if shifted:
-            if p_arm > p_level:
-                arm.mu += e
-                arm.var = 1.0 + p_level
-            else:
-                self.level += e
-                self.level_var = 1.0 + p_arm
-                arm.var = p_arm
+            self.level += e
+            self.level_var = 1.0 + p_arm
+            arm.var = p_arm
             arm.seen = self.clock
             return
         if side:

@@ -198,8 +198,8 @@ class OnlineController(CadencedPolicy):
         # step's surprise between the machine's load level and this arm's own cost. It works
         # at the bucket's reference batch (its lower edge): a step at another batch inside the
         # bucket is moved there along the global per-token slope.
-        load = self._filter.load()
-        shift = load * self._cost.per_token() * (g + 1) * (batch - (1 << idx))
+        load = self._filter.load()  # before this step moves it: the report window's unit
+        shift = self._batch_shift(g + 1, batch, idx)
         at_reference = max(feedback.interval_s - shift, 0.1 * feedback.interval_s)
         if g == 0 and self.config.zero_skips_drafter and feedback.drafter_ran:
             # A zero in which the drafter still ran is not what arm 0 costs (see config).
@@ -428,16 +428,20 @@ class OnlineController(CadencedPolicy):
         sz = bucket.sync_zero
         if sz.var <= 0.0:
             return None
-        level = self._filter.level
-        t_sync = math.exp(sz.mu + level) + math.exp(level) * self._cost.per_token() * (
-            batch - (1 << bucket.index))
+        t_sync = math.exp(sz.mu + self._filter.level) + self._batch_shift(1, batch, bucket.index)
         return _SKIP_ZERO_PRIOR * max(t_sync, 0.0)
+
+    def _batch_shift(self, width: int, batch: int, idx: int) -> float:
+        """Seconds a step verifying ``width`` tokens per request takes longer at ``batch`` than
+        at bucket ``idx``'s reference batch (its lower edge): the global per-token slope at the
+        current load. The filter keeps costs at the reference batch."""
+        return self._filter.load() * self._cost.per_token() * width * (batch - (1 << idx))
 
     def _own_times(self, bucket: BucketStats, batch: int) -> list[float | None]:
         """Each measured arm's step time at the current load and ``batch`` (None: never
         measured)."""
         level = self._filter.level
-        per_gap = math.exp(level) * self._cost.per_token() * (batch - (1 << bucket.index))
+        per_gap = self._batch_shift(1, batch, bucket.index)  # per verified token of width
         out: list[float | None] = []
         g = self._lo + 1
         for a in bucket.arms:
