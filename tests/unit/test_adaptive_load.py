@@ -156,3 +156,25 @@ def test_drafter_skipping_zero_is_found_when_zero_steps_while_exploring_pay_the_
 def test_drafter_skipping_zero_is_not_kept_when_speculation_pays() -> None:
     aware = Counter(_sticky_host_run(True, 0.002, 0.9)[400:])
     assert aware[0] <= 0.1 * 400, aware
+
+
+def test_variogram_tells_jitter_from_a_wandering_load() -> None:
+    import random as _random
+
+    from vllm_hust_vspec.adaptive.load import DriftEstimator
+
+    rng = _random.Random(3)
+    steady, wandering = DriftEstimator(), DriftEstimator()
+    arm, level = object(), 0.0
+    assert steady.estimate() is None  # not before enough differences
+    for _ in range(400):
+        steady.observe(arm, math.log(0.010) + 0.05 * rng.gauss(0.0, 1.0))
+        level += 0.03 * rng.gauss(0.0, 1.0)  # a random-walk load
+        wandering.observe(arm, math.log(0.010) + level + 0.05 * rng.gauss(0.0, 1.0))
+    r_steady, q_steady = steady.estimate() or (0.0, 0.0)
+    r_wander, q_wander = wandering.estimate() or (0.0, 0.0)
+    assert r_steady == pytest.approx(0.05**2, rel=0.5)  # jitter variance, log time
+    # drift per step in units of r: true values 0 and 0.03**2 / 0.05**2 = 0.36
+    assert q_steady < 0.2
+    assert q_wander > 0.25
+    assert r_wander == pytest.approx(0.05**2, rel=0.5)
