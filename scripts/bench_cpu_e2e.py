@@ -7,8 +7,8 @@ each arm by swapping the hook's controller (fixed gamma 0..4, then vSpec online,
 controller persists across repetitions the way it would in a long-running server; fixed 0 is
 sticky gamma 0, drafter skipped). `--no-fast-path` keeps vLLM's speculative path on gamma-0
 steps, to measure what the zero-draft fast path buys.
-Repetitions are interleaved (all arms once, then again), medians are reported, and the ratios
-are measured side by side in this one run.
+Repetitions are interleaved (all arms once, then again, the order rotated each time), medians
+are reported, and the ratios are measured side by side in this one run.
 
     .venv/bin/python scripts/bench_cpu_e2e.py                  # all drafters, 3 repetitions
     .venv/bin/python scripts/bench_cpu_e2e.py --drafters draft --reps 2 --tokens 64
@@ -20,6 +20,7 @@ drafter. This is a measurement, not a test: on a busy machine the spread is prin
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -73,10 +74,16 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
         for controller in arms.values():
             hook.controller = controller
             tokens_per_s(spec, prompts, tokens // 2)
+        order = list(results)
         for rep in range(reps):
-            results["target-only"].append(tokens_per_s(base, prompts, tokens))
-            for name, controller in arms.items():
-                hook.controller = controller
+            # rotate the order every repetition: no arm always runs first or right after
+            # another (caches, allocator and the machine's own drift land on all alike)
+            shift = rep % len(order)
+            for name in order[shift:] + order[:shift]:
+                if name == "target-only":
+                    results[name].append(tokens_per_s(base, prompts, tokens))
+                    continue
+                hook.controller = arms[name]
                 results[name].append(tokens_per_s(spec, prompts, tokens))
             print(f"  {drafter}: repetition {rep + 1}/{reps} done", file=sys.stderr, flush=True)
     finally:
@@ -90,6 +97,8 @@ def main() -> int:
     parser.add_argument("--no-fast-path", action="store_true",
                         help="keep vLLM's speculative path on gamma-0 steps "
                              "(adaptive_zero_fast_path off), to measure what the fast path buys")
+    parser.add_argument("--json", type=Path, metavar="PATH",
+                        help="also write every repetition's tokens/s per drafter and arm here")
     args = parser.parse_args()
     if not models_ready(args.models):
         return 2
@@ -116,6 +125,8 @@ def main() -> int:
         ok &= vs_best >= 0.95 and vs_target >= 1.0
         print(f"{drafter:20s}" + "".join(f"{med[a]:12.1f}" for a in arms)
               + f"{best_name:>12s}{vs_best:9.3f}{vs_target:8.3f}  {spread:5.1f}%")
+    if args.json:
+        args.json.write_text(json.dumps({d: raw for d, _, raw in rows}, indent=1))
     print("\ntargets: vspec >= 0.95 x best fixed and >= 1.0 x target-only: "
           + ("PASS" if ok else "FAIL"))
     return 0 if ok else 1

@@ -33,16 +33,25 @@ class FakeScheduler:
         self.waiting = [object()] * waiting
         self.max_num_active_reqs = max_active
         self.max_num_scheduled_tokens = 256
+        self.finished_req_ids: set[str] = set()
 
-    def has_requests(self) -> bool:
+    def finish(self, *ids: str) -> None:
+        """What vLLM's _free_request does: forget the request, remember it finished."""
+        for rid in ids:
+            del self.requests[rid]
+        self.finished_req_ids |= set(ids)
+
+    def has_unfinished_requests(self) -> bool:
         return bool(self.running or self.waiting)
 
 
 class Ctrl:
     def __init__(self, gamma: int = 2, fail: str = "") -> None:
         self.gamma, self.fail, self.seen = gamma, fail, []
+        self.decisions = 0
 
     def decide(self, batch_size: int, token_budget: int) -> int:
+        self.decisions += 1
         if self.fail == "decide":
             raise ValueError("boom")
         return self.gamma
@@ -53,7 +62,7 @@ class Ctrl:
         self.seen.append(feedback)
 
     def snapshot(self) -> dict[str, Any]:
-        return {}
+        return {"rewards": {self.gamma: 100.0 * len(self.seen)}} if self.seen else {}
 
 
 def _hook(sched: Any, ctrl: Any, **settings: Any) -> SchedulerHook:
@@ -63,6 +72,7 @@ def _hook(sched: Any, ctrl: Any, **settings: Any) -> SchedulerHook:
 def _out(num: dict[str, int], spec: dict[str, list[int]], new: int = 0) -> Any:
     return SimpleNamespace(
         num_scheduled_tokens=num,
+        total_num_scheduled_tokens=sum(num.values()),
         scheduled_spec_decode_tokens=spec,
         scheduled_new_reqs=[object()] * new,
         num_spec_tokens_to_schedule=3,
@@ -126,14 +136,22 @@ def test_feedback_counts_decoding_requests_only_and_sticky_marks_skip() -> None:
     assert fb.drafted == (2, 2) and fb.accepted == (2, 0)
     assert fb.committed == 4 and fb.batch_size == 2 and fb.gamma == 3 and fb.steady is False
     assert fb.accept_flags == ((True, True), (False, False))
+    assert fb.next_gamma == 0 and fb.drafter_ran is False
     # While the cohort lives gamma stays 0 whatever the controller says; drafts are dropped.
     ctrl.gamma = 3
     sched.requests["r0"].spec_token_ids = [1, 2, 3]
     hook.before_schedule()
     assert sched.requests["r0"].spec_token_ids == []
+    asked = ctrl.decisions
     assert hook.decide(3) == 0
-    del sched.requests["r0"], sched.requests["r1"], sched.requests["r2"]
-    assert hook.decide(3) == 3
+    assert ctrl.decisions == asked  # a pinned cohort does not consult the controller
+    sched.finish("r0", "r1")
+    hook.before_schedule()
+    assert hook.decide(3) == 0  # r2 still runs: the cohort is pinned until its last request
+    assert hook.cohort == {"r2"}
+    sched.finish("r2")
+    hook.before_schedule()
+    assert hook.decide(3) == 3 and not hook.tainted
 
 
 def test_observe_failure_switches_to_fixed_gamma() -> None:
@@ -145,3 +163,45 @@ def test_observe_failure_switches_to_fixed_gamma() -> None:
     hook.on_update(out, SimpleNamespace(sampled_token_ids=[[1]], req_id_to_index={"r0": 0}))()
     assert hook.failed
     assert hook.decide(1) == 3
+
+
+def test_metrics_are_buffered_then_exact_once_the_engine_is_idle() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from vllm_hust_vspec.host.metrics import make_metrics
+
+    registry = CollectorRegistry()
+    sched = FakeScheduler(running=2, waiting=0)
+    hook = SchedulerHook(sched, Settings(), Ctrl(gamma=2), 3, metrics=make_metrics(registry))
+
+    def value(name: str, **labels: str) -> float:
+        return registry.get_sample_value(name, labels) or 0.0
+
+    def step(drafts: dict[str, list[int]], sampled: list[list[int]]) -> None:
+        hook.before_schedule()
+        hook.decide(2)
+        out = _out({rid: 1 + len(d) for rid, d in drafts.items()}, drafts)
+        hook.after_schedule(out)
+        hook.on_update(out, SimpleNamespace(sampled_token_ids=sampled,
+                                            req_id_to_index={"r0": 0, "r1": 1}))()
+
+    # Until the controller has an estimate to publish, every step flushes (so a short run
+    # still shows its arms); the first feedback gives one here.
+    step({"r0": [], "r1": []}, [[1], [2]])
+    assert value("vspec_gamma_steps_total", gamma="2") == 1
+    assert value("vspec_arm_reward_tokens_per_second", gamma="2") == 100.0
+    for _ in range(3):  # r0 accepts 2 of 2 drafts, r1 none
+        step({"r0": [5, 6], "r1": [7, 8]}, [[5, 6, 9], [3]])
+    # buffered: not pushed yet while requests are running
+    assert value("vspec_gamma_steps_total", gamma="2") == 1
+    assert value("vspec_draft_tokens_per_pos_total", position="0") == 0
+    sched.running = []  # the engine goes idle: the next finished step flushes everything
+    step({"r0": [5, 6], "r1": [7, 8]}, [[5, 6, 9], [3]])
+    assert value("vspec_gamma_steps_total", gamma="2") == 5
+    assert value("vspec_draft_tokens_per_pos_total", position="0") == 8
+    assert value("vspec_draft_tokens_per_pos_total", position="1") == 8
+    assert value("vspec_accepted_tokens_per_pos_total", position="0") == 4
+    assert value("vspec_accepted_tokens_per_pos_total", position="1") == 4
+    assert value("vspec_committed_tokens_total") == 2 + 4 * 4
+    assert value("vspec_gamma") == 2
+    assert value("vspec_arm_reward_tokens_per_second", gamma="2") == 500.0

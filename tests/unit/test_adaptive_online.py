@@ -171,6 +171,30 @@ def test_rewards_are_attributed_to_feedback_gamma() -> None:
     assert arms[4]["samples"] == 0
 
 
+def test_host_reported_next_gamma_decides_what_is_a_transition_step() -> None:
+    """A host that holds gamma without asking (sticky zero) reports what it drafted; the
+    controller's own last decision does not make those steps transitions."""
+    ctrl = OnlineController(OnlineConfig(warmup_samples=0, zero_skips_drafter=True))
+    assert ctrl.decide(8, 4096) == 4
+    assert ctrl.decide(8, 4096) == 4  # sweep: 2 decisions per visit
+    assert ctrl.decide(8, 4096) == 3  # its own view: this step drafts 3 after verifying 4
+
+    def zero(next_gamma: int | None) -> StepFeedback:
+        return StepFeedback(batch_size=8, gamma=0, drafted=(0,) * 8, accepted=(0,) * 8,
+                            committed=8, interval_s=0.002, token_budget=4096,
+                            drafter_ran=False, next_gamma=next_gamma)
+
+    ctrl.observe(zero(None))  # judged by its own bookkeeping: 3 after 4, a transition
+    assert ctrl.snapshot()["skipped_transition"] == 1
+    ctrl.observe(zero(3))  # verified 0, drafted 3: a transition
+    assert ctrl.snapshot()["skipped_transition"] == 2
+    for _ in range(5):  # the host held 0 and drafted nothing: plain gamma-0 steps
+        ctrl.observe(zero(0))
+    snap = ctrl.snapshot()
+    assert snap["skipped_transition"] == 2
+    assert {a["gamma"]: a["samples"] for a in snap["arms"]}[0] == 5
+
+
 def test_non_steady_steps_do_not_touch_arm_timing() -> None:
     ctrl = OnlineController(OnlineConfig(warmup_samples=0))
     ctrl.decide(8, 4096)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._limits import budget_cap
+from .feedback import StepFeedback
 
 
 class CadencedPolicy:
@@ -38,6 +39,14 @@ class CadencedPolicy:
         self._prev_gamma = cur
         self._gamma = g
         return g
+
+    def _is_transition(self, feedback: StepFeedback) -> bool:
+        """True when the step verified one gamma and drafted another (its time mixes two
+        arms). The host's report wins over this policy's own bookkeeping: the host may hold
+        gamma without asking (a sticky gamma 0)."""
+        if feedback.next_gamma is not None:
+            return feedback.next_gamma != feedback.gamma
+        return self._gamma != self._prev_gamma
 
     def _choose(self, batch: int, cap: int, cur: int) -> int:
         """One decision; ``cur`` is the current gamma already capped by the budget."""

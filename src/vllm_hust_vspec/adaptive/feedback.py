@@ -29,6 +29,11 @@ class StepFeedback:
     accept_flags: tuple[tuple[bool, ...], ...] | None = None
     # False when the drafter did not run in this step (a sticky gamma 0: the host skipped it).
     drafter_ran: bool = True
+    # Gamma drafted after this step (what the next step verifies), as the host ran it; None:
+    # the controller's own latest decision. The host reports it because it may hold gamma
+    # without asking the controller (a sticky gamma 0 pins the cohort). A step whose
+    # next_gamma differs from gamma mixes the costs of two arms.
+    next_gamma: int | None = None
 
     @property
     def reward(self) -> float:

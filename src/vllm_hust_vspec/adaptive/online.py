@@ -186,8 +186,7 @@ class OnlineController(CadencedPolicy):
         if self._discard_left:
             self._discard_left -= 1
             return
-        if self._gamma != self._prev_gamma:
-            # The step drafted a different gamma than it verified: its time mixes two arms.
+        if self._is_transition(feedback):
             self._skipped_transition += 1
             return
         idx = bucket_index(batch)

@@ -104,7 +104,7 @@ class ProfilePolicy(CadencedPolicy):
         batch = feedback.batch_size
         if (not feedback.steady or feedback.interval_s <= 0.0 or batch <= 0
                 or g < self._lo or g > self.config.max_gamma
-                or self._gamma != self._prev_gamma):
+                or self._is_transition(feedback)):
             return
         self._steady += 1
         predicted = self._times(batch)[g - self._lo]

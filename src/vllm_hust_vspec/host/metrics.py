@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 logger = logging.getLogger("vllm_hust_vspec.metrics")
@@ -29,7 +29,13 @@ PREFIX = "vspec_"
 
 @dataclass
 class VSpecMetrics:
-    """The metric objects (created once per process by :func:`get_metrics`)."""
+    """The metric objects (created once per process by :func:`get_metrics`).
+
+    Per-step figures are summed in plain Python and pushed to Prometheus by :meth:`flush`
+    (the hook flushes every few steps and whenever the engine goes idle): a labelled
+    Prometheus update costs microseconds, which on a small model's millisecond step was a
+    few percent of the step.
+    """
 
     gamma_steps: Any
     gamma: Any
@@ -39,40 +45,68 @@ class VSpecMetrics:
     accepted_per_pos: Any
     committed: Any
     refill_holds: Any
+    _gamma_counts: dict[int, int] = field(default_factory=dict)
+    _last_gamma: int | None = None
+    _drafted: list[int] = field(default_factory=list)
+    _accepted: list[int] = field(default_factory=list)
+    _committed: int = 0
+    _children: dict[tuple[int, str], Any] = field(default_factory=dict)
 
     def observe_decision(self, gamma: int) -> None:
         """One scheduler step chose ``gamma``."""
-        self.gamma_steps.labels(gamma=str(gamma)).inc()
-        self.gamma.set(gamma)
+        counts = self._gamma_counts
+        counts[gamma] = counts.get(gamma, 0) + 1
+        self._last_gamma = gamma
 
     def observe_step(
         self, drafted: tuple[int, ...], accepted: tuple[int, ...], committed: int
     ) -> None:
         """Per-position drafted/accepted counts of one verified step (correct for any K)."""
-        if committed:
-            self.committed.inc(committed)
+        self._committed += committed
         if not drafted:
             return
         width = max(drafted)
         if width <= 0:
             return
-        d = [0] * width
-        a = [0] * width
+        d, a = self._drafted, self._accepted
+        if len(d) < width:
+            d.extend([0] * (width - len(d)))
+            a.extend([0] * (width - len(a)))
         for n_d, n_a in zip(drafted, accepted, strict=True):
             for i in range(n_d):
                 d[i] += 1
             for i in range(min(n_a, n_d)):
                 a[i] += 1
-        for pos in range(width):
-            if d[pos]:
-                self.draft_per_pos.labels(position=str(pos)).inc(d[pos])
-            if a[pos]:
-                self.accepted_per_pos.labels(position=str(pos)).inc(a[pos])
+
+    def flush(self) -> None:
+        """Push the sums gathered since the last flush to Prometheus."""
+        for gamma, n in self._gamma_counts.items():
+            self._child(self.gamma_steps, "gamma", gamma).inc(n)
+        self._gamma_counts.clear()
+        if self._last_gamma is not None:
+            self.gamma.set(self._last_gamma)
+        if self._committed:
+            self.committed.inc(self._committed)
+            self._committed = 0
+        for pos, (n_d, n_a) in enumerate(zip(self._drafted, self._accepted, strict=True)):
+            if n_d:
+                self._child(self.draft_per_pos, "position", pos).inc(n_d)
+            if n_a:
+                self._child(self.accepted_per_pos, "position", pos).inc(n_a)
+        self._drafted.clear()
+        self._accepted.clear()
 
     def observe_arms(self, rewards: Mapping[int, float]) -> None:
         """Publish the controller's per-arm reward estimates."""
         for gamma, value in rewards.items():
-            self.arm_reward.labels(gamma=str(gamma)).set(float(value))
+            self._child(self.arm_reward, "gamma", gamma).set(float(value))
+
+    def _child(self, metric: Any, label: str, value: int) -> Any:
+        key = (id(metric), str(value))
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(**{label: str(value)})
+        return child
 
 
 _METRICS: VSpecMetrics | None = None
@@ -82,42 +116,54 @@ _REWARD_KEYS = ("reward", "estimated_goodput", "measured_goodput", "mean_reward"
 def get_metrics() -> VSpecMetrics:
     """Create (once per process) and return the vspec_ metrics."""
     global _METRICS
-    if _METRICS is not None:
-        return _METRICS
-    from prometheus_client import Counter, Gauge
+    if _METRICS is None:
+        _METRICS = make_metrics()
+    return _METRICS
 
-    _METRICS = VSpecMetrics(
+
+def make_metrics(registry: Any = None) -> VSpecMetrics:
+    """Create the vspec_ metric objects in ``registry`` (None: prometheus_client's default
+    registry, which is what vLLM's /metrics reads)."""
+    from prometheus_client import REGISTRY, Counter, Gauge
+
+    reg = REGISTRY if registry is None else registry
+
+    metrics = VSpecMetrics(
         gamma_steps=Counter(
-            PREFIX + "gamma_steps", "Engine steps by the gamma the controller chose.", ["gamma"]
+            PREFIX + "gamma_steps", "Engine steps by the gamma the controller chose.", ["gamma"],
+            registry=reg,
         ),
         gamma=Gauge(
             PREFIX + "gamma", "Gamma chosen at the latest engine step.",
-            multiprocess_mode="mostrecent",
+            multiprocess_mode="mostrecent", registry=reg,
         ),
         arm_reward=Gauge(
             PREFIX + "arm_reward_tokens_per_second",
             "Controller's goodput estimate per gamma arm (committed tokens/s).",
             ["gamma"],
-            multiprocess_mode="mostrecent",
+            multiprocess_mode="mostrecent", registry=reg,
         ),
         fallbacks=Counter(
             PREFIX + "controller_fallbacks",
             "Controller failures that switched vSpec to the fixed upper-bound gamma.",
+            registry=reg,
         ),
         draft_per_pos=Counter(
             PREFIX + "draft_tokens_per_pos",
             "Draft tokens verified per draft position (with variable gamma).",
-            ["position"],
+            ["position"], registry=reg,
         ),
         accepted_per_pos=Counter(
             PREFIX + "accepted_tokens_per_pos",
             "Accepted draft tokens per draft position.",
-            ["position"],
+            ["position"], registry=reg,
         ),
-        committed=Counter(PREFIX + "committed_tokens", "Tokens committed by decode steps."),
+        committed=Counter(PREFIX + "committed_tokens", "Tokens committed by decode steps.",
+                          registry=reg),
         refill_holds=Counter(
             PREFIX + "refill_holds",
             "Steps where cohort refill admission held waiting requests back.",
+            registry=reg,
         ),
     )
     if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0" and not os.environ.get(
@@ -128,7 +174,7 @@ def get_metrics() -> VSpecMetrics:
             "EngineCore process and will not appear on the API server's /metrics. Export "
             "PROMETHEUS_MULTIPROC_DIR=<empty dir> before 'vllm serve' (the launcher does)."
         )
-    return _METRICS
+    return metrics
 
 
 def arm_rewards(snapshot: Mapping[str, Any]) -> dict[int, float]:
@@ -163,4 +209,4 @@ def arm_rewards(snapshot: Mapping[str, Any]) -> dict[int, float]:
     return out
 
 
-__all__ = ["PREFIX", "VSpecMetrics", "arm_rewards", "get_metrics"]
+__all__ = ["PREFIX", "VSpecMetrics", "arm_rewards", "get_metrics", "make_metrics"]

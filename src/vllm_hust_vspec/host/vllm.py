@@ -43,8 +43,9 @@ HOOK_ATTR = "_vspec_hook"
 SKIP_ATTR = "vspec_skip_draft"
 # A refill hold never lasts longer than this many consecutive steps (no starvation).
 REFILL_MAX_HOLD_STEPS = 16
-# Publish per-arm reward estimates every this many observed steps.
-ARM_METRICS_EVERY = 16
+# Push buffered step metrics and per-arm reward estimates every this many observed steps
+# (and whenever the engine goes idle, so an idle server's /metrics is exact).
+METRICS_FLUSH_EVERY = 64
 # Methods whose proposer drafts exactly the K it is given. suffix asserts K == configured K
 # and custom_class ignores it, so neither can be driven per step.
 SUPPORTED_METHODS = frozenset(
@@ -118,6 +119,7 @@ class SchedulerHook:
         self._hold_steps = 0
         self._held = False
         self._observed = 0
+        self._arms_published = False
         # sticky gamma 0: requests whose draft KV has holes (drafter skipped on their step),
         # and the cohort whose lifetime pins gamma at 0.
         self.tainted: set[str] = set()
@@ -137,6 +139,11 @@ class SchedulerHook:
 
     def decide(self, batch_size: int) -> int:
         """The gamma for this step (called by the scheduler through :class:`GammaLookup`)."""
+        if self.mode == "sticky" and self._pinned():
+            # A sticky zero holds for the cohort's lifetime whatever the controller would
+            # say, so it is not asked (its feedback still arrives, with next_gamma=0).
+            self._decided = 0
+            return 0
         gamma = self.max_gamma
         if not self.failed:
             try:
@@ -145,8 +152,6 @@ class SchedulerHook:
                 self._fallback("decide")
                 gamma = self.max_gamma
         gamma = max(0, min(gamma, self.max_gamma))
-        if self.mode == "sticky" and self._pinned():
-            gamma = 0
         self._decided = gamma
         return gamma
 
@@ -160,13 +165,19 @@ class SchedulerHook:
         """
         return not self.failed and getattr(self.controller, "phase", "exploit") == "exploit"
 
-    def _live(self, ids: set[str]) -> set[str]:
-        requests = self.scheduler.requests
-        return {rid for rid in ids if rid in requests and not requests[rid].is_finished()}
-
     def _pinned(self) -> bool:
-        self.cohort = self._live(self.cohort)
         return bool(self.cohort)
+
+    def _forget_finished(self) -> None:
+        """Drop requests that finished since the last schedule from the sticky sets.
+
+        Every finished request passes through the scheduler's ``_free_request``, which records
+        it in ``finished_req_ids`` until the next ``schedule()`` clears it; reading that set
+        here is O(finished) instead of a scan of the cohort every step."""
+        done = self.scheduler.finished_req_ids
+        if done:
+            self.cohort -= done
+            self.tainted -= done
 
     # ---- schedule ---------------------------------------------------------------------
     def before_schedule(self) -> Callable[[], None]:
@@ -174,7 +185,7 @@ class SchedulerHook:
         self._decided = None
         sched = self.scheduler
         if self.tainted:
-            self.tainted = self._live(self.tainted)
+            self._forget_finished()
             for rid in self.tainted:
                 # A tainted request's draft KV has holes: do not verify its drafts.
                 request = sched.requests.get(rid)
@@ -217,14 +228,15 @@ class SchedulerHook:
         )
         if skip:
             setattr(out, SKIP_ATTR, True)
-            ids = set(num_sched)
-            self.tainted |= ids
+            self.tainted.update(num_sched)
             if not self.cohort:
-                self.cohort = set(ids)
+                self.cohort = set(num_sched)
         spec = out.scheduled_spec_decode_tokens
-        steady = not out.scheduled_new_reqs and all(
-            n == 1 + len(spec.get(rid, ())) for rid, n in num_sched.items()
-        )
+        # Every request scheduled 1 + its drafts (no prefill chunk) <=> the totals agree, as
+        # no request is ever scheduled fewer tokens than that.
+        steady = not out.scheduled_new_reqs and out.total_num_scheduled_tokens == len(
+            num_sched
+        ) + sum(len(t) for t in spec.values())
         self._records[id(out)] = _StepRecord(
             t_sched=now,
             decided=decided,
@@ -256,33 +268,15 @@ class SchedulerHook:
         )
         interval = max(now - start, 1e-9)
         self._last_update_t = now
-        sampled = runner_output.sampled_token_ids
-        index = runner_output.req_id_to_index
-        spec = out.scheduled_spec_decode_tokens
-        invalid = out.num_invalid_spec_tokens or {}
-        drafted: list[int] = []
-        accepted: list[int] = []
-        committed = 0
-        for rid, n in out.num_scheduled_tokens.items():
-            i = index.get(rid)
-            generated = sampled[i] if (sampled and i is not None and i < len(sampled)) else []
-            if not generated:
-                continue  # partial prefill chunk or aborted request
-            committed += len(generated)
-            tokens = spec.get(rid) or ()
-            if n != 1 + len(tokens):
-                continue  # a prefill completed this step: not a decoding request
-            n_draft = max(len(tokens) - invalid.get(rid, 0), 0)
-            drafted.append(n_draft)
-            accepted.append(min(max(len(generated) - 1, 0), n_draft))
-        decode_committed = sum(a + 1 for a in accepted)
+        drafted, accepted, committed = _step_counts(out, runner_output)
+        decode_committed = sum(accepted) + len(accepted)
         feedback: StepFeedback | None = None
         if drafted:
             feedback = StepFeedback(
                 batch_size=len(drafted),
                 gamma=record.verified,
-                drafted=tuple(drafted),
-                accepted=tuple(accepted),
+                drafted=drafted,
+                accepted=accepted,
                 committed=decode_committed,
                 interval_s=interval,
                 token_budget=self.token_budget,
@@ -291,10 +285,13 @@ class SchedulerHook:
                     (True,) * a + (False,) * (d - a) for d, a in zip(drafted, accepted, strict=True)
                 ),
                 drafter_ran=not record.skip,
+                next_gamma=record.decided,
             )
 
         def finish() -> None:
-            self._idle = not self.scheduler.has_requests()
+            # has_requests() stays true for one more step (finished ids to report), so it
+            # would never see the engine idle; the unfinished count does.
+            self._idle = not self.scheduler.has_unfinished_requests()
             self.step += 1
             if feedback is not None and not self.failed:
                 try:
@@ -302,10 +299,11 @@ class SchedulerHook:
                 except Exception:
                     self._fallback("observe")
             if self.metrics is not None:
-                self.metrics.observe_step(tuple(drafted), tuple(accepted), committed)
+                self.metrics.observe_step(drafted, accepted, committed)
                 self._observed += 1
-                if self._observed % ARM_METRICS_EVERY == 1:
-                    self._publish_arms()
+                if (self._idle or self._observed % METRICS_FLUSH_EVERY == 1
+                        or not (self._arms_published or self.failed)):
+                    self._flush_metrics()
             if self.trace is not None:
                 n_d, n_a = sum(drafted), sum(accepted)
                 self.trace.write(
@@ -332,11 +330,20 @@ class SchedulerHook:
 
         return finish
 
-    def _publish_arms(self) -> None:
-        if self.metrics is None or self.failed:
+    def _flush_metrics(self) -> None:
+        """Push buffered step metrics and the controller's per-arm estimates."""
+        if self.metrics is None:
+            return
+        self.metrics.flush()
+        if self.failed:
             return
         try:
-            self.metrics.observe_arms(arm_rewards(self.controller.snapshot()))
+            rewards = arm_rewards(self.controller.snapshot())
+            if rewards:
+                # The snapshot describes the last batch-size bucket, which may not be measured
+                # yet (the tail of a run): the gauges then keep their last values.
+                self.metrics.observe_arms(rewards)
+                self._arms_published = True
         except Exception:
             logger.debug("vSpec: controller snapshot unavailable for metrics", exc_info=True)
 
@@ -345,13 +352,57 @@ class SchedulerHook:
         if self.closed:
             return
         self.closed = True
-        self._publish_arms()
+        self._flush_metrics()
         if self.trace is not None:
             self.trace.close()
 
 
 def _noop() -> None:
     return None
+
+
+def _step_counts(
+    out: Any, runner_output: Any
+) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """Per decoding request drafted and accepted counts, and all tokens the step committed.
+
+    A request is decoding when it was scheduled exactly 1 + its drafts; partial prefill
+    chunks and aborted requests sampled nothing and are left out, as is a request whose
+    prefill completed in this step (it committed its first token, counted in the total)."""
+    sampled = runner_output.sampled_token_ids
+    index = runner_output.req_id_to_index
+    spec = out.scheduled_spec_decode_tokens
+    n_sampled = len(sampled) if sampled else 0
+    committed = 0
+    if not spec:
+        # Nothing verified this step (gamma 0): the common case on a sticky zero, kept lean.
+        batch = 0
+        for rid, n in out.num_scheduled_tokens.items():
+            i = index.get(rid)
+            if i is None or i >= n_sampled:
+                continue
+            k = len(sampled[i])
+            committed += k
+            if k and n == 1:
+                batch += 1
+        zeros = (0,) * batch
+        return zeros, zeros, committed
+    invalid = out.num_invalid_spec_tokens or {}
+    drafted: list[int] = []
+    accepted: list[int] = []
+    for rid, n in out.num_scheduled_tokens.items():
+        i = index.get(rid)
+        generated = sampled[i] if (i is not None and i < n_sampled) else ()
+        if not len(generated):
+            continue
+        committed += len(generated)
+        tokens = spec.get(rid) or ()
+        if n != 1 + len(tokens):
+            continue
+        n_draft = max(len(tokens) - invalid.get(rid, 0), 0)
+        drafted.append(n_draft)
+        accepted.append(min(max(len(generated) - 1, 0), n_draft))
+    return tuple(drafted), tuple(accepted), committed
 
 
 # ---- attaching to a Scheduler -----------------------------------------------------------
@@ -370,7 +421,7 @@ def attach(scheduler: Any, settings: Any) -> SchedulerHook | None:
             f"{', '.join(sorted(SUPPORTED_METHODS))}, or unset HUST_VSPEC_ENABLED."
         )
     for attr in ("dynamic_sd_lookup", "max_num_active_reqs", "max_num_scheduled_tokens",
-                 "requests", "waiting", "running"):
+                 "requests", "waiting", "running", "finished_req_ids"):
         if not hasattr(scheduler, attr):
             raise VSpecHostError(
                 f"vSpec: {type(scheduler).__module__}.{type(scheduler).__qualname__} has no "
