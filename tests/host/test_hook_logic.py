@@ -135,7 +135,6 @@ def test_feedback_counts_decoding_requests_only_and_sticky_marks_skip() -> None:
     (fb,) = ctrl.seen
     assert fb.drafted == (2, 2) and fb.accepted == (2, 0)
     assert fb.committed == 4 and fb.batch_size == 2 and fb.gamma == 3 and fb.steady is False
-    assert fb.accept_flags == ((True, True), (False, False))
     assert fb.next_gamma == 0 and fb.drafter_ran is False
     # While the cohort lives gamma stays 0 whatever the controller says; drafts are dropped.
     ctrl.gamma = 3

@@ -434,7 +434,10 @@ class OnlineController(CadencedPolicy):
         """Seconds a step verifying ``width`` tokens per request takes longer at ``batch`` than
         at bucket ``idx``'s reference batch (its lower edge): the global per-token slope at the
         current load. The filter keeps costs at the reference batch."""
-        return self._filter.load() * self._cost.per_token() * width * (batch - (1 << idx))
+        gap = batch - (1 << idx)
+        if not gap:
+            return 0.0
+        return self._filter.load() * self._cost.per_token() * width * gap
 
     def _own_times(self, bucket: BucketStats, batch: int) -> list[float | None]:
         """Each measured arm's step time at the current load and ``batch`` (None: never

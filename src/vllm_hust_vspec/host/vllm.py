@@ -43,8 +43,9 @@ HOOK_ATTR = "_vspec_hook"
 SKIP_ATTR = "vspec_skip_draft"
 # A refill hold never lasts longer than this many consecutive steps (no starvation).
 REFILL_MAX_HOLD_STEPS = 16
-# Push buffered step metrics and per-arm reward estimates every this many observed steps
-# (and whenever the engine goes idle, so an idle server's /metrics is exact).
+# Push buffered step metrics and per-arm reward estimates every this many observed steps, and
+# whenever the engine goes idle (an idle server's /metrics is exact); in the first this-many
+# steps also every step until the controller has arm estimates to show.
 METRICS_FLUSH_EVERY = 64
 # Methods whose proposer drafts exactly the K it is given. suffix asserts K == configured K
 # and custom_class ignores it, so neither can be driven per step.
@@ -57,7 +58,7 @@ class VSpecHostError(RuntimeError):
     """The scheduler hook cannot run with this configuration."""
 
 
-@dataclass
+@dataclass(slots=True)
 class _StepRecord:
     """What schedule() decided for one SchedulerOutput, consumed by update_from_output()."""
 
@@ -281,9 +282,6 @@ class SchedulerHook:
                 interval_s=interval,
                 token_budget=self.token_budget,
                 steady=record.steady,
-                accept_flags=tuple(
-                    (True,) * a + (False,) * (d - a) for d, a in zip(drafted, accepted, strict=True)
-                ),
                 drafter_ran=not record.skip,
                 next_gamma=record.decided,
             )
@@ -302,7 +300,7 @@ class SchedulerHook:
                 self.metrics.observe_step(drafted, accepted, committed)
                 self._observed += 1
                 if (self._idle or self._observed % METRICS_FLUSH_EVERY == 1
-                        or not (self._arms_published or self.failed)):
+                        or (self._observed <= METRICS_FLUSH_EVERY and not self._arms_published)):
                     self._flush_metrics()
             if self.trace is not None:
                 n_d, n_a = sum(drafted), sum(accepted)
