@@ -17,6 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 _TINY = 1e-9
+# Discounting stops at this weight: far above _TINY, so a long stretch without verify data
+# (gamma 0 for thousands of steps) never turns a measured rate back into the prior; the
+# measured ratio s/n persists until drafting is probed again.
+_FLOOR = 1e-6
 
 
 class AcceptanceModel:
@@ -90,7 +94,7 @@ class AcceptanceModel:
         below_a = 0
         below_d = 0
         for k in range(self.positions):
-            if n[k] > _TINY:
+            if n[k] > _FLOOR:
                 s[k] *= d
                 n[k] *= d
             if k < depth:
@@ -118,7 +122,7 @@ class AcceptanceModel:
         s = self._s
         n = self._n
         for k in range(self.positions):
-            if n[k] > _TINY:
+            if n[k] > _FLOOR:
                 s[k] *= d
                 n[k] *= d
         self._dirty = True

