@@ -119,7 +119,7 @@ def detect() -> HostCapabilities:
             missing.append("Scheduler.dynamic_sd_lookup (built-in dynamic K schedule)")
         wanted = ("schedule", "update_from_output", "shutdown", "update_draft_token_ids")
         absent = [m for m in wanted if not callable(getattr(scheduler, m, None))]
-        for name in ("max_num_active_reqs", "max_num_scheduled_tokens"):
+        for name in ("max_num_active_reqs", "max_num_scheduled_tokens", "finished_req_ids"):
             if name not in _source(scheduler.__init__):
                 absent.append(name)
         methods = not absent

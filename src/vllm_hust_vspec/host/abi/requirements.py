@@ -87,6 +87,10 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                      "1 + max K)",
                      _p(SOURCE, SCHED_MOD, "Scheduler", "__init__", "dynamic_sd_lookup"),
                      _p(SOURCE, SCHED_MOD, "Scheduler", "schedule", "dynamic_sd_lookup")),
+            Check.of("vllm.finished_ids", VLLM,
+                     "a sticky gamma-0 cohort ends when its last request is freed: "
+                     "Scheduler._free_request records it in finished_req_ids",
+                     _p(SOURCE, SCHED_MOD, "Scheduler", "_free_request", "finished_req_ids")),
         ]
         if not ascend:
             out += [
