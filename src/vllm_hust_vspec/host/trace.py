@@ -1,9 +1,12 @@
 """Bounded JSON Lines trace of controller decisions.
 
-The engine step only appends to a bounded in-memory queue (``put_nowait``); a daemon thread
-writes and flushes lines. When the queue is full records are dropped and counted, so tracing
-can never block or slow a step. :meth:`TraceWriter.close` (scheduler shutdown, or ``atexit``)
-drains what is queued and closes the file.
+The engine step only appends the record to a list; every ``batch`` records the list goes to
+a bounded queue (``put_nowait``) and a daemon thread encodes, writes and flushes the lines.
+Handing over batches matters: waking the writer for every record made it compete with the
+engine for the GIL on every step (about a tenth of a 1.7 ms CPU step). When the queue is full
+a batch is dropped and counted, so tracing can never block a step. :meth:`TraceWriter.close`
+(scheduler shutdown, or ``atexit``) hands over the last records, drains the queue and closes
+the file.
 
 Record schema (one object per completed engine step, in step order)::
 
@@ -30,14 +33,17 @@ from typing import Any
 
 logger = logging.getLogger("vllm_hust_vspec.trace")
 
-DEFAULT_CAPACITY = 65536
+DEFAULT_CAPACITY = 65536  # records queued at most
+DEFAULT_BATCH = 64  # records per hand-over to the writer thread
 _CLOSE = object()
 
 
 class TraceWriter:
     """Writes dict records as JSON lines from a background thread."""
 
-    def __init__(self, path: str | Path, *, capacity: int = DEFAULT_CAPACITY) -> None:
+    def __init__(
+        self, path: str | Path, *, capacity: int = DEFAULT_CAPACITY, batch: int = DEFAULT_BATCH
+    ) -> None:
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -47,7 +53,9 @@ class TraceWriter:
                 f"vSpec adaptive_trace: cannot open '{self.path}' for writing: {exc}. "
                 f"Set HUST_VSPEC_ADAPTIVE_TRACE to a writable path or unset it."
             ) from exc
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, capacity))
+        self._batch = max(1, batch)
+        self._pending: list[dict[str, Any]] = []
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, capacity // self._batch))
         self.dropped = 0
         self.written = 0
         self._closed = False
@@ -65,22 +73,32 @@ class TraceWriter:
         atexit.register(self._atexit)
 
     def write(self, record: dict[str, Any]) -> bool:
-        """Queue one record; never blocks. Returns False when it was dropped."""
+        """Buffer one record; never blocks. Returns False when the writer is closed."""
         if self._closed:
             return False
+        pending = self._pending
+        pending.append(record)
+        if len(pending) >= self._batch:
+            self.push()
+        return True
+
+    def push(self) -> None:
+        """Queue the buffered records for the writer thread now (dropped and counted if the
+        queue is full). The hook calls it when the engine goes idle."""
+        records, self._pending = self._pending, []
+        if not records:
+            return
         try:
-            self._queue.put_nowait(record)
-            return True
+            self._queue.put_nowait(records)
         except queue.Full:
-            self.dropped += 1
-            return False
+            self.dropped += len(records)
 
     def _run(self) -> None:
         while True:
             item = self._queue.get()
             if item is _CLOSE:
                 break
-            batch = [item]
+            batch = list(item)
             # Drain what is already queued so the file sees few, larger writes.
             while True:
                 try:
@@ -90,7 +108,7 @@ class TraceWriter:
                 if nxt is _CLOSE:
                     self._write_lines(batch)
                     return
-                batch.append(nxt)
+                batch.extend(nxt)
             self._write_lines(batch)
 
     def _write_lines(self, batch: list[Any]) -> None:
@@ -103,7 +121,8 @@ class TraceWriter:
             self.dropped += len(batch)
 
     def flush(self, timeout: float = 5.0) -> None:
-        """Wait (bounded) until everything queued so far is written; for tests/shutdown."""
+        """Wait (bounded) until everything written so far is on disk; for tests/shutdown."""
+        self.push()
         deadline = threading.Event()
         # Poll the queue rather than join(): join would wait forever if the writer died.
         waited = 0.0
@@ -116,6 +135,7 @@ class TraceWriter:
         with self._lock:
             if self._closed:
                 return
+            self.push()
             self._closed = True
         try:
             self._queue.put(_CLOSE, timeout=timeout)
@@ -130,4 +150,4 @@ class TraceWriter:
                            self.dropped, self.path)
 
 
-__all__ = ["DEFAULT_CAPACITY", "TraceWriter"]
+__all__ = ["DEFAULT_BATCH", "DEFAULT_CAPACITY", "TraceWriter"]

@@ -325,6 +325,8 @@ class SchedulerHook:
                         "fallback": self.failed,
                     }
                 )
+                if self._idle:
+                    self.trace.push()
 
         return finish
 

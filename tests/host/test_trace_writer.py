@@ -1,0 +1,53 @@
+"""TraceWriter: buffered hand-over to a writer thread, nothing lost on close, bounded."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+from vllm_hust_vspec.host.trace import TraceWriter
+
+
+def _lines(path: Path) -> list[dict[str, int]]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_records_are_handed_over_in_batches_and_all_written_on_close(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    writer = TraceWriter(path, batch=4)
+    for i in range(6):
+        assert writer.write({"step": i})
+    writer.flush()
+    # flush pushes the partial batch too: a reader after an idle engine sees every record
+    assert [r["step"] for r in _lines(path)] == list(range(6))
+    for i in range(6, 9):
+        writer.write({"step": i})
+    writer.close()
+    assert [r["step"] for r in _lines(path)] == list(range(9))
+    assert writer.written == 9 and writer.dropped == 0
+    assert not writer.write({"step": 9})  # closed: refused, nothing written
+    writer.close()  # idempotent
+
+
+def test_a_full_queue_drops_whole_batches_and_counts_them(tmp_path: Path) -> None:
+    writer = TraceWriter(tmp_path / "t.jsonl", capacity=2, batch=2)  # queue: one batch
+    entered, release = threading.Event(), threading.Event()
+    real_write = writer._write_lines
+
+    def slow_write(batch: list[dict[str, int]]) -> None:
+        entered.set()
+        release.wait(5)
+        real_write(batch)
+
+    writer._write_lines = slow_write  # type: ignore[method-assign]
+    writer.write({"step": 0})
+    writer.write({"step": 1})  # batch 1 handed over; the writer takes it and stalls
+    assert entered.wait(5)
+    for i in range(2, 6):  # batch 2 fills the queue, batch 3 finds it full
+        assert writer.write({"step": i})
+    assert writer.dropped == 2
+    release.set()
+    writer.close()
+    assert [r["step"] for r in _lines(tmp_path / "t.jsonl")] == [0, 1, 2, 3]
+    assert writer.written == 4
