@@ -161,7 +161,12 @@ class OnlineController(CadencedPolicy):
         self._skipped_transition = 0
         self._probe = ZeroProbe(cfg.probe_interval, cfg.max_probe_interval)
         self._held = 0  # exploit decisions at the current arm
-        self._visit_left = 0  # decisions left in a neighbour re-check
+        self._visit_left = 0  # decisions left in a neighbour re-check or zero re-measure
+        # Re-measuring the prior of an untried drafter-skipping zero (see _choose).
+        self._zero_recheck = False
+        self._zero_home = 0
+        self._zero_held = 0
+        self._zero_interval = max(cfg.neighbour_check_interval, 1)
         self._filter = TimeFilter(cfg.load_drift, 1.0 / cfg.staleness_halflife)
 
     # -- Controller protocol ------------------------------------------------------------------
@@ -260,10 +265,13 @@ class OnlineController(CadencedPolicy):
 
     @property
     def phase(self) -> str:
-        """'warmup', 'sweep' or 'exploit'."""
+        """'warmup', 'sweep', 'recheck' (re-measuring a gamma-0 prior) or 'exploit'. Only an
+        'exploit' zero is a settled decision (a sticky host pins the cohort on it)."""
         if self._discard_left:
             return "warmup"
-        return "exploit" if self._sweep_done else "sweep"
+        if not self._sweep_done:
+            return "sweep"
+        return "recheck" if self._zero_recheck else "exploit"
 
     def best_gamma(self, batch_size: int, token_budget: int = 0) -> int | None:
         """Arm with the best point estimate (no bonus) for this batch, or None if unknown."""
@@ -311,6 +319,11 @@ class OnlineController(CadencedPolicy):
             # on the simulator's noisy scenarios, this beats returning home at once.
             self._visit_left -= 1
             return cur
+        if self._zero_recheck:
+            # A zero re-measure is over: judge from the arm it left (a switch to 0 then
+            # needs the refreshed prior to beat that arm by the hysteresis margin).
+            self._zero_recheck = False
+            cur = self._zero_home
         cur_i = cur - self._lo
         if best != cur_i and should_switch(best_score, score[cur_i], cfg.hysteresis):
             if cur == 0:
@@ -320,6 +333,20 @@ class OnlineController(CadencedPolicy):
         if cur == 0 and cap >= 1 and self._probe.due():
             # Speculation is off, so acceptance is not observed: draft one token to look.
             return 1
+        if self._zero_prior_only(bucket, cur):
+            self._zero_held += 1
+            if self._zero_held >= self._zero_interval:
+                # Arm 0 (skipping the drafter) has never been tried here: it is judged by a
+                # prior from gamma-0 steps in which the drafter ran, a few samples from the
+                # sweep. Taken during a load spike, that prior can lock it out for good (no
+                # bonus: trying it pins a cohort). Re-measure those zeros now (they run the
+                # drafter and pin nothing), less and less often.
+                self._zero_held = 0
+                self._zero_interval = min(2 * self._zero_interval, cfg.max_probe_interval)
+                self._zero_recheck = True
+                self._zero_home = cur
+                self._visit_left = cfg.sweep_samples
+                return 0
         self._held += 1
         interval = cfg.neighbour_check_interval
         if interval and cur > self._lo and self._held >= interval:
@@ -333,6 +360,13 @@ class OnlineController(CadencedPolicy):
             self._visit_left = cfg.sweep_samples
             return pick
         return cur
+
+    def _zero_prior_only(self, bucket: BucketStats, cur: int) -> bool:
+        """True when gamma 0 skips the drafter, is allowed, has never been played in this
+        bucket, and the controller sits at another arm."""
+        cfg = self.config
+        return (cfg.zero_skips_drafter and cfg.neighbour_check_interval > 0 and self._lo == 0
+                and cur > 0 and bucket.arms[0].var <= 0.0)
 
     def _sweep_target(self, cap: int) -> int | None:
         lo = self._lo
