@@ -162,11 +162,11 @@ class OnlineController(CadencedPolicy):
         self._probe = ZeroProbe(cfg.probe_interval, cfg.max_probe_interval)
         self._held = 0  # exploit decisions at the current arm
         self._visit_left = 0  # decisions left in a neighbour re-check or zero re-measure
-        # Re-measuring the prior of an untried drafter-skipping zero (see _choose).
+        # Re-measuring the prior of an untried drafter-skipping zero (see _choose): the same
+        # doubling cadence as the acceptance probe, started at neighbour_check_interval.
         self._zero_recheck = False
         self._zero_home = 0
-        self._zero_held = 0
-        self._zero_interval = max(cfg.neighbour_check_interval, 1)
+        self._zero_rechecks = ZeroProbe(cfg.neighbour_check_interval, cfg.max_probe_interval)
         self._filter = TimeFilter(cfg.load_drift, 1.0 / cfg.staleness_halflife)
 
     # -- Controller protocol ------------------------------------------------------------------
@@ -333,20 +333,16 @@ class OnlineController(CadencedPolicy):
         if cur == 0 and cap >= 1 and self._probe.due():
             # Speculation is off, so acceptance is not observed: draft one token to look.
             return 1
-        if self._zero_prior_only(bucket, cur):
-            self._zero_held += 1
-            if self._zero_held >= self._zero_interval:
-                # Arm 0 (skipping the drafter) has never been tried here: it is judged by a
-                # prior from gamma-0 steps in which the drafter ran, a few samples from the
-                # sweep. Taken during a load spike, that prior can lock it out for good (no
-                # bonus: trying it pins a cohort). Re-measure those zeros now (they run the
-                # drafter and pin nothing), less and less often.
-                self._zero_held = 0
-                self._zero_interval = min(2 * self._zero_interval, cfg.max_probe_interval)
-                self._zero_recheck = True
-                self._zero_home = cur
-                self._visit_left = cfg.sweep_samples
-                return 0
+        if cur > 0 and self._untried_skip_zero(bucket) and self._zero_rechecks.due():
+            # Arm 0 (skipping the drafter) has never been tried here: it is judged by a prior
+            # from gamma-0 steps in which the drafter ran, a few samples from the sweep. Taken
+            # during a load spike, that prior can lock it out for good (no bonus: trying it
+            # pins a cohort). Re-measure those zeros now (they run the drafter and pin
+            # nothing), less and less often.
+            self._zero_recheck = True
+            self._zero_home = cur
+            self._visit_left = cfg.sweep_samples
+            return 0
         self._held += 1
         interval = cfg.neighbour_check_interval
         if interval and cur > self._lo and self._held >= interval:
@@ -361,12 +357,10 @@ class OnlineController(CadencedPolicy):
             return pick
         return cur
 
-    def _zero_prior_only(self, bucket: BucketStats, cur: int) -> bool:
-        """True when gamma 0 skips the drafter, is allowed, has never been played in this
-        bucket, and the controller sits at another arm."""
-        cfg = self.config
-        return (cfg.zero_skips_drafter and cfg.neighbour_check_interval > 0 and self._lo == 0
-                and cur > 0 and bucket.arms[0].var <= 0.0)
+    def _untried_skip_zero(self, bucket: BucketStats) -> bool:
+        """True when arm 0 skips the drafter and has never been played in ``bucket``: it is
+        then judged by its prior (see _skip_zero_prior)."""
+        return self.config.zero_skips_drafter and self._lo == 0 and bucket.arms[0].var <= 0.0
 
     def _sweep_target(self, cap: int) -> int | None:
         lo = self._lo
@@ -402,7 +396,7 @@ class OnlineController(CadencedPolicy):
         # A never-tried drafter-skipping zero gets no bonus: trying it pins the running cohort
         # at 0 for good (sticky), so only its (optimistic) prior beating the best arm by the
         # hysteresis margin may earn it a look.
-        prior_zero = self.config.zero_skips_drafter and self._lo == 0 and arms[0].var <= 0.0
+        prior_zero = self._untried_skip_zero(bucket)
         score: list[float] = []
         for i, e in enumerate(est):
             if e is None:
@@ -425,7 +419,7 @@ class OnlineController(CadencedPolicy):
         Borrowed values are kept physically plausible (see _bound)."""
         lo = self._lo
         own = self._own_times(bucket, batch)
-        if lo == 0 and own[0] is None and self.config.zero_skips_drafter:
+        if self._untried_skip_zero(bucket):
             own[0] = self._skip_zero_prior(bucket, batch)
         if bucket.measured == self._num_arms:
             return own

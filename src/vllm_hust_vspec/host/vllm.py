@@ -374,19 +374,6 @@ def _step_counts(
     spec = out.scheduled_spec_decode_tokens
     n_sampled = len(sampled) if sampled else 0
     committed = 0
-    if not spec:
-        # Nothing verified this step (gamma 0): the common case on a sticky zero, kept lean.
-        batch = 0
-        for rid, n in out.num_scheduled_tokens.items():
-            i = index.get(rid)
-            if i is None or i >= n_sampled:
-                continue
-            k = len(sampled[i])
-            committed += k
-            if k and n == 1:
-                batch += 1
-        zeros = (0,) * batch
-        return zeros, zeros, committed
     invalid = out.num_invalid_spec_tokens or {}
     drafted: list[int] = []
     accepted: list[int] = []
