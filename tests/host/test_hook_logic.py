@@ -164,14 +164,17 @@ def test_observe_failure_switches_to_fixed_gamma() -> None:
     assert hook.decide(1) == 3
 
 
-def test_metrics_are_buffered_then_exact_once_the_engine_is_idle() -> None:
+def test_metrics_are_buffered_then_exact_once_the_engine_is_idle(tmp_path: Any) -> None:
     from prometheus_client import CollectorRegistry
 
     from vllm_hust_vspec.host.metrics import make_metrics
+    from vllm_hust_vspec.host.trace import TraceWriter
 
     registry = CollectorRegistry()
     sched = FakeScheduler(running=2, waiting=0)
-    hook = SchedulerHook(sched, Settings(), Ctrl(gamma=2), 3, metrics=make_metrics(registry))
+    trace = TraceWriter(tmp_path / "trace.jsonl")
+    hook = SchedulerHook(sched, Settings(), Ctrl(gamma=2), 3, metrics=make_metrics(registry),
+                         trace=trace)
 
     def value(name: str, **labels: str) -> float:
         return registry.get_sample_value(name, labels) or 0.0
@@ -194,6 +197,7 @@ def test_metrics_are_buffered_then_exact_once_the_engine_is_idle() -> None:
     # buffered: not pushed yet while requests are running
     assert value("vspec_gamma_steps_total", gamma="2") == 1
     assert value("vspec_draft_tokens_per_pos_total", position="0") == 0
+    assert len(trace._pending) == 4  # trace records wait for a full batch too
     sched.running = []  # the engine goes idle: the next finished step flushes everything
     step({"r0": [5, 6], "r1": [7, 8]}, [[5, 6, 9], [3]])
     assert value("vspec_gamma_steps_total", gamma="2") == 5
@@ -204,3 +208,6 @@ def test_metrics_are_buffered_then_exact_once_the_engine_is_idle() -> None:
     assert value("vspec_committed_tokens_total") == 2 + 4 * 4
     assert value("vspec_gamma") == 2
     assert value("vspec_arm_reward_tokens_per_second", gamma="2") == 500.0
+    assert trace._pending == []  # handed to the writer when the engine went idle
+    hook.close()
+    assert len((tmp_path / "trace.jsonl").read_text().splitlines()) == 5
