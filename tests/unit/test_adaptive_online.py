@@ -174,7 +174,8 @@ def test_rewards_are_attributed_to_feedback_gamma() -> None:
 def test_host_reported_next_gamma_decides_what_is_a_transition_step() -> None:
     """A host that holds gamma without asking (sticky zero) reports what it drafted; the
     controller's own last decision does not make those steps transitions."""
-    ctrl = OnlineController(OnlineConfig(warmup_samples=0, zero_skips_drafter=True))
+    ctrl = OnlineController(OnlineConfig(warmup_samples=0, zero_skips_drafter=True,
+                                         path_switch_discard=0))
     assert ctrl.decide(8, 4096) == 4
     assert ctrl.decide(8, 4096) == 4  # sweep: 2 decisions per visit
     assert ctrl.decide(8, 4096) == 3  # its own view: this step drafts 3 after verifying 4
@@ -280,3 +281,22 @@ def test_global_cost_model_recovers_coefficients() -> None:
     assert coef is not None
     assert coef == pytest.approx((0.004, 3e-5, 0.0007), rel=1e-6)
     assert model.predict(32, 2) == pytest.approx(0.004 + 3e-5 * 96 + 0.0014, rel=1e-6)
+
+
+def test_first_steps_after_the_drafter_is_switched_off_or_on_are_not_timed() -> None:
+    """After a sticky zero switches the drafter off (and when it runs again) the first steps
+    run slow while caches refill; their times must not set arm costs or the load level."""
+    cfg = OnlineConfig(warmup_samples=0, zero_skips_drafter=True, path_switch_discard=3)
+    ctrl = OnlineController(cfg)
+    ctrl.decide(8, 4096)  # snapshot() reports the arms of the last decision's bucket
+
+    def step(ran: bool, gamma: int) -> StepFeedback:
+        return StepFeedback(batch_size=8, gamma=gamma, drafted=(gamma,) * 8,
+                            accepted=(0,) * 8, committed=8, interval_s=0.002,
+                            token_budget=4096, drafter_ran=ran, next_gamma=gamma)
+
+    for ran, gamma in ((False, 0),) * 5 + ((True, 1),) * 5 + ((False, 0),) * 2:
+        ctrl.observe(step(ran, gamma))
+    snap = ctrl.snapshot()
+    assert snap["skipped_path_switch"] == 3 + 3 + 2
+    assert {a["gamma"]: a["samples"] for a in snap["arms"]} == {0: 2, 1: 2, 2: 0, 3: 0, 4: 0}

