@@ -65,8 +65,6 @@ class StickyHost:
 class StickyRun:
     """What one emulated run produced."""
 
-    seconds: float = 0.0
-    tokens: int = 0
     cohort_seconds: list[float] = field(default_factory=list)
     # per cohort: how many of its steps verified drafts (0: pinned at gamma 0 throughout)
     cohort_spec_steps: list[int] = field(default_factory=list)
@@ -157,6 +155,4 @@ def run_sticky(controller: Controller, host: StickyHost, cohorts: int,
         out.cohort_seconds.append(clock - start)
         out.cohort_spec_steps.append(spec_steps)
         out.cohort_skip_steps.append(skip_steps)
-    out.seconds = clock
-    out.tokens = cohorts * out.tokens_per_cohort
     return out

@@ -146,6 +146,8 @@ class OnlineController(CadencedPolicy):
         initial = hi if cfg.initial_gamma is None else cfg.initial_gamma
         super().__init__(lo, hi, cfg.control_interval, initial)
         self._num_arms = hi - lo + 1
+        # Arm 0 is the host's drafter-skipping zero (see OnlineConfig.zero_skips_drafter).
+        self._skip_zero = cfg.zero_skips_drafter and lo == 0
         self._discard_left = cfg.warmup_samples
         self._sweep_done = False
         self._sweep_issued = [0] * self._num_arms
@@ -230,7 +232,7 @@ class OnlineController(CadencedPolicy):
         load = self._filter.load()  # before this step moves it: the report window's unit
         shift = self._batch_shift(g + 1, batch, idx)
         at_reference = max(feedback.interval_s - shift, 0.1 * feedback.interval_s)
-        if g == 0 and self.config.zero_skips_drafter and feedback.drafter_ran:
+        if g == 0 and self._skip_zero and feedback.drafter_ran:
             # A zero in which the drafter still ran is not what arm 0 costs (see config).
             self._filter.update(bucket.sync_zero, at_reference)
             return
@@ -408,18 +410,18 @@ class OnlineController(CadencedPolicy):
     def _measured_zero_in_reach(self, bucket: BucketStats) -> bool:
         """True when arm 0 skips the drafter, has been played in ``bucket`` and its estimate
         (from the last _scores call) is within ``zero_recheck_band`` of the best arm's."""
-        cfg = self.config
-        if not (cfg.zero_skips_drafter and self._lo == 0 and bucket.arms[0].var > 0.0):
+        if not (self._skip_zero and bucket.arms[0].var > 0.0):
             return False
         est = self._last_est
         e0 = est[0] if est else None
         best = max((e for e in est if e is not None), default=None)
-        return e0 is not None and best is not None and e0 >= cfg.zero_recheck_band * best
+        return (e0 is not None and best is not None
+                and e0 >= self.config.zero_recheck_band * best)
 
     def _untried_skip_zero(self, bucket: BucketStats) -> bool:
         """True when arm 0 skips the drafter and has never been played in ``bucket``: it is
         then judged by its prior (see _skip_zero_prior)."""
-        return self.config.zero_skips_drafter and self._lo == 0 and bucket.arms[0].var <= 0.0
+        return self._skip_zero and bucket.arms[0].var <= 0.0
 
     def _sweep_target(self, cap: int) -> int | None:
         lo = self._lo
@@ -515,7 +517,7 @@ class OnlineController(CadencedPolicy):
         arm 0 measured in one busy cohort looked dearer than gamma 1 and out of the re-check
         band for good), so it is capped there, which keeps it within reach of a re-measure."""
         t0 = times[0]
-        if t0 is None or not (self.config.zero_skips_drafter and self._lo == 0):
+        if t0 is None or not self._skip_zero:
             return times
         for t in times[1:]:
             if t is not None and t < t0:
