@@ -82,7 +82,8 @@ def main() -> int:
     print("\n".join(metrics) if metrics else "  (no vspec_ metrics found)")
     trace = Path(args.trace)
     if trace.is_file():
-        records = [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
+        lines = [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
+        records = [r for r in lines if "step" in r]  # run headers left out
         counts = collections.Counter(r.get("gamma") for r in records)
         print(f"\ndemo: {len(records)} controller decisions so far; gamma chosen: "
               + ", ".join(f"{g}: {n}" for g, n in sorted(counts.items(), key=str)))

@@ -227,7 +227,12 @@ def reference_outputs(
 
 
 def read_trace(path: Path) -> list[dict[str, Any]]:
-    """Records of an adaptive_trace file."""
+    """Step records of an adaptive_trace file (run headers left out)."""
+    return [r for r in read_trace_lines(path) if "step" in r]
+
+
+def read_trace_lines(path: Path) -> list[dict[str, Any]]:
+    """Every line of an adaptive_trace file: run headers and step records."""
     import json
 
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

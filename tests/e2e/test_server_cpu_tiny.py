@@ -137,6 +137,9 @@ def test_concurrent_chat_metrics_and_clean_stop(server: Server) -> None:
 
     os.killpg(server.proc.pid, signal.SIGINT)
     assert server.proc.wait(timeout=60) is not None
-    records = [json.loads(x) for x in server.trace.read_text().splitlines() if x.strip()]
+    lines = [json.loads(x) for x in server.trace.read_text().splitlines() if x.strip()]
+    headers = [r for r in lines if "run" in r]
+    records = [r for r in lines if "step" in r]
+    assert len(headers) == 1 and lines[0] is headers[0]  # one run, its header first
     assert len(records) == steps  # flushed on shutdown: one line per step
     assert {r["gamma"] for r in records} <= set(range(0, 5))

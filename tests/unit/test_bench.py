@@ -299,6 +299,7 @@ def test_vllm_bench_argv_custom_and_random() -> None:
 def fake_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in ("target", "draft"):
         (tmp_path / "models" / name).mkdir(parents=True)
+        (tmp_path / "models" / name / "config.json").write_text("{}")
     monkeypatch.setenv("HUST_VSPEC_MODEL_DIR", str(tmp_path / "models"))
     for key in ("HUST_VSPEC_ENABLED", "VSPEC_CONFIG", "VLLM_PLUGINS"):
         monkeypatch.delenv(key, raising=False)

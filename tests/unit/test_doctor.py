@@ -21,6 +21,10 @@ UPSTREAM = {
         class SchedulerOutput:
             num_spec_tokens_to_schedule: int = 0
     """,
+    "vllm/v1/engine/core.py": """
+        class EngineCore:
+            def shutdown(self): ...
+    """,
     "vllm/v1/core/sched/scheduler.py": """
         class Scheduler:
             def __init__(self):

@@ -25,6 +25,7 @@ def model_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "models"
     for name in PRESET_MODELS:
         (root / name).mkdir(parents=True)
+        (root / name / "config.json").write_text("{}")
     for key in list(__import__("os").environ):
         if key.startswith(("HUST_VSPEC_", "HUST_SPEC", "VSPEC_", "SPECSLO", "SPECASCEND")):
             monkeypatch.delenv(key)
@@ -172,6 +173,9 @@ def test_device_sets_visibility(model_dir: Path, capsys: pytest.CaptureFixture[s
 
 
 def test_resolve_explicit_path(tmp_path: Path) -> None:
+    with pytest.raises(ModelNotFoundError, match="no config.json"):
+        resolve_model(str(tmp_path), "target", {}, "--target-model")
+    (tmp_path / "config.json").write_text("{}")
     assert resolve_model(str(tmp_path), "target", {}, "--target-model") == str(tmp_path)
     with pytest.raises(ModelNotFoundError, match="does not exist"):
         resolve_model(str(tmp_path / "missing"), "target", {}, "--target-model")
@@ -179,6 +183,7 @@ def test_resolve_explicit_path(tmp_path: Path) -> None:
 
 def test_resolve_from_model_dir(tmp_path: Path) -> None:
     (tmp_path / "Qwen2.5-0.5B-Instruct").mkdir()
+    (tmp_path / "Qwen2.5-0.5B-Instruct" / "config.json").write_text("{}")
     env = {"HUST_VSPEC_MODEL_DIR": str(tmp_path)}
     got = resolve_model("Qwen/Qwen2.5-0.5B-Instruct", "draft", env, "--draft-model")
     assert got == str(tmp_path / "Qwen2.5-0.5B-Instruct")
@@ -186,6 +191,7 @@ def test_resolve_from_model_dir(tmp_path: Path) -> None:
 
 def test_resolve_from_registry(tmp_path: Path) -> None:
     (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
     reg = tmp_path / "reg.json"
     reg.write_text(json.dumps({"Qwen/Qwen2.5-14B-Instruct": str(tmp_path / "m")}))
     env = {"HUST_VSPEC_MODEL_REGISTRY": str(reg)}
@@ -198,6 +204,7 @@ def test_resolve_from_registry(tmp_path: Path) -> None:
 def test_resolve_from_hf_cache(tmp_path: Path) -> None:
     repo = tmp_path / "hub" / "models--Qwen--Qwen2.5-0.5B-Instruct"
     (repo / "snapshots" / "abc123").mkdir(parents=True)
+    (repo / "snapshots" / "abc123" / "config.json").write_text("{}")
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("abc123")
     env = {"HF_HUB_CACHE": str(tmp_path / "hub")}

@@ -13,13 +13,17 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from vllm_hust_vspec._version import __version__
 from vllm_hust_vspec.cli.options import add_settings_arguments, cli_values
 from vllm_hust_vspec.launch.command import build_serve_command
 from vllm_hust_vspec.launch.models import ModelNotFoundError
-from vllm_hust_vspec.settings import SettingsError, list_presets, resolve_settings
+from vllm_hust_vspec.launch.ownership import (
+    LaunchConflictError,
+    check_port_free,
+    claim_metrics_dir,
+)
+from vllm_hust_vspec.settings import SettingsError, list_presets, preflight, resolve_settings
 
 EPILOG = """\
 precedence (lowest first): preset (--protocol) < VSPEC_CONFIG file < --config file <
@@ -62,16 +66,6 @@ def split_passthrough(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return args, []
 
 
-def prepare_prometheus_dir(path: str, owned: bool) -> None:
-    """Create the shared metrics folder; empty it when it is ours (stale samples of an earlier
-    server on the same port would otherwise be summed into this one's)."""
-    folder = Path(path)
-    if owned and folder.is_dir():
-        for child in folder.glob("*.db"):
-            child.unlink()
-    folder.mkdir(parents=True, exist_ok=True)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; exec()s vllm unless --dry-run."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -89,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         resolved = resolve_settings(
             preset=ns.protocol, config=ns.config, cli=cli_values(ns), env=os.environ
         )
+        preflight(resolved.settings, resolved.origins)
         command = build_serve_command(resolved, os.environ, passthrough)
     except (SettingsError, ModelNotFoundError) as exc:
         print(f"vllm-hust-vspec: error: {exc}", file=sys.stderr)
@@ -102,8 +97,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("vllm-hust-vspec: error: --json needs --dry-run", file=sys.stderr)
         return 2
     env = {**os.environ, **command.env}
-    prepare_prometheus_dir(env["PROMETHEUS_MULTIPROC_DIR"], owned="PROMETHEUS_MULTIPROC_DIR"
-                           not in os.environ)
+    try:
+        check_port_free(resolved.settings.host, resolved.settings.port)
+        # The lock's descriptor stays open through exec: the server holds it while it lives.
+        claim_metrics_dir(env["PROMETHEUS_MULTIPROC_DIR"],
+                          clear_stale="PROMETHEUS_MULTIPROC_DIR" not in os.environ)
+    except LaunchConflictError as exc:
+        print(f"vllm-hust-vspec: error: {exc}", file=sys.stderr)
+        return 2
     sys.stdout.flush()
     os.execvpe(command.argv[0], command.argv, env)
     return 0  # not reached

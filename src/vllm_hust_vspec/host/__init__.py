@@ -63,15 +63,18 @@ def apply(settings: Any) -> None:
 
 def _apply_methods(patcher: Patcher, settings: Any) -> None:
     """Method features on the upstream worker/config path (the one list of them):
-    drafter registrations, draft/target vocabulary rule, draft-side features (confidence stop,
-    draft LM head, padded-vocab guards) and, on non-NPU hosts, relaxed acceptance."""
+    drafter registrations, the CPU expand fix, draft/target vocabulary rule, draft-side
+    features (confidence stop, draft LM head, padded-vocab guards) and, on non-NPU hosts,
+    relaxed acceptance."""
     global _registered
     from vllm_hust_vspec.host import ascend, models
     from vllm_hust_vspec.host.acceptance import install_acceptance
+    from vllm_hust_vspec.host.cpu_expand import install_cpu_expand_fix
     from vllm_hust_vspec.host.drafting import install_drafting
     from vllm_hust_vspec.host.vocab import install_vocab_check
 
     _registered = models.register_models()
+    install_cpu_expand_fix(patcher)  # strict acceptance needs it too
     install_vocab_check(patcher, current_settings)
     install_drafting(patcher, current_settings)
     if not ascend.is_ascend_platform():  # vllm-ascend's rejection path has its own patch

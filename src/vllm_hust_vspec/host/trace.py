@@ -8,7 +8,13 @@ a batch is dropped and counted, so tracing can never block a step. :meth:`TraceW
 (scheduler shutdown, or ``atexit``) hands over the last records, drains the queue and closes
 the file.
 
-Record schema (one object per completed engine step, in step order)::
+Each run (each scheduler the plugin attaches to) starts with a header line, written at once,
+so traces appended across restarts stay separable (``vllm-hust-vspec-sim --trace-run``)::
+
+    {"run": hex id, "started": wall-clock seconds, "pid": process id, "vspec": version,
+     "settings": fingerprint of the non-default settings}
+
+Then one record per completed engine step, in step order::
 
     {"t": wall-clock seconds, "step": n, "batch": decoding requests, "gamma": gamma verified
      in this step (the arm the reward belongs to), "decided": gamma chosen at this step's
@@ -25,8 +31,11 @@ import atexit
 import contextlib
 import json
 import logging
+import os
 import queue
 import threading
+import time
+import uuid
 import weakref
 from pathlib import Path
 from typing import Any
@@ -38,16 +47,37 @@ DEFAULT_BATCH = 64  # records per hand-over to the writer thread
 _CLOSE = object()
 
 
+def run_header(settings_fingerprint: str) -> dict[str, Any]:
+    """The header record that opens one run of the trace."""
+    from vllm_hust_vspec._version import __version__
+
+    return {
+        "run": uuid.uuid4().hex[:12],
+        "started": round(time.time(), 3),
+        "pid": os.getpid(),
+        "vspec": __version__,
+        "settings": settings_fingerprint,
+    }
+
+
 class TraceWriter:
     """Writes dict records as JSON lines from a background thread."""
 
     def __init__(
-        self, path: str | Path, *, capacity: int = DEFAULT_CAPACITY, batch: int = DEFAULT_BATCH
+        self,
+        path: str | Path,
+        *,
+        capacity: int = DEFAULT_CAPACITY,
+        batch: int = DEFAULT_BATCH,
+        header: dict[str, Any] | None = None,
     ) -> None:
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self.path.open("a", encoding="utf-8")
+            if header is not None:
+                self._file.write(json.dumps(header, separators=(",", ":")) + "\n")
+                self._file.flush()
         except OSError as exc:
             raise OSError(
                 f"vSpec adaptive_trace: cannot open '{self.path}' for writing: {exc}. "
@@ -150,4 +180,4 @@ class TraceWriter:
                            self.dropped, self.path)
 
 
-__all__ = ["DEFAULT_BATCH", "DEFAULT_CAPACITY", "TraceWriter"]
+__all__ = ["DEFAULT_BATCH", "DEFAULT_CAPACITY", "TraceWriter", "run_header"]

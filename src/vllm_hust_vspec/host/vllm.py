@@ -24,6 +24,7 @@ How gamma reaches the drafter (vLLM 0.32 ``vllm/v1/core/sched/scheduler.py``):
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,10 +32,10 @@ from typing import Any
 
 from vllm_hust_vspec.adaptive.feedback import Controller, StepFeedback
 from vllm_hust_vspec.host import controller_factory, fast_path
-from vllm_hust_vspec.host.capabilities import MODEL_RUNNER, SCHEDULER
+from vllm_hust_vspec.host.capabilities import ENGINE_CORE, MODEL_RUNNER, SCHEDULER
 from vllm_hust_vspec.host.metrics import VSpecMetrics, arm_rewards, get_metrics
 from vllm_hust_vspec.host.patching import Patcher, resolve
-from vllm_hust_vspec.host.trace import TraceWriter
+from vllm_hust_vspec.host.trace import TraceWriter, run_header
 
 logger = logging.getLogger("vllm_hust_vspec.host")
 
@@ -129,11 +130,15 @@ class SchedulerHook:
 
     # ---- decision ---------------------------------------------------------------------
     def _fallback(self, where: str) -> None:
+        """Switch to the fixed upper bound for good; called inside the ``except`` block."""
         if not self.failed:
-            logger.exception(
-                "vSpec: controller.%s raised; falling back to the fixed upper bound gamma=%d "
-                "for the rest of this run", where, self.max_gamma,
+            exc = sys.exc_info()[1]
+            logger.error(
+                "vSpec: controller.%s raised %s: %s; falling back to the fixed upper bound "
+                "gamma=%d for the rest of this run", where, type(exc).__name__, exc,
+                self.max_gamma,
             )
+            logger.debug("vSpec: controller failure traceback", exc_info=True)
             self.failed = True
             if self.metrics is not None:
                 self.metrics.fallbacks.inc()
@@ -416,7 +421,10 @@ def attach(scheduler: Any, settings: Any) -> SchedulerHook | None:
             )
     controller = controller_factory.make_controller(settings, max_gamma)
     trace_path = getattr(settings, "adaptive_trace", None)
-    trace = TraceWriter(trace_path) if trace_path else None
+    trace = None
+    if trace_path:
+        fingerprint = settings.fingerprint() if hasattr(settings, "fingerprint") else ""
+        trace = TraceWriter(trace_path, header=run_header(fingerprint))
     hook = SchedulerHook(
         scheduler, settings, controller, max_gamma, metrics=get_metrics(), trace=trace
     )
@@ -493,6 +501,19 @@ def _make_shutdown_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
     return shutdown
 
 
+def _make_engine_shutdown_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def shutdown(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # EngineCore tears the executor down before the scheduler; in vLLM's default abort
+        # mode the process manager may kill the process during that, so the trace is closed
+        # first, while nothing can be lost yet.
+        hook = getattr(getattr(self, "scheduler", None), HOOK_ATTR, None)
+        if hook is not None:
+            hook.close()
+        return orig(self, *args, **kwargs)
+
+    return shutdown
+
+
 def _skipped_drafts(runner: Any, sampled_token_ids: Any) -> Any:
     """What ``propose_draft_token_ids`` returns when the drafter is skipped: no drafts.
 
@@ -541,6 +562,7 @@ def install(patcher: Patcher, get_settings: Callable[[], Any]) -> None:
     patcher.wrap(scheduler_cls, "schedule", _make_schedule_wrapper)
     patcher.wrap(scheduler_cls, "update_from_output", _make_update_wrapper)
     patcher.wrap(scheduler_cls, "shutdown", _make_shutdown_wrapper)
+    patcher.wrap(resolve(*ENGINE_CORE), "shutdown", _make_engine_shutdown_wrapper)
     patcher.wrap(runner_cls, "propose_draft_token_ids", _make_propose_wrapper)
 
     def fast_on() -> bool:

@@ -165,6 +165,7 @@ def build_serve_command(
         ("max_num_batched_tokens", "--max-num-batched-tokens"),
         ("max_model_len", "--max-model-len"),
         ("gpu_memory_utilization", "--gpu-memory-utilization"),
+        ("shutdown_timeout", "--shutdown-timeout"),
     ):
         value = getattr(s, name)
         if value is not None:

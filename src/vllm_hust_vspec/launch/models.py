@@ -31,7 +31,7 @@ def resolve_model(spec: str, role: str, env: Mapping[str, str], flag: str) -> st
     """
     expanded = Path(os.path.expanduser(spec))
     if expanded.is_dir():
-        return str(expanded.resolve())
+        return _model_folder(expanded, role, flag)
     if _looks_like_path(spec):
         raise ModelNotFoundError(
             f"{role} model path {spec!r} does not exist or is not a folder (set {flag})"
@@ -50,12 +50,12 @@ def resolve_model(spec: str, role: str, env: Mapping[str, str], flag: str) -> st
         candidate = Path(model_dir) / basename
         looked.append(str(candidate))
         if candidate.is_dir():
-            return str(candidate.resolve())
+            return _model_folder(candidate, role, flag)
     if "/" in spec:
         cached = hf_cache_lookup(spec, env)
         looked.append(f"Hugging Face cache ({hf_cache_dir(env)})")
         if cached:
-            return cached
+            return _model_folder(Path(cached), role, flag)
     raise ModelNotFoundError(
         f"{role} model {spec!r} was not found locally (vSpec never downloads models).\n"
         f"  looked in: {'; '.join(looked) or 'nowhere: no local source is configured'}\n"
@@ -64,6 +64,17 @@ def resolve_model(spec: str, role: str, env: Mapping[str, str], flag: str) -> st
         f" ${REGISTRY_ENV}, or download it beforehand into the Hugging Face cache"
         f" (huggingface-cli download {spec})"
     )
+
+
+def _model_folder(folder: Path, role: str, flag: str) -> str:
+    """``folder`` resolved, once it looks like a Hugging Face model (it has ``config.json``):
+    vLLM would otherwise fail on it only after the other model has loaded."""
+    if not (folder / "config.json").is_file():
+        raise ModelNotFoundError(
+            f"{role} model folder {str(folder)!r} has no config.json, so it is not a model"
+            f" folder (a save_pretrained / Hugging Face snapshot folder holds one); fix {flag}"
+        )
+    return str(folder.resolve())
 
 
 def _from_registry(registry: str, spec: str, basename: str) -> str | None:
@@ -84,7 +95,7 @@ def _from_registry(registry: str, spec: str, basename: str) -> str | None:
                     f"{REGISTRY_ENV} file {registry} maps {key!r} to {path!r}, which is not a"
                     " folder"
                 )
-            return str(p.resolve())
+            return _model_folder(p, "mapped", f"{REGISTRY_ENV} ({registry})")
     return None
 
 

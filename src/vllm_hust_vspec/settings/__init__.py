@@ -8,6 +8,7 @@ from vllm_hust_vspec.settings.build import (
 )
 from vllm_hust_vspec.settings.coerce import SettingsError, render_env_value
 from vllm_hust_vspec.settings.fields import OPTIONS, OPTIONS_BY_NAME, OptionInfo, Settings
+from vllm_hust_vspec.settings.preflight import preflight
 from vllm_hust_vspec.settings.sources import list_presets, preset_path
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "check_consistency",
     "list_presets",
     "load_settings",
+    "preflight",
     "preset_path",
     "render_env_value",
     "resolve_settings",

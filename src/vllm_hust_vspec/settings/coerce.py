@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shlex
 from typing import Any
 
@@ -30,6 +31,8 @@ def coerce(opt: OptionInfo, raw: Any, where: str) -> Any:
     if opt.choices is not None and value not in opt.choices:
         allowed = ", ".join(opt.choices)
         raise SettingsError(f"{where}: {opt.name}={value!r} is not one of: {allowed}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SettingsError(f"{where}: {opt.name} must be a finite number, got {raw!r}")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if opt.minimum is not None and value < opt.minimum:
             raise SettingsError(f"{where}: {opt.name}={value} is below the minimum {opt.minimum}")

@@ -8,6 +8,8 @@ README flag reference, so the four can never drift apart.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,6 +106,11 @@ class Settings:
     async_scheduling: bool | None = _opt(None, "Host async scheduling (default: host's).")
     prefix_caching: bool | None = _opt(None, "Prefix caching (default: host's).")
     chunked_prefill: bool | None = _opt(None, "Chunked prefill (default: host's).")
+    shutdown_timeout: int | None = _opt(
+        None, "Seconds in-flight requests may drain after SIGTERM/SIGINT before the server stops"
+        " (vLLM --shutdown-timeout; unset: the host's default, 0 = abort them at once).",
+        minimum=0, metavar="SECONDS",
+    )
     language_model_only: bool = _opt(
         False, "Load only the language model of a multimodal checkpoint."
     )
@@ -276,6 +283,12 @@ class Settings:
             if value != default_of(f):
                 out[f.name] = value
         return out
+
+    def fingerprint(self) -> str:
+        """A short stable hash of every non-default option (tells runs with other settings
+        apart, e.g. in an appended trace)."""
+        text = json.dumps(self.non_defaults(), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ METHODS = ("draft", "eagle", "eagle3", "mtp")
 # --- upstream vLLM names --------------------------------------------------------------------
 SCHED_OUT_MOD = "vllm.v1.core.sched.output"
 SCHED_MOD = "vllm.v1.core.sched.scheduler"
+ENGINE_CORE_MOD = "vllm.v1.engine.core"
 BASE_PROPOSER_MOD = "vllm.v1.spec_decode.llm_base_proposer"
 RUNNER_MOD = "vllm.v1.worker.gpu_model_runner"
 REJECTION_MOD = "vllm.v1.sample.rejection_sampler"
@@ -71,6 +72,9 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                  *(_p(METHOD, SCHED_MOD, "Scheduler", m) for m in
                    ("__init__", "schedule", "update_from_output", "update_draft_token_ids",
                     "shutdown"))),
+        Check.of("vllm.engine_shutdown", VLLM,
+                 "the trace is closed before EngineCore tears down the executor",
+                 _p(METHOD, ENGINE_CORE_MOD, "EngineCore", "shutdown")),
         Check.of("vllm.rejection_sampler", VLLM,
                  "verification is ragged per request (acceptance modes patch around it)",
                  _p(CLASS, REJECTION_MOD, "RejectionSampler"),

@@ -1,0 +1,76 @@
+"""Checks on the files settings name, made before any model loads.
+
+The launcher runs them before it execs ``vllm serve`` and the plugin runs them when it
+registers (env-only enabling), so a missing profile or an unwritable trace path fails in a
+second with the flag, key or variable the user wrote, not minutes later after the model loaded.
+Nothing here creates or modifies a file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from vllm_hust_vspec.settings.coerce import SettingsError
+from vllm_hust_vspec.settings.fields import OPTIONS_BY_NAME, Settings
+
+
+def origin(origins: Mapping[str, str], name: str) -> str:
+    """How the user spelled option ``name`` (flag, file and key, or variable)."""
+    return origins.get(name) or f"option {name} ({OPTIONS_BY_NAME[name].flag})"
+
+
+def preflight(s: Settings, origins: Mapping[str, str]) -> None:
+    """Validate every file an option names; raises :class:`SettingsError` at the first fault."""
+    if s.adaptive_profile:
+        _check_profile(s.adaptive_profile, origin(origins, "adaptive_profile"))
+    if s.adaptive_trace:
+        check_writable_file(s.adaptive_trace, origin(origins, "adaptive_trace"))
+    if s.eagle_draft_active_vocab_file:
+        _check_readable(s.eagle_draft_active_vocab_file,
+                        origin(origins, "eagle_draft_active_vocab_file"))
+
+
+def _check_profile(path: str, where: str) -> None:
+    from vllm_hust_vspec.adaptive.profile import ProfileError, load_profile
+
+    try:
+        load_profile(path)
+    except ProfileError as exc:
+        raise SettingsError(
+            f"{where}: {exc} (collect one with vllm-hust-vspec-profile, or fit one with"
+            " vllm-hust-vspec-fit-profile)"
+        ) from None
+
+
+def _check_readable(path: str, where: str) -> None:
+    p = Path(os.path.expanduser(path))
+    if not p.is_file():
+        raise SettingsError(f"{where}: {path!r} is not a file")
+    if not os.access(p, os.R_OK):
+        raise SettingsError(f"{where}: {path!r} is not readable")
+
+
+def check_writable_file(path: str, where: str) -> None:
+    """``path`` can be opened for appending: it is a writable file, or it does not exist and
+    its nearest existing parent is a writable folder (the writer creates the rest)."""
+    p = Path(os.path.expanduser(path))
+    if p.is_dir():
+        raise SettingsError(f"{where}: {path!r} is a folder; name a file inside it")
+    if p.exists():
+        if not os.access(p, os.W_OK):
+            raise SettingsError(f"{where}: {path!r} is not writable")
+        return
+    parent = p.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise SettingsError(f"{where}: cannot create {path!r}: {str(parent)!r} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise SettingsError(
+            f"{where}: cannot create {path!r}: folder {str(parent)!r} is not writable"
+        )
+
+
+__all__ = ["check_writable_file", "origin", "preflight"]
