@@ -51,3 +51,26 @@ def test_a_full_queue_drops_whole_batches_and_counts_them(tmp_path: Path) -> Non
     writer.close()
     assert [r["step"] for r in _lines(tmp_path / "t.jsonl")] == [0, 1, 2, 3]
     assert writer.written == 4
+
+
+def test_each_run_opens_with_its_header_on_a_fresh_line(tmp_path: Path) -> None:
+    from vllm_hust_vspec.host.trace import run_header
+    from vllm_hust_vspec.sim.replay import read_trace_runs
+
+    path = tmp_path / "t.jsonl"
+    step = {"t": 1.0, "batch": 2, "gamma": 1, "drafted": 2, "accepted": 1,
+            "interval_s": 0.01, "reward": 300.0}
+    first = TraceWriter(path, header=run_header("aaaa"))
+    for i in range(1, 4):
+        first.write({**step, "step": i})
+    first.close()
+    with path.open("a") as fh:  # a crash mid-write
+        fh.write('{"t": 2.0, "step": 4, "bat')
+    second = TraceWriter(path, header=run_header("bbbb"))
+    second.write({**step, "step": 1})
+    second.close()
+    warnings: list[str] = []
+    runs = read_trace_runs(path, warn=warnings.append)
+    assert [r.settings for r in runs] == ["aaaa", "bbbb"]
+    assert [len(r.records) for r in runs] == [3, 1]
+    assert len(warnings) == 1 and ":5:" in warnings[0]

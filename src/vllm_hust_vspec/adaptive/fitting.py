@@ -9,6 +9,11 @@ A sample is one measured decode step (see docs/controller.md, "samples format"):
 none. With them, the target, draft and per-gamma overhead parts are fitted separately;
 without, one joint fit of ``step_s`` is made and the per-gamma overhead is folded into
 ``draft.constant_s`` (the two are indistinguishable from step times alone).
+
+``vllm-hust-vspec-profile`` records its samples with bookkeeping keys (``committed``,
+``output_len``, ``repeat``, ``selected``) inside ``measurements.json``; both that file and its
+``samples`` list are valid input, and samples marked ``"selected": false`` (repeats the
+profiler did not fit) are skipped, so a refit sees what the profiler fitted.
 """
 
 from __future__ import annotations
@@ -19,12 +24,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._files import read_utf8_text
 from .nnls import dependent_columns, nnls
 from .profile import FitInfo, LatencyCoefficients, Profile
 
 
 class FitError(ValueError):
     """Samples cannot be fitted; the message says what is missing."""
+
+
+class SamplesFileError(FitError):
+    """The samples file cannot be read as a JSON document (missing, binary, not JSON)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +64,14 @@ class FitResult:
 
 _SAMPLE_KEYS = ("batch_size", "gamma", "num_batched_tokens", "context_tokens", "step_s",
                 "draft_s", "target_s")
+# Recorded per sample by vllm-hust-vspec-profile; checked, not fitted ("selected" filters).
+_BOOKKEEPING_KEYS = ("committed", "output_len", "repeat", "selected")
+
+# measurements.json of vllm-hust-vspec-profile: "samples" is fitted, the rest is provenance.
+MEASUREMENTS_SCHEMA = 1
+MEASUREMENTS_KEYS = ("schema_version", "tool", "started_at", "duration_s", "host", "models",
+                     "settings", "fit", "measured_goodput", "best_gamma",
+                     "acceptance_per_position", "cells")
 
 _HINTS = {
     "target.constant_s": "need samples whose step times are not all proportional to the "
@@ -82,40 +100,49 @@ _FEATURES: dict[str, Feature] = {
 
 
 def parse_samples(data: object, *, source: str = "<samples>") -> list[FitSample]:
-    """Validate samples JSON: a list of sample objects, or ``{"samples": [...]}``."""
+    """Validate samples JSON: a list of sample objects, ``{"samples": [...]}``, or the
+    profiler's ``measurements.json``. Samples with ``"selected": false`` are skipped."""
     if isinstance(data, dict):
-        extra = sorted(k for k in data if k != "samples")
+        measurements = "schema_version" in data
+        allowed = ("samples", *MEASUREMENTS_KEYS) if measurements else ("samples",)
+        extra = sorted(k for k in data if k not in allowed)
         if extra:
-            raise FitError(f"{source}: unknown top-level key '{extra[0]}' (allowed: samples)")
+            raise FitError(f"{source}: unknown top-level key '{extra[0]}' (allowed: "
+                           f"{', '.join(allowed)})")
+        version = data.get("schema_version", MEASUREMENTS_SCHEMA)
+        if isinstance(version, bool) or version != MEASUREMENTS_SCHEMA:
+            raise FitError(f"{source}: measurements schema_version {version!r} is not supported "
+                           f"(this version reads {MEASUREMENTS_SCHEMA})")
         if "samples" not in data:
             raise FitError(f"{source}: missing top-level key 'samples'")
         data = data["samples"]
     if not isinstance(data, list):
         raise FitError(f"{source}: expected a list of samples or {{\"samples\": [...]}}, "
                        f"got {type(data).__name__}")
-    return [_parse_sample(item, f"samples[{i}]", source) for i, item in enumerate(data)]
+    parsed = [_parse_sample(item, f"samples[{i}]", source) for i, item in enumerate(data)]
+    return [s for s in parsed if s is not None]
 
 
 def load_samples(path: str | Path) -> list[FitSample]:
     """Read and validate a samples JSON file (errors name the file and the key)."""
     p = Path(path)
+    text = read_utf8_text(p, "samples", SamplesFileError)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise FitError(f"{p}: cannot read samples: {exc.strerror or exc}") from None
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise FitError(f"{p}: not valid JSON (line {exc.lineno}, column {exc.colno}): "
-                       f"{exc.msg}") from None
+        raise SamplesFileError(f"{p}: not valid JSON (line {exc.lineno}, column {exc.colno}): "
+                               f"{exc.msg}") from None
     return parse_samples(data, source=str(p))
 
 
-def _parse_sample(item: object, where: str, source: str) -> FitSample:
+def _parse_sample(item: object, where: str, source: str) -> FitSample | None:
+    """One sample, or None for a sample the profiler marked ``"selected": false``."""
     if not isinstance(item, dict):
         raise FitError(f"{source}: {where} must be an object, got {type(item).__name__}")
     for key in item:
-        if key not in _SAMPLE_KEYS:
+        if key not in _SAMPLE_KEYS and key not in _BOOKKEEPING_KEYS:
             raise FitError(f"{source}: key '{where}.{key}': unknown key (allowed: "
-                           f"{', '.join(_SAMPLE_KEYS)})")
+                           f"{', '.join(_SAMPLE_KEYS + _BOOKKEEPING_KEYS)})")
 
     def num(key: str, *, required: bool, integer: bool, positive: bool) -> float | None:
         if key not in item:
@@ -130,12 +157,21 @@ def _parse_sample(item: object, where: str, source: str) -> FitSample:
             raise FitError(f"{source}: key '{where}.{key}': expected {kind} {bound}, got {v!r}")
         return float(v)
 
+    num("committed", required=False, integer=False, positive=False)
+    num("output_len", required=False, integer=True, positive=True)
+    num("repeat", required=False, integer=True, positive=False)
+    selected = item.get("selected", True)
+    if not isinstance(selected, bool):
+        raise FitError(f"{source}: key '{where}.selected': expected true or false, "
+                       f"got {selected!r}")
     batch = int(num("batch_size", required=True, integer=True, positive=True) or 0)
     gamma = int(num("gamma", required=True, integer=True, positive=False) or 0)
     nbt = num("num_batched_tokens", required=False, integer=True, positive=True)
     ctx = num("context_tokens", required=False, integer=False, positive=False)
     step = num("step_s", required=True, integer=False, positive=True)
     assert step is not None
+    if not selected:
+        return None
     return FitSample(
         batch_size=batch,
         gamma=gamma,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._files import read_utf8_text
 from .acceptance import extend_acceptance
 
 SCHEMA_VERSION = 1
@@ -168,10 +169,7 @@ class Profile:
 def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile JSON file; errors name the file and the key."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ProfileError(f"{p}: cannot read profile: {exc.strerror or exc}") from None
+    text = read_utf8_text(p, "profile", ProfileError)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from vllm_hust_vspec._version import __version__
 from vllm_hust_vspec.bench.datasets import DATASETS, DatasetError
@@ -38,16 +40,36 @@ warm-up before each measured run, repetitions interleaved, medians with their ra
 """
 
 
+N = TypeVar("N", int, float)
+
+
+def _bounded(
+    cast: Callable[[str], N], low: float, *, above: bool = False, inf: bool = False
+) -> Callable[[str], N]:
+    """argparse type: ``cast(text)`` that is >= ``low`` (> with ``above``) and finite (or
+    infinite with ``inf``). float() takes "nan", and nan fails every comparison silently."""
+    bound = f"{'>' if above else '>='} {low:g}" + (" (or inf)" if inf else "")
+    kind = "an integer" if cast is int else "a number"
+
+    def parse(text: str) -> N:
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {kind} {bound}, got {text!r}") from None
+        in_range = value > low if above else value >= low
+        if not in_range or math.isnan(value) or (math.isinf(value) and not inf):
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text!r}")
+        return value
+
+    return parse
+
+
+_count = _bounded(int, 1)  # prompts, tokens, repetitions
+_rate_value = _bounded(float, 0, above=True, inf=True)
+
+
 def _rate(text: str) -> float:
-    if text.lower() in ("inf", "unlimited"):
-        return float("inf")
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected requests/s or 'inf', got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"request rate must be > 0, got {text!r}")
-    return value
+    return float("inf") if text.lower() == "unlimited" else _rate_value(text)
 
 
 def _add_load_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,22 +78,23 @@ def _add_load_arguments(p: argparse.ArgumentParser) -> None:
                    help="prompt source (default random; gsm8k, arc-easy, spec_bench and custom "
                         "read --dataset-path)")
     g.add_argument("--dataset-path", metavar="FILE.jsonl", help="local JSONL file")
-    g.add_argument("--num-prompts", type=int, default=200, help="measured requests (200)")
-    g.add_argument("--output-len", type=int, default=256, help="output tokens per request (256)")
-    g.add_argument("--random-input-len", dest="input_len", type=int, default=128,
+    g.add_argument("--num-prompts", type=_count, default=200, help="measured requests (200)")
+    g.add_argument("--output-len", type=_count, default=256, help="output tokens per request (256)")
+    g.add_argument("--random-input-len", dest="input_len", type=_count, default=128,
                    help="words per random prompt (128)")
     g.add_argument("--request-rate", type=_rate, default=float("inf"), metavar="R",
                    help="requests/s with Poisson arrivals, or inf (default: all at once)")
-    g.add_argument("--max-concurrency", type=int, default=None, metavar="N",
+    g.add_argument("--max-concurrency", type=_count, default=None, metavar="N",
                    help="requests in flight at most (default unlimited)")
-    g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0)")
+    g.add_argument("--temperature", type=_bounded(float, 0), default=0.0,
+                   help="sampling temperature (0)")
     g.add_argument("--seed", type=int, default=0, help="seed for prompts and arrivals (0)")
     g.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=True,
                    help="generate exactly --output-len tokens (default on)")
     g.add_argument("--shuffle", action="store_true", help="seeded random prompt order")
-    g.add_argument("--warmup-prompts", type=int, default=8,
+    g.add_argument("--warmup-prompts", type=_bounded(int, 0), default=8,
                    help="unmeasured requests before each run (8)")
-    g.add_argument("--warmup-output-len", type=int, default=32,
+    g.add_argument("--warmup-output-len", type=_count, default=32,
                    help="output tokens of each warm-up request (32)")
     g.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="builtin client or 'vllm bench serve' (auto: vllm when importable and a "
@@ -104,12 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
     pair.add_argument("--protocol", "--preset", dest="protocol", metavar="NAME",
                       help="launcher preset (see vllm-hust-vspec --list-presets) or .toml")
     pair.add_argument("--config", metavar="FILE", help="TOML config over the preset")
-    pair.add_argument("--repetitions", type=int, default=3,
+    pair.add_argument("--repetitions", type=_count, default=3,
                       help="A B rounds, each arm measured once per round (3)")
-    pair.add_argument("--min-speedup", type=float, default=1.10,
+    pair.add_argument("--min-speedup", type=_bounded(float, 0, above=True), default=1.10,
                       help="pass threshold on median vSpec / target-only throughput (1.10)")
     pair.add_argument("--plot", metavar="OUT.png", help="write a figure (needs matplotlib)")
-    pair.add_argument("--server-timeout", type=float, default=900.0, metavar="S",
+    pair.add_argument("--server-timeout", type=_bounded(float, 0, above=True), default=900.0,
+                      metavar="S",
                       help="seconds a server may take to become ready (900)")
     pair.add_argument("--dry-run", action="store_true", help="print the commands, then exit")
     pair.add_argument("--json", action="store_true", help="with --dry-run: print JSON")
@@ -119,13 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(ns: argparse.Namespace) -> LoadConfig:
-    for name in ("num_prompts", "output_len", "input_len", "warmup_output_len"):
-        if getattr(ns, name) < 1:
-            raise DatasetError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(ns, name)}")
-    if ns.warmup_prompts < 0:
-        raise DatasetError(f"--warmup-prompts must be >= 0, got {ns.warmup_prompts}")
-    if ns.max_concurrency is not None and ns.max_concurrency < 1:
-        raise DatasetError(f"--max-concurrency must be >= 1, got {ns.max_concurrency}")
+    # Ranges are checked by the argparse types (_bounded).
     return LoadConfig(
         dataset=ns.dataset, dataset_path=ns.dataset_path, num_prompts=ns.num_prompts,
         output_len=ns.output_len, input_len=ns.input_len, request_rate=ns.request_rate,
@@ -171,6 +189,7 @@ def _main_run(ns: argparse.Namespace, load: LoadConfig) -> int:
 
 
 def _main_pair(ns: argparse.Namespace, load: LoadConfig, passthrough: list[str]) -> int:
+    from vllm_hust_vspec.bench.models import MODEL_DIR_ENV, with_checkout_model_dir
     from vllm_hust_vspec.bench.pair import plan_pair, run_pair
     from vllm_hust_vspec.bench.run import requests_for
     from vllm_hust_vspec.settings import SettingsError, resolve_settings
@@ -178,6 +197,10 @@ def _main_pair(ns: argparse.Namespace, load: LoadConfig, passthrough: list[str])
     requests_for(load)  # dataset errors before any server starts
     resolved = resolve_settings(preset=ns.protocol, config=ns.config, cli=cli_values(ns),
                                 env=os.environ)
+    env, tiny = with_checkout_model_dir(os.environ)  # what ./run.sh would export
+    if tiny is not None:
+        print(f"{PROG}: note: {MODEL_DIR_ENV} is unset; looking up models in this checkout's "
+              f"{tiny}, as ./run.sh does", file=sys.stderr)
     s = resolved.settings
     if s.relaxed_acceptance():
         raise SettingsError("relaxed acceptance is on (confidence_accept_margin / "
@@ -186,7 +209,7 @@ def _main_pair(ns: argparse.Namespace, load: LoadConfig, passthrough: list[str])
     if load.temperature != 0.0:
         print(f"{PROG}: note: temperature {load.temperature:g} is not the fair-comparison "
               "protocol (temperature 0)", file=sys.stderr)
-    plan = plan_pair(resolved, os.environ, passthrough, load=load,
+    plan = plan_pair(resolved, env, passthrough, load=load,
                      repetitions=ns.repetitions, min_speedup=ns.min_speedup,
                      backend=ns.backend,
                      result_dir=_result_dir(ns), server_timeout_s=ns.server_timeout)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
-from vllm_hust_vspec.adaptive.fitting import FitError, fit_profile, load_samples
+from vllm_hust_vspec.adaptive._files import write_text_atomic
+from vllm_hust_vspec.adaptive.fitting import FitError, SamplesFileError, fit_profile, load_samples
 from vllm_hust_vspec.adaptive.profile import ProfileError
 
 _EPILOG = """\
@@ -18,9 +17,13 @@ samples.json is a list of measured decode steps (or {"samples": [...]}), one obj
   num_batched_tokens (int, default batch_size * (1 + gamma)),
   context_tokens (KV tokens summed over the batch, default 0),
   draft_s, target_s (optional seconds; give each for every sample or none).
+The measurements.json that vllm-hust-vspec-profile writes is valid input as it is: its
+bookkeeping keys (committed, output_len, repeat) are checked and ignored, and samples with
+"selected": false (repeats the profiler did not fit) are skipped.
 See docs/controller.md for the latency model and the profile schema.
 
-exit status: 0 written, 1 samples could not be read or fitted, 2 bad arguments.
+exit status: 0 written, 1 samples invalid or not fittable, or the profile cannot be written,
+2 bad arguments (including a samples file that cannot be read or is not UTF-8 JSON).
 """
 
 
@@ -63,20 +66,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point; returns the exit status."""
     args = build_parser().parse_args(argv)
@@ -90,12 +79,15 @@ def main(argv: list[str] | None = None) -> int:
             name=args.name,
             method=args.method,
         )
+    except SamplesFileError as exc:  # the wrong file was named: a usage error
+        print(f"vllm-hust-vspec-fit-profile: error: {exc}", file=sys.stderr)
+        return 2
     except (FitError, ProfileError) as exc:
         print(f"vllm-hust-vspec-fit-profile: error: {exc}", file=sys.stderr)
         return 1
     text = json.dumps(result.profile.to_dict(), indent=2) + "\n"
     try:
-        _write_atomic(args.profile, text)
+        write_text_atomic(args.profile, text)
     except OSError as exc:
         print(f"vllm-hust-vspec-fit-profile: error: cannot write {args.profile}: "
               f"{exc.strerror or exc}", file=sys.stderr)

@@ -89,12 +89,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point; returns the exit status."""
     from vllm_hust_vspec.adaptive.fitting import FitError
     from vllm_hust_vspec.adaptive.profile import ProfileError
+    from vllm_hust_vspec.bench.models import MODEL_DIR_ENV, with_checkout_model_dir
     from vllm_hust_vspec.launch.models import ModelNotFoundError
     from vllm_hust_vspec.profiling import GridError, ProfileGrid, collect, plan_profile
     from vllm_hust_vspec.profiling.grid import summary_lines
     from vllm_hust_vspec.settings import SettingsError, resolve_settings
 
     ns = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    env, tiny = with_checkout_model_dir(os.environ)  # what ./run.sh would export
+    if tiny is not None:
+        print(f"{PROG}: note: {MODEL_DIR_ENV} is unset; looking up models in this checkout's "
+              f"{tiny}, as ./run.sh does", file=sys.stderr)
     try:
         resolved = resolve_settings(preset=ns.protocol, config=ns.config, cli=cli_values(ns),
                                     env=os.environ)
@@ -104,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                            gammas=gammas, output_lens=ns.output_lens,
                            prompt_len=ns.prompt_len, repeats=ns.repeats)
         grid.validate()
-        plan = plan_profile(resolved, os.environ, grid, out_dir=ns.out, name=ns.name,
+        plan = plan_profile(resolved, env, grid, out_dir=ns.out, name=ns.name,
                             hash_weights=not ns.no_weight_hashes,
                             context_terms=not ns.no_context_terms)
     except (SettingsError, ModelNotFoundError, GridError) as exc:

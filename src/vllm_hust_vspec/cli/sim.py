@@ -11,7 +11,7 @@ from pathlib import Path
 from ..sim._strict import ScenarioError
 from ..sim.cost import describe_cost
 from ..sim.policies import PolicyError, all_policies, known_policy_help, make_controller
-from ..sim.replay import scenario_dict_from_trace, write_trace
+from ..sim.replay import read_trace_runs, scenario_dict_from_run, select_trace_run, write_trace
 from ..sim.runner import ScenarioReport, evaluate
 from ..sim.scenario import Scenario, list_scenarios, load_scenario, parse_scenario
 
@@ -21,6 +21,7 @@ examples:
   vllm-hust-vspec-sim --scenario b64-eagle1-h100 --all --seeds 3
   vllm-hust-vspec-sim --scenario my.json --policy online --policy fixed:3 --json
   vllm-hust-vspec-sim --trace vspec_trace.jsonl --all --write-scenario fitted.json
+  vllm-hust-vspec-sim --trace vspec_trace.jsonl --trace-run 2 --policy online
 
 Policies: fixed:K (every K in min_gamma..max_gamma), online and profile (vSpec's
 controllers), oracle (knows the true acceptance), and the published baselines
@@ -44,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--trace", metavar="FILE.jsonl",
                      help="replay a trace recorded by the plugin: fit acceptance and cost "
                      "from it and simulate that workload")
+    src.add_argument("--trace-run", default=None, metavar="N|ID|last",
+                     help="with --trace: which run to replay when the file holds several "
+                     "(the plugin appends one per server start): a 1-based index, a run id "
+                     "or a unique prefix of one, or last (default: the last run with steps)")
     src.add_argument("--trace-phases", type=int, default=1, metavar="N",
                      help="with --trace: cut the trace into N time slices with their own "
                      "acceptance (non-stationary replay; default 1)")
@@ -72,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--record-trace", metavar="OUT.jsonl",
                      help="write the first policy's first-seed run as a plugin-format trace")
     return p
+
+
+def _warn(message: str) -> None:
+    print(f"vllm-hust-vspec-sim: warning: {message}", file=sys.stderr)
 
 
 def _fail(message: str) -> int:
@@ -133,8 +142,19 @@ def _load(args: argparse.Namespace) -> Scenario:
         return load_scenario(args.scenario)
     if args.trace_phases < 1:
         raise ScenarioError("--trace-phases must be >= 1")
-    data = scenario_dict_from_trace(args.trace, output_len=args.output_len,
-                                    prompt_len=args.prompt_len, phases=args.trace_phases)
+    runs = read_trace_runs(args.trace, warn=_warn)
+    selector = args.trace_run or "last"
+    try:
+        chosen = select_trace_run(runs, selector, source=args.trace)
+    except ScenarioError as exc:
+        raise ScenarioError(f"--trace-run {selector}: {exc}") from None
+    if len(runs) > 1:
+        print(f"vllm-hust-vspec-sim: trace {args.trace} holds {len(runs)} runs; replaying "
+              f"{chosen.describe()} (choose with --trace-run N|ID|last)", file=sys.stderr)
+        for r in runs:
+            print(f"  {r.describe()}", file=sys.stderr)
+    data = scenario_dict_from_run(chosen, args.trace, output_len=args.output_len,
+                                  prompt_len=args.prompt_len, phases=args.trace_phases)
     if args.write_scenario:
         Path(args.write_scenario).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return parse_scenario(data, f"replay of {args.trace}")

@@ -47,6 +47,18 @@ DEFAULT_BATCH = 64  # records per hand-over to the writer thread
 _CLOSE = object()
 
 
+def _ends_mid_line(path: Path) -> bool:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            if fh.tell() == 0:
+                return False
+            fh.seek(-1, os.SEEK_END)
+            return fh.read(1) != b"\n"
+    except OSError:
+        return False
+
+
 def run_header(settings_fingerprint: str) -> dict[str, Any]:
     """The header record that opens one run of the trace."""
     from vllm_hust_vspec._version import __version__
@@ -74,9 +86,12 @@ class TraceWriter:
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            cut_off = _ends_mid_line(self.path)
             self._file = self.path.open("a", encoding="utf-8")
             if header is not None:
-                self._file.write(json.dumps(header, separators=(",", ":")) + "\n")
+                # after a crash mid-line, the header starts a fresh line of its own
+                self._file.write(("\n" if cut_off else "")
+                                 + json.dumps(header, separators=(",", ":")) + "\n")
                 self._file.flush()
         except OSError as exc:
             raise OSError(

@@ -208,6 +208,12 @@ def build_serve_command(
         )
     if s.adaptive_entropy_stop:
         notes.append("confidence stop on: drafts are cut at their first uncertain position")
+    if s.adaptive_trace and not s.shutdown_timeout:
+        notes.append(
+            "shutdown_timeout is 0/unset: on SIGTERM vLLM aborts in-flight requests and kills"
+            " the EngineCore at once, so the trace's last steps (up to 64) may be lost; set"
+            " --shutdown-timeout N to drain"
+        )
     if not s.adaptive_speculation:
         notes.append(f"adaptive speculation is off: fixed gamma {s.effective_gamma()}")
     return ServeCommand(argv=argv, env=out_env, notes=notes)

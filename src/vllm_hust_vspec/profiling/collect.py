@@ -4,8 +4,6 @@ fitted profile -> ``profile.json`` + ``measurements.json``."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -13,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from vllm_hust_vspec._version import __version__
+from vllm_hust_vspec.adaptive._files import write_text_atomic
+from vllm_hust_vspec.adaptive.fitting import MEASUREMENTS_SCHEMA
 from vllm_hust_vspec.launch.command import compilation_config, speculative_config
 from vllm_hust_vspec.launch.models import resolve_model
 from vllm_hust_vspec.profiling.engine import EngineSpec
@@ -28,7 +28,6 @@ from vllm_hust_vspec.profiling.grid import (
 from vllm_hust_vspec.profiling.provenance import host_versions, machine, model_fingerprint
 from vllm_hust_vspec.settings import ResolvedSettings, SettingsError
 
-MEASUREMENTS_SCHEMA = 1
 NEEDS_DRAFT = ("draft", "eagle", "eagle3")
 
 
@@ -100,19 +99,6 @@ def plan_profile(
         profile_path=out_dir / "profile.json", measurements_path=out_dir / "measurements.json",
         name=label, hash_weights=hash_weights, context_terms=context_terms,
     )
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def default_notes(plan: ProfilePlan, mach: Mapping[str, Any], versions: Mapping[str, str]) -> str:
@@ -189,8 +175,10 @@ def collect(
                    "selected": id(r) in chosen} for r in runs],
         "samples": all_samples,
     }
-    _write_atomic(plan.profile_path, json.dumps(outcome.profile.to_dict(), indent=2) + "\n")
-    _write_atomic(plan.measurements_path, json.dumps(measurements, indent=1) + "\n")
+    write_text_atomic(plan.profile_path, json.dumps(outcome.profile.to_dict(), indent=2) + "\n",
+                      make_parents=True)
+    write_text_atomic(plan.measurements_path, json.dumps(measurements, indent=1) + "\n",
+                      make_parents=True)
     return outcome, measurements
 
 

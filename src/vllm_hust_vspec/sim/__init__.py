@@ -13,11 +13,16 @@ from .engine import RunResult, Simulation, simulate
 from .oracle import Oracle
 from .policies import PolicyError, all_policies, make_controller
 from .replay import (
+    TraceRecord,
+    TraceRun,
     fit_acceptance,
     fit_cost,
     load_trace,
+    read_trace_runs,
+    scenario_dict_from_run,
     scenario_dict_from_trace,
     scenario_from_trace,
+    select_trace_run,
     write_trace,
 )
 from .runner import PolicySummary, ScenarioReport, evaluate, geomean, run_many, summarise
@@ -46,6 +51,8 @@ __all__ = [
     "SglangAdaptive",
     "Simulation",
     "TableCost",
+    "TraceRecord",
+    "TraceRun",
     "Ucb1",
     "VllmBatchSchedule",
     "all_policies",
@@ -59,9 +66,12 @@ __all__ = [
     "load_trace",
     "make_controller",
     "parse_scenario",
+    "read_trace_runs",
     "run_many",
+    "scenario_dict_from_run",
     "scenario_dict_from_trace",
     "scenario_from_trace",
+    "select_trace_run",
     "simulate",
     "summarise",
     "unconditional_to_conditional",

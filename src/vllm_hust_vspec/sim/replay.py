@@ -1,13 +1,27 @@
 """Replay a trace recorded by the plugin: fit acceptance and cost, build a scenario.
 
-Trace format (JSON Lines, one object per controller step; extra keys are ignored):
+Trace format: JSON Lines. Each run of the plugin (each server start) opens with a header line,
+a JSON object with a ``run`` key and no ``step`` key::
 
-    {"t": 12.5, "batch": 48, "gamma": 3, "drafted": 144, "accepted": 97,
+    {"run": "3f9c0a12b4de", "started": 1764580000.5, "pid": 4242, "vspec": "0.3.0",
+     "settings": "9f8e7d6c"}
+
+followed by one object per controller step (extra keys are ignored)::
+
+    {"t": 12.5, "step": 1, "batch": 48, "gamma": 3, "drafted": 144, "accepted": 97,
      "interval_s": 0.0123, "reward": 11463.4}
 
 ``gamma`` is the gamma verified in that step, ``drafted``/``accepted`` are totals over the
-batch, ``reward`` is committed tokens / interval_s. An optional boolean ``steady`` (false when
-prefill shared the step) keeps those steps out of the cost fit.
+batch, ``reward`` is committed tokens / interval_s, ``step`` counts the run's steps from 1. An
+optional boolean ``steady`` (false when prefill shared the step) keeps those steps out of the
+cost fit.
+
+The plugin appends, so one file may hold several runs. :func:`read_trace_runs` splits it: at
+every header line, and where the step counter does not increase (a restart that wrote no
+header); steps before the first header form an unnamed run (traces from before headers
+existed). Runs are never merged: :func:`select_trace_run` picks one. A cut-off last line
+(invalid JSON on the final non-empty line, what a crash leaves) is skipped with a warning;
+invalid JSON anywhere else is an error.
 """
 
 from __future__ import annotations
@@ -15,14 +29,21 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import dataclass
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..adaptive._files import read_utf8_text
 from ._strict import ScenarioError, StrictObject
 from .scenario import Scenario, parse_scenario
 
 _MIN_RECORDS_PER_GAMMA = 20  # positional acceptance needs this many steps at each gamma
+
+Warn = Callable[[str], None]
+RunSelector = str | int
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +58,7 @@ class TraceRecord:
     interval_s: float
     reward: float
     steady: bool = True
+    step: int | None = None  # the run's step counter (absent in traces the simulator writes)
 
     @property
     def committed(self) -> float:
@@ -44,14 +66,93 @@ class TraceRecord:
         return self.reward * self.interval_s
 
 
-def load_trace(path: str | Path) -> list[TraceRecord]:
-    """Read and validate a JSONL trace; errors name the file, line and key."""
-    p = Path(path)
+@dataclass(frozen=True, slots=True)
+class TraceRun:
+    """One run of a trace file: a header's steps, or an unnamed stretch without a header."""
+
+    index: int  # 1-based position in the file
+    first_line: int  # the header's line, or the first step's
+    run_id: str | None = None  # None: no header (older trace, or a restart without one)
+    started: float | None = None
+    pid: int | None = None
+    vspec: str | None = None
+    settings: str | None = None
+    records: list[TraceRecord] = field(default_factory=list)
+
+    def describe(self) -> str:
+        """One line: which run, when it started, how many steps, where in the file."""
+        parts = [f"id {self.run_id}" if self.run_id else "no header"]
+        if self.started is not None:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started))
+            parts.append(f"started {stamp}")
+        if self.pid is not None:
+            parts.append(f"pid {self.pid}")
+        if self.vspec:
+            parts.append(f"vspec {self.vspec}")
+        parts.append(f"{len(self.records)} steps from line {self.first_line}")
+        return f"run {self.index} ({', '.join(parts)})"
+
+    def short(self) -> str:
+        """``index (id, steps)`` for lists of runs in error messages."""
+        name = f"id {self.run_id}" if self.run_id else "no header"
+        return f"{self.index} ({name}, {len(self.records)} steps)"
+
+
+def _warn_stderr(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _header(obj: StrictObject, index: int, lineno: int) -> TraceRun:
+    run_id = obj.string("run")
+    if not run_id:
+        raise obj.error("run", "expected a non-empty run id")
+    started = obj.number("started") if obj.has("started") else None
+    pid = obj.integer("pid") if obj.has("pid") else None
+    vspec = obj.string("vspec") if obj.has("vspec") else None
+    settings = obj.string("settings") if obj.has("settings") else None
+    return TraceRun(index=index, first_line=lineno, run_id=run_id, started=started, pid=pid,
+                    vspec=vspec, settings=settings)
+
+
+def _record(obj: StrictObject) -> TraceRecord:
+    rec = TraceRecord(
+        t=obj.number("t"),
+        batch=int(obj.number("batch", lo=0.0)),
+        gamma=int(obj.number("gamma", lo=0.0)),
+        drafted=int(obj.number("drafted", lo=0.0)),
+        accepted=int(obj.number("accepted", lo=0.0)),
+        interval_s=obj.number("interval_s", lo=0.0),
+        reward=obj.number("reward", lo=0.0),
+        steady=obj.boolean("steady", True),
+        step=obj.integer("step", lo=0) if obj.has("step") else None,
+    )
+    if rec.accepted > rec.drafted:
+        raise obj.error("accepted", f"{rec.accepted} exceeds drafted ({rec.drafted})")
+    return rec  # unknown keys are allowed: recorders may add fields
+
+
+def _is_header(line: str) -> bool:
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ScenarioError(f"{p}: cannot read trace: {exc.strerror}") from None
-    out: list[TraceRecord] = []
+        data = json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(data, dict) and "run" in data and "step" not in data
+
+
+def read_trace_runs(path: str | Path, *, warn: Warn | None = None) -> list[TraceRun]:
+    """Read and validate a JSONL trace, split into runs; errors name the file, line and key.
+
+    ``warn`` receives the message about a skipped cut-off last line (default: stderr).
+    """
+    p = Path(path)
+    lines = read_utf8_text(p, "trace", ScenarioError).splitlines()
+    filled = [i for i, line in enumerate(lines, 1) if line.strip()]
+    # A line a crash cut off is the last of its run: the file's last, or one a restart's header
+    # follows (the writer starts that header on a fresh line).
+    ends = {i for i, nxt in zip(filled, filled[1:], strict=False) if _is_header(lines[nxt - 1])}
+    ends.update(filled[-1:])
+    runs: list[TraceRun] = []
+    current: TraceRun | None = None
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -59,24 +160,82 @@ def load_trace(path: str | Path) -> list[TraceRecord]:
         try:
             data = json.loads(line)
         except json.JSONDecodeError as exc:
+            if lineno in ends and runs:
+                (warn or _warn_stderr)(f"{where}: skipping the cut-off last line of a run (not"
+                                       f" valid JSON: {exc.msg}); the writer probably stopped "
+                                       "mid-write")
+                continue
             raise ScenarioError(f"{where}: not valid JSON ({exc.msg})") from None
         obj = StrictObject(data, "", where)
-        rec = TraceRecord(
-            t=obj.number("t"),
-            batch=int(obj.number("batch", lo=0.0)),
-            gamma=int(obj.number("gamma", lo=0.0)),
-            drafted=int(obj.number("drafted", lo=0.0)),
-            accepted=int(obj.number("accepted", lo=0.0)),
-            interval_s=obj.number("interval_s", lo=0.0),
-            reward=obj.number("reward", lo=0.0),
-            steady=obj.boolean("steady", True),
-        )
-        if rec.accepted > rec.drafted:
-            raise obj.error("accepted", f"{rec.accepted} exceeds drafted ({rec.drafted})")
-        out.append(rec)  # unknown keys are allowed: recorders may add fields
-    if not out:
-        raise ScenarioError(f"{p}: trace is empty")
-    return out
+        if isinstance(data, dict) and "run" in data and "step" not in data:
+            current = _header(obj, len(runs) + 1, lineno)
+            runs.append(current)
+            continue
+        rec = _record(obj)
+        prev = current.records[-1].step if current and current.records else None
+        # A counter that does not increase is a restart that wrote no header.
+        if current is None or (rec.step is not None and prev is not None and rec.step <= prev):
+            current = TraceRun(index=len(runs) + 1, first_line=lineno)
+            runs.append(current)
+        current.records.append(rec)
+    if not any(r.records for r in runs):
+        raise ScenarioError(f"{p}: trace is empty (no steps)" if runs else f"{p}: trace is empty")
+    return runs
+
+
+def select_trace_run(runs: list[TraceRun], selector: RunSelector = "last", *,
+                     source: str = "trace") -> TraceRun:
+    """The run named by ``selector``: ``"last"`` (the last run with steps), a 1-based index,
+    a run id or a unique prefix of one. Raises ScenarioError listing what the file holds."""
+    def fail(message: str) -> ScenarioError:
+        return ScenarioError(f"{source}: {message}; the trace holds {len(runs)} run"
+                             f"{'s' if len(runs) != 1 else ''}: "
+                             + ", ".join(r.short() for r in runs))
+
+    text = str(selector).strip()
+    chosen: TraceRun | None = None
+    if text.lower() == "last":
+        chosen = next((r for r in reversed(runs) if r.records), None)
+        if chosen is None:
+            raise fail("no run has steps")
+        return chosen
+    exact = [r for r in runs if r.run_id == text]
+    if exact:
+        chosen = exact[-1]
+    elif text.isdigit() and 1 <= int(text) <= len(runs):
+        chosen = runs[int(text) - 1]
+    else:
+        prefixed = [r for r in runs if r.run_id and text and r.run_id.startswith(text)]
+        if len(prefixed) > 1:
+            raise fail(f"run id prefix {text!r} is ambiguous")
+        if not prefixed:
+            raise fail(f"no run {text!r} (give last, an index 1..{len(runs)} or a run id)")
+        chosen = prefixed[0]
+    if not chosen.records:
+        raise fail(f"run {chosen.index} has no steps")
+    return chosen
+
+
+def load_trace(path: str | Path, run: RunSelector | None = None, *,
+               warn: Warn | None = None) -> list[TraceRecord]:
+    """The steps of one run of a JSONL trace (see :func:`select_trace_run` for ``run``).
+
+    ``run=None`` requires the file to hold a single run with steps: a trace appended over
+    several server starts raises ScenarioError rather than merging them.
+    """
+    return _pick(read_trace_runs(path, warn=warn), run, path).records
+
+
+def _pick(runs: list[TraceRun], run: RunSelector | None, path: str | Path) -> TraceRun:
+    if run is not None:
+        return select_trace_run(runs, run, source=str(path))
+    with_steps = [r for r in runs if r.records]  # read_trace_runs returns at least one
+    if len(with_steps) > 1:
+        raise ScenarioError(
+            f"{path}: the trace holds {len(runs)} runs (appended over server restarts); pick "
+            "one with run='last', a 1-based index or a run id (vllm-hust-vspec-sim "
+            "--trace-run)")
+    return with_steps[0]
 
 
 def write_trace(path: str | Path, records: list[dict[str, float]]) -> None:
@@ -235,19 +394,41 @@ def _least_squares(xs: list[tuple[float, ...]], ys: list[float]) -> tuple[float,
 def scenario_dict_from_trace(
     path: str | Path,
     *,
+    run: RunSelector | None = None,
+    max_gamma: int | None = None,
+    output_len: int = 256,
+    prompt_len: int = 256,
+    phases: int = 1,
+    seed: int = 0,
+    warn: Warn | None = None,
+) -> dict[str, Any]:
+    """Build a scenario object (JSON-ready) that replays one run of the trace offline.
+
+    ``run`` as in :func:`load_trace` (None: the file must hold one run). See
+    :func:`scenario_dict_from_run` for what is fitted.
+    """
+    chosen = _pick(read_trace_runs(path, warn=warn), run, path)
+    return scenario_dict_from_run(chosen, path, max_gamma=max_gamma, output_len=output_len,
+                                  prompt_len=prompt_len, phases=phases, seed=seed)
+
+
+def scenario_dict_from_run(
+    trace_run: TraceRun,
+    path: str | Path,
+    *,
     max_gamma: int | None = None,
     output_len: int = 256,
     prompt_len: int = 256,
     phases: int = 1,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Build a scenario object (JSON-ready) that replays the trace's workload offline.
+    """Build a scenario object (JSON-ready) from one run of the trace at ``path``.
 
-    The workload is closed-loop at the trace's median batch; the number of requests makes the
-    total output match the tokens the trace committed. With ``phases > 1`` the trace is cut
-    into that many equal time slices, each with its own acceptance fit (a phased scenario).
+    The workload is closed-loop at the run's median batch; the number of requests makes the
+    total output match the tokens the run committed. With ``phases > 1`` the run is cut into
+    that many equal time slices, each with its own acceptance fit (a phased scenario).
     """
-    records = load_trace(path)
+    records = trace_run.records
     top = max_gamma if max_gamma is not None else max(1, max(r.gamma for r in records))
     batches = [r.batch for r in records if r.batch > 0]
     if not batches:
@@ -279,10 +460,12 @@ def scenario_dict_from_trace(
     except ScenarioError as exc:
         raise ScenarioError(f"{path}: {exc}") from None
     stem = Path(path).stem
+    which = "" if trace_run.run_id is None and trace_run.index == 1 else (
+        f", run {trace_run.index}" + (f" (id {trace_run.run_id})" if trace_run.run_id else ""))
     return {
         "schema_version": 1,
         "name": f"replay-{stem}",
-        "description": f"Fitted from trace {Path(path).name} ({len(records)} steps).",
+        "description": f"Fitted from trace {Path(path).name}{which} ({len(records)} steps).",
         "tags": ["stationary" if phases <= 1 else "non-stationary", "replay"],
         "seed": seed,
         "min_gamma": 0,

@@ -12,6 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..adaptive._files import read_utf8_text
 from ._strict import ScenarioError, StrictObject
 from .acceptance import AcceptanceSpec, parse_acceptance
 from .cost import AnyCost, parse_cost
@@ -99,10 +100,7 @@ def parse_scenario(data: Any, source: str) -> Scenario:
 def load_scenario_file(path: str | Path) -> Scenario:
     """Read and validate a scenario JSON file."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(f"{p}: cannot read scenario file: {exc.strerror}") from None
+    text = read_utf8_text(p, "scenario file", ScenarioError)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
