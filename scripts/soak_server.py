@@ -3,9 +3,10 @@
 
 Starts ``vllm-hust-vspec --protocol cpu-tiny`` (the launcher itself, on 127.0.0.1, with the
 preset's 10 s drain timeout) with a trace, drives mixed traffic (chat and completions,
-streaming or not, greedy and temperature-1, 1..N output tokens, client cancels mid-stream, malformed and oversize requests), tries a second
-launch on the same port (it must fail fast and leave the live server's metrics alone), sends
-SIGTERM to the server while a wave of requests is in flight, and then checks what it left:
+streaming or not, greedy and temperature-1, 1..N output tokens, client cancels mid-stream,
+malformed and oversize requests), tries a second launch on the same port (it must fail fast and
+leave the live server's metrics alone), sends SIGTERM to the server while a wave of requests is
+in flight, and then checks what it left:
 
 * every well-formed request answered (200), every bad one a clean 4xx;
 * greedy answers identical whenever the same prompt comes back, whatever it was batched with;
