@@ -70,6 +70,12 @@ class Counting:
         self.requests += len(fb.drafted)
         self.inner.observe(fb)
 
+    def settled(self) -> bool:
+        return bool(self.inner.settled())
+
+    def report(self) -> Any:
+        return self.inner.report()
+
     def snapshot(self) -> dict[str, Any]:
         return dict(self.inner.snapshot())
 

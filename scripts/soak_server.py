@@ -303,7 +303,10 @@ def main(argv: list[str] | None = None) -> int:
             body = {"model": MODEL, "prompt": f"# wave {i}\n", "max_tokens": 400,
                     "temperature": 1.0, "ignore_eos": True}
             wave.submit(_wave_request, port, body, wave_tally, done_at)
-        time.sleep(1.5)
+        # signal once the first wave request is done: the rest is running or queued
+        wait_until = time.monotonic() + 120
+        while not done_at and time.monotonic() < wait_until:
+            time.sleep(0.05)
         assert server.proc is not None
         t_term = time.monotonic()
         os.kill(server.proc.pid, signal.SIGTERM)

@@ -139,8 +139,18 @@ class ScriptedController:
     def observe(self, feedback: Any) -> None:
         self.feedback.append(feedback)
 
+    def settled(self) -> bool:
+        return True
+
+    def report(self) -> Any:
+        from vllm_hust_vspec.adaptive.feedback import ControllerSnapshot
+
+        last = self.decisions[-1] if self.decisions else self.max_gamma
+        return ControllerSnapshot("scripted", last,
+                                  {g: float(g) for g in range(self.max_gamma + 1)})
+
     def snapshot(self) -> dict[str, Any]:
-        return {"arms": {g: {"reward": float(g)} for g in range(self.max_gamma + 1)}}
+        return {"policy": "scripted", "decisions": len(self.decisions)}
 
 
 class RaisingController(ScriptedController):

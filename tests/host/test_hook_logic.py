@@ -9,11 +9,14 @@ import pytest
 
 pytest.importorskip("prometheus_client")
 
+from vllm_hust_vspec.adaptive.feedback import ControllerSnapshot  # noqa: E402
 from vllm_hust_vspec.host.vllm import (  # noqa: E402
+    HOOK_ATTR,
     REFILL_MAX_HOLD_STEPS,
     SKIP_ATTR,
     GammaLookup,
     SchedulerHook,
+    _make_schedule_wrapper,
 )
 from vllm_hust_vspec.settings import Settings  # noqa: E402
 
@@ -61,12 +64,25 @@ class Ctrl:
             raise ValueError("boom")
         self.seen.append(feedback)
 
+    def settled(self) -> bool:
+        return True
+
+    def report(self) -> ControllerSnapshot:
+        return ControllerSnapshot("ctrl", self.gamma,
+                                  {self.gamma: 100.0 * len(self.seen)} if self.seen else {})
+
     def snapshot(self) -> dict[str, Any]:
-        return {"rewards": {self.gamma: 100.0 * len(self.seen)}} if self.seen else {}
+        return {"policy": "ctrl", "gamma": self.gamma}
 
 
 def _hook(sched: Any, ctrl: Any, **settings: Any) -> SchedulerHook:
     return SchedulerHook(sched, Settings(**settings), ctrl, 3)
+
+
+def _before_schedule(hook: SchedulerHook) -> None:
+    """What happens around schedule() when the scheduler itself does nothing."""
+    with hook.scheduling():
+        pass
 
 
 def _out(num: dict[str, int], spec: dict[str, list[int]], new: int = 0) -> Any:
@@ -85,26 +101,41 @@ def test_refill_holds_until_enough_slots_and_never_longer_than_bound() -> None:
     hook = _hook(sched, Ctrl(), adaptive_refill_batch=4)
     held = 0
     for _ in range(REFILL_MAX_HOLD_STEPS + 3):
-        restore = hook.before_schedule()
-        if sched.max_num_active_reqs == 0:
-            held += 1
-        restore()
+        with hook.scheduling():
+            if sched.max_num_active_reqs == 0:
+                held += 1
         assert sched.max_num_active_reqs == 4
-        if not hook._held:
+        if not hook.refill.held:
             break
     assert held == REFILL_MAX_HOLD_STEPS  # then released (no starvation)
+
+
+def test_an_exception_inside_the_hold_cannot_leave_admissions_at_zero() -> None:
+    sched = FakeScheduler(running=3, waiting=5)
+    hook = _hook(sched, Ctrl(), adaptive_refill_batch=4)
+    setattr(sched, HOOK_ATTR, hook)
+    seen: list[int] = []
+
+    def failing_schedule(self: Any) -> Any:
+        seen.append(self.max_num_active_reqs)
+        raise RuntimeError("schedule() failed inside the hold")
+
+    with pytest.raises(RuntimeError, match="inside the hold"):
+        _make_schedule_wrapper(failing_schedule)(sched)
+    assert seen == [0]  # the hold was in force when schedule() ran
+    assert sched.max_num_active_reqs == 4  # and is gone although schedule() raised
 
 
 def test_refill_off_when_queue_empty_or_idle_or_enough_free() -> None:
     for running, waiting in ((3, 0), (0, 5), (0, 0)):
         sched = FakeScheduler(running=running, waiting=waiting)
         hook = _hook(sched, Ctrl(), adaptive_refill_batch=4)
-        hook.before_schedule()
-        assert sched.max_num_active_reqs == 4
+        with hook.scheduling():
+            assert sched.max_num_active_reqs == 4
     sched = FakeScheduler(running=2, waiting=2)  # 2 free >= min(4, 2 waiting)
     hook = _hook(sched, Ctrl(), adaptive_refill_batch=4)
-    hook.before_schedule()
-    assert sched.max_num_active_reqs == 4 and not hook._held
+    with hook.scheduling():
+        assert sched.max_num_active_reqs == 4 and not hook.refill.held
 
 
 def test_decide_clamps_and_falls_back_once_on_error() -> None:
@@ -121,13 +152,13 @@ def test_feedback_counts_decoding_requests_only_and_sticky_marks_skip() -> None:
     sched = FakeScheduler(running=3, waiting=0)
     ctrl = Ctrl(gamma=0)
     hook = _hook(sched, ctrl, adaptive_gamma0_mode="sticky")
-    hook.before_schedule()
+    _before_schedule(hook)
     hook.decide(3)
     # r0, r1 decode with 2 drafts each; r2 finished a 7-token prefill chunk.
     out = _out({"r0": 3, "r1": 3, "r2": 7}, {"r0": [5, 6], "r1": [7, 8]})
     hook.after_schedule(out)
     assert getattr(out, SKIP_ATTR) is True
-    assert hook.tainted == {"r0", "r1", "r2"} and hook.cohort == hook.tainted
+    assert hook.sticky.tainted == {"r0", "r1", "r2"} and hook.sticky.members == hook.sticky.tainted
     runner_out = SimpleNamespace(
         sampled_token_ids=[[1, 2, 3], [4], [9]], req_id_to_index={"r0": 0, "r1": 1, "r2": 2}
     )
@@ -139,18 +170,18 @@ def test_feedback_counts_decoding_requests_only_and_sticky_marks_skip() -> None:
     # While the cohort lives gamma stays 0 whatever the controller says; drafts are dropped.
     ctrl.gamma = 3
     sched.requests["r0"].spec_token_ids = [1, 2, 3]
-    hook.before_schedule()
+    _before_schedule(hook)
     assert sched.requests["r0"].spec_token_ids == []
     asked = ctrl.decisions
     assert hook.decide(3) == 0
     assert ctrl.decisions == asked  # a pinned cohort does not consult the controller
     sched.finish("r0", "r1")
-    hook.before_schedule()
+    _before_schedule(hook)
     assert hook.decide(3) == 0  # r2 still runs: the cohort is pinned until its last request
-    assert hook.cohort == {"r2"}
+    assert hook.sticky.members == {"r2"}
     sched.finish("r2")
-    hook.before_schedule()
-    assert hook.decide(3) == 3 and not hook.tainted
+    _before_schedule(hook)
+    assert hook.decide(3) == 3 and not hook.sticky.tainted
 
 
 def test_observe_failure_switches_to_fixed_gamma() -> None:
@@ -180,7 +211,7 @@ def test_metrics_are_buffered_then_exact_once_the_engine_is_idle(tmp_path: Any) 
         return registry.get_sample_value(name, labels) or 0.0
 
     def step(drafts: dict[str, list[int]], sampled: list[list[int]]) -> None:
-        hook.before_schedule()
+        _before_schedule(hook)
         hook.decide(2)
         out = _out({rid: 1 + len(d) for rid, d in drafts.items()}, drafts)
         hook.after_schedule(out)

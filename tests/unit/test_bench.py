@@ -130,6 +130,24 @@ def test_percentile_and_median() -> None:
     assert median([]) == 0.0
 
 
+def test_percentile_is_the_inclusive_quantile_and_std_the_population_one() -> None:
+    import random
+    import statistics
+
+    rng = random.Random(7)
+    xs = [rng.lognormvariate(0.0, 1.0) for _ in range(37)]
+    cuts = statistics.quantiles(xs, n=100, method="inclusive")
+    for q in (1, 50, 90, 99):
+        assert percentile(xs, q) == pytest.approx(cuts[q - 1], rel=1e-12)
+    assert percentile(xs, 0) == min(xs) and percentile(xs, 100) == max(xs)
+    assert percentile([4.0], 99.9) == 4.0
+    assert median(xs) == statistics.median(xs)
+    ms = [x * 1e3 for x in xs]
+    d = summarize_requests([RequestOutcome(ok=True, ttft_s=x) for x in xs], 1.0)
+    assert d["std_ttft_ms"] == pytest.approx(statistics.pstdev(ms), rel=1e-12)
+    assert d["mean_ttft_ms"] == pytest.approx(statistics.fmean(ms), rel=1e-12)
+
+
 def test_summarize_requests_figures() -> None:
     outs = [
         RequestOutcome(ok=True, prompt_tokens=10, output_tokens=11, ttft_s=0.1, latency_s=1.1,
@@ -210,6 +228,33 @@ def test_parse_prometheus_labels_and_values() -> None:
     assert s[("nolabels", ())] == 3.0
     assert metrics.by_label(s, "vspec_draft_tokens_per_pos_total", "position") == {0: 110.0,
                                                                                    1: 60.0}
+
+
+PROM_TYPED = """\
+# HELP vllm:e2e_request_latency_seconds latency
+# TYPE vllm:e2e_request_latency_seconds histogram
+vllm:e2e_request_latency_seconds_bucket{le="0.1",model_name="m"} 1.0
+vllm:e2e_request_latency_seconds_bucket{le="+Inf",model_name="m"} 3.0
+vllm:e2e_request_latency_seconds_sum{model_name="m"} 0.5
+# TYPE vspec_gamma_steps counter
+vspec_gamma_steps_total{gamma="3"} 4 1700000000000
+"""
+
+
+@pytest.mark.parametrize("parser", ["prometheus_client", "stand-in"])
+def test_parse_prometheus_with_and_without_prometheus_client(
+    parser: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if parser == "stand-in":
+        monkeypatch.setitem(__import__("sys").modules, "prometheus_client.parser", None)
+    s = metrics.parse_prometheus(PROM_AFTER + PROM_TYPED)
+    assert s[("vspec_gamma_steps_total", (("gamma", "3"),))] == 4.0  # suffix kept, no timestamp
+    assert s[("vllm:e2e_request_latency_seconds_bucket",
+              (("le", "+Inf"), ("model_name", "m")))] == 3.0
+    assert metrics.by_label(s, "vspec_gamma_steps_total", "gamma") == {2: 7.0, 3: 4.0}
+    # one malformed line costs that line only, not the whole scrape
+    broken = metrics.parse_prometheus(PROM_AFTER + "half{a=\"1\"\nnovalue\n")
+    assert broken == metrics.parse_prometheus(PROM_AFTER)
 
 
 def test_spec_figures_over_the_window_prefer_vspec_counters() -> None:

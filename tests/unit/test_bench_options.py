@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_hust_vspec.bench import models as bench_models
 from vllm_hust_vspec.cli import bench as bench_cli
+from vllm_hust_vspec.launch import models as launch_models
 
 RUN = ["run", "--base-url", "http://127.0.0.1:9", "--backend", "builtin", "--dry-run"]
 PAIR = ["pair", "--protocol", "cpu-tiny", "--backend", "builtin", "--dry-run", "--json"]
@@ -70,7 +70,7 @@ def test_bad_numbers_are_argparse_errors(
 def test_good_numbers_pass(
     clean_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(bench_models, "CHECKOUT_ROOT", _checkout(clean_env / "src"))
+    monkeypatch.setattr(launch_models, "CHECKOUT_ROOT", _checkout(clean_env / "src"))
     assert bench_cli.main([*RUN, "--request-rate", "unlimited", "--warmup-prompts", "0",
                            "--temperature", "0", "--max-concurrency", "4"]) == 0
     capsys.readouterr()
@@ -84,7 +84,7 @@ def test_cpu_tiny_pair_finds_the_checkouts_tiny_models(
     clean_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = _checkout(clean_env / "checkout")
-    monkeypatch.setattr(bench_models, "CHECKOUT_ROOT", root)
+    monkeypatch.setattr(launch_models, "CHECKOUT_ROOT", root)
     assert bench_cli.main(PAIR) == 0
     captured = capsys.readouterr()
     plan = json.loads(captured.out)
@@ -97,7 +97,7 @@ def test_cpu_tiny_pair_finds_the_checkouts_tiny_models(
 def test_an_explicit_model_dir_wins(
     clean_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(bench_models, "CHECKOUT_ROOT", _checkout(clean_env / "checkout"))
+    monkeypatch.setattr(launch_models, "CHECKOUT_ROOT", _checkout(clean_env / "checkout"))
     mine = _checkout(clean_env / "mine") / ".cache" / "models"
     monkeypatch.setenv("HUST_VSPEC_MODEL_DIR", str(mine))
     assert bench_cli.main(PAIR) == 0
@@ -110,10 +110,10 @@ def test_without_a_checkout_the_error_names_the_variable(
     clean_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # an installed wheel: no run.sh beside the package, so no tiny models to fall back on
-    monkeypatch.setattr(bench_models, "CHECKOUT_ROOT", _checkout(clean_env / "w", models=False))
+    monkeypatch.setattr(launch_models, "CHECKOUT_ROOT", _checkout(clean_env / "w", models=False))
     assert bench_cli.main(PAIR) == 2
     assert "HUST_VSPEC_MODEL_DIR" in capsys.readouterr().err
-    assert bench_models.checkout_model_dir(clean_env / "nowhere") is None
+    assert launch_models.checkout_model_dir(clean_env / "nowhere") is None
 
 
 def test_profile_dry_run_finds_them_too(
@@ -122,7 +122,7 @@ def test_profile_dry_run_finds_them_too(
     from vllm_hust_vspec.cli import profile as profile_cli
 
     root = _checkout(clean_env / "checkout")
-    monkeypatch.setattr(bench_models, "CHECKOUT_ROOT", root)
+    monkeypatch.setattr(launch_models, "CHECKOUT_ROOT", root)
     assert profile_cli.main(["--protocol", "cpu-tiny", "--gammas", "0,1", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert str((root / ".cache" / "models" / "target").resolve()) in out

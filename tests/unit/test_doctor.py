@@ -29,7 +29,11 @@ UPSTREAM = {
         class Scheduler:
             def __init__(self):
                 self.dynamic_sd_lookup = None
+                self.max_num_active_reqs = self.max_num_scheduled_tokens = 8
+                self.requests, self.waiting, self.running = {}, [], []
+                self.finished_req_ids = set()
             def schedule(self):
+                assert len(self.running) < self.max_num_active_reqs
                 return self.dynamic_sd_lookup[3]
             def update_from_output(self, a, b): ...
             def update_draft_token_ids(self, d): ...

@@ -264,3 +264,106 @@ def test_prometheus_dir_is_per_port_unless_given(monkeypatch: pytest.MonkeyPatch
 
     assert prometheus_dir(8001, {}) != prometheus_dir(8002, {})
     assert prometheus_dir(8001, {"PROMETHEUS_MULTIPROC_DIR": "/x"}) == "/x"
+
+
+# --- the Hugging Face cache, through huggingface_hub and through the stand-in reader -------
+
+COMMIT_MAIN = "a" * 40
+COMMIT_V1 = "b" * 40
+
+
+def _hf_cache(hub: Path) -> Path:
+    """A hub cache holding Qwen/Qwen2.5-0.5B-Instruct at main and at tag v1 (two commits)."""
+    repo = hub / "models--Qwen--Qwen2.5-0.5B-Instruct"
+    for commit in (COMMIT_MAIN, COMMIT_V1):
+        (repo / "snapshots" / commit).mkdir(parents=True)
+        (repo / "snapshots" / commit / "config.json").write_text("{}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(COMMIT_MAIN)
+    (repo / "refs" / "v1").write_text(COMMIT_V1)
+    return repo
+
+
+@pytest.fixture(params=["huggingface_hub", "stand-in"])
+def hf_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test with huggingface_hub, then as if it were not installed."""
+    if request.param == "stand-in":
+        monkeypatch.setitem(__import__("sys").modules, "huggingface_hub", None)
+    return str(request.param)
+
+
+@pytest.mark.parametrize("layout", ["HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"])
+def test_hf_cache_follows_the_library_variables(
+    tmp_path: Path, hf_mode: str, layout: str
+) -> None:
+    hub = {"HF_HUB_CACHE": tmp_path / "hub", "HF_HOME": tmp_path / "hf" / "hub",
+           "XDG_CACHE_HOME": tmp_path / "xdg" / "huggingface" / "hub"}[layout]
+    repo = _hf_cache(hub)
+    value = {"HF_HUB_CACHE": hub, "HF_HOME": tmp_path / "hf", "XDG_CACHE_HOME": tmp_path / "xdg"}
+    env = {layout: str(value[layout])}
+    got = resolve_model("Qwen/Qwen2.5-0.5B-Instruct", "draft", env, "--draft-model")
+    assert got == str(repo / "snapshots" / COMMIT_MAIN)
+
+
+def test_hf_hub_cache_wins_over_hf_home(tmp_path: Path, hf_mode: str) -> None:
+    repo = _hf_cache(tmp_path / "hub")
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HOME": str(tmp_path / "elsewhere")}
+    got = resolve_model("Qwen/Qwen2.5-0.5B-Instruct", "draft", env, "--draft-model")
+    assert got == str(repo / "snapshots" / COMMIT_MAIN)
+
+
+def test_hf_cache_pinned_revision(tmp_path: Path, hf_mode: str) -> None:
+    repo = _hf_cache(tmp_path / "hub")
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub")}
+    for rev, commit in (("v1", COMMIT_V1), (COMMIT_V1, COMMIT_V1), ("main", COMMIT_MAIN)):
+        got = resolve_model(f"Qwen/Qwen2.5-0.5B-Instruct@{rev}", "draft", env, "--draft-model")
+        assert got == str(repo / "snapshots" / commit)
+    # a pinned revision that is not cached is not replaced by some other snapshot
+    with pytest.raises(ModelNotFoundError) as err:
+        resolve_model("Qwen/Qwen2.5-0.5B-Instruct@v2", "draft", env, "--draft-model")
+    assert "revision v2" in str(err.value) and "--revision v2" in str(err.value)
+
+
+def test_hf_cache_without_a_main_ref_uses_the_newest_snapshot(
+    tmp_path: Path, hf_mode: str
+) -> None:
+    repo = _hf_cache(tmp_path / "hub")
+    (repo / "refs" / "main").unlink()
+    old = __import__("os").stat(repo / "snapshots" / COMMIT_MAIN).st_mtime
+    __import__("os").utime(repo / "snapshots" / COMMIT_V1, (old + 10, old + 10))
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub")}
+    got = resolve_model("Qwen/Qwen2.5-0.5B-Instruct", "draft", env, "--draft-model")
+    assert got == str(repo / "snapshots" / COMMIT_V1)
+
+
+def test_hf_cache_snapshot_needs_config_json(tmp_path: Path, hf_mode: str) -> None:
+    repo = _hf_cache(tmp_path / "hub")
+    (repo / "snapshots" / COMMIT_MAIN / "config.json").unlink()
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub")}
+    with pytest.raises(ModelNotFoundError, match="no config.json"):
+        resolve_model("Qwen/Qwen2.5-0.5B-Instruct", "draft", env, "--draft-model")
+
+
+def test_hf_cache_lookup_never_touches_the_network(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    def refuse(*_a: Any, **_k: Any) -> None:
+        raise AssertionError("the model lookup opened a connection")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    env = {"HF_HUB_CACHE": str(tmp_path / "empty")}
+    with pytest.raises(ModelNotFoundError, match="never downloads"):
+        resolve_model("Qwen/Qwen2.5-0.5B-Instruct", "draft", env, "--draft-model")
+
+
+def test_registry_can_map_a_pinned_name(tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    reg = tmp_path / "reg.json"
+    reg.write_text(json.dumps({"Qwen/Qwen2.5-14B-Instruct@v1": str(tmp_path / "m")}))
+    env = {"HUST_VSPEC_MODEL_REGISTRY": str(reg)}
+    got = resolve_model("Qwen/Qwen2.5-14B-Instruct@v1", "t", env, "--x")
+    assert got == str(tmp_path / "m")

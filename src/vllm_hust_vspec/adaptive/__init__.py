@@ -11,7 +11,7 @@
 from .confidence import RULES as CONFIDENCE_RULES
 from .confidence import confidence_keep, confidence_keep_batch, position_uncertain
 from .factory import POLICIES, build_controller
-from .feedback import Controller, StepFeedback
+from .feedback import Controller, ControllerSnapshot, StepFeedback
 from .fitting import FitError, FitResult, FitSample, fit_profile, load_samples, parse_samples
 from .fixed import FixedController
 from .online import OnlineConfig, OnlineController
@@ -31,6 +31,7 @@ __all__ = [
     "POLICIES",
     "SCHEMA_VERSION",
     "Controller",
+    "ControllerSnapshot",
     "FitError",
     "FitInfo",
     "FitResult",

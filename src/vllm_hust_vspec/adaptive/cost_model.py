@@ -11,9 +11,7 @@ subset of coefficients (exact NNLS for three variables).
 
 from __future__ import annotations
 
-import itertools
-
-_SUBSETS = [s for r in (3, 2, 1) for s in itertools.combinations(range(3), r)]
+from .nnls import nnls_normal
 
 
 class GlobalCost:
@@ -73,46 +71,7 @@ class GlobalCost:
 
     def _fit(self) -> tuple[float, float, float] | None:
         n, sv, sg, svv, svg, sgg = self._m
-        full = [[n, sv, sg], [sv, svv, svg], [sg, svg, sgg]]
-        rhs = self._r
-        best: tuple[float, list[float]] | None = None
-        for subset in _SUBSETS:
-            a = [[full[i][j] for j in subset] for i in subset]
-            y = [rhs[i] for i in subset]
-            sol = _solve(a, y)
-            if sol is None or min(sol) < 0.0:
-                continue
-            # RSS up to a constant: beta' A beta - 2 beta' y
-            obj = sum(sol[i] * a[i][j] * sol[j] for i in range(len(sol))
-                      for j in range(len(sol))) - 2.0 * sum(s * t for s, t in zip(sol, y,
-                                                                                  strict=True))
-            if best is None or obj < best[0]:
-                coef = [0.0, 0.0, 0.0]
-                for k, idx in enumerate(subset):
-                    coef[idx] = sol[k]
-                best = (obj, coef)
-        if best is None:
-            return None
-        c = best[1]
-        return (c[0], c[1], c[2])
+        c = nnls_normal([[n, sv, sg], [sv, svv, svg], [sg, svg, sgg]], self._r)
+        return (c[0], c[1], c[2]) if c is not None else None
 
 
-def _solve(a: list[list[float]], y: list[float]) -> list[float] | None:
-    """Solve a small symmetric system after diagonal scaling; None when (near) singular."""
-    k = len(a)
-    scale = [a[i][i] ** 0.5 if a[i][i] > 0 else 0.0 for i in range(k)]
-    if min(scale) <= 0.0:
-        return None
-    m = [[a[i][j] / (scale[i] * scale[j]) for j in range(k)] + [y[i] / scale[i]]
-         for i in range(k)]
-    for col in range(k):
-        piv = max(range(col, k), key=lambda r: abs(m[r][col]))
-        if abs(m[piv][col]) < 1e-9:
-            return None
-        m[col], m[piv] = m[piv], m[col]
-        for r in range(k):
-            if r != col:
-                f = m[r][col] / m[col][col]
-                for c in range(col, k + 1):
-                    m[r][c] -= f * m[col][c]
-    return [m[i][k] / m[i][i] / scale[i] for i in range(k)]

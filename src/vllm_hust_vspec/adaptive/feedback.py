@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -41,16 +42,53 @@ class StepFeedback:
         return self.committed / self.interval_s if self.interval_s > 0 else 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class ControllerSnapshot:
+    """What the host shows of a controller (its metrics): the policy's name, the latest
+    decision, and per-arm goodput estimates in tokens per second for the batch-size bucket it
+    last decided for (arms without an estimate yet are absent)."""
+
+    policy: str
+    gamma: int
+    arm_goodput: Mapping[int, float] = field(default_factory=dict)
+
+
 @runtime_checkable
 class Controller(Protocol):
     """A gamma policy. ``decide`` is called once per scheduler step, ``observe`` once per
-    completed step, both in the EngineCore process."""
+    completed step, both in the EngineCore process.
+
+    ``settled()`` tells whether a gamma-0 decision is the controller's considered choice and
+    not exploration (warm-up, a sweep, a re-check): a sticky host pins the running cohort at
+    gamma 0 only then, since that ends speculation for the cohort's lifetime. ``report()`` is
+    what the host's metrics read; ``snapshot()`` is the full JSON state for people and traces.
+    """
 
     def decide(self, batch_size: int, token_budget: int) -> int: ...
 
     def observe(self, feedback: StepFeedback) -> None: ...
 
+    def settled(self) -> bool: ...
+
+    def report(self) -> ControllerSnapshot: ...
+
     def snapshot(self) -> dict[str, Any]: ...
 
 
-__all__ = ["Controller", "StepFeedback"]
+class SettledPolicy:
+    """``settled`` and ``report`` for a policy that never explores (every decision, zero
+    included, is a considered one) and publishes no per-arm estimates. Subclasses provide
+    ``decide``, ``observe`` and ``snapshot`` (with "policy" and "gamma" keys)."""
+
+    def settled(self) -> bool:
+        """Always."""
+        return True
+
+    def report(self) -> ControllerSnapshot:
+        """Policy name and latest gamma from the snapshot; no estimates."""
+        snap: dict[str, Any] = self.snapshot()  # type: ignore[attr-defined]
+        return ControllerSnapshot(str(snap.get("policy", type(self).__name__)),
+                                  int(snap.get("gamma", 0)))
+
+
+__all__ = ["Controller", "ControllerSnapshot", "SettledPolicy", "StepFeedback"]

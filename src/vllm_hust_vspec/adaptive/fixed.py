@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._limits import budget_cap
-from .feedback import StepFeedback
+from .feedback import ControllerSnapshot, StepFeedback
 
 
 class FixedController:
@@ -29,6 +29,14 @@ class FixedController:
     def observe(self, feedback: StepFeedback) -> None:
         """Counts steps only."""
         self._observations += 1
+
+    def settled(self) -> bool:
+        """Always: a fixed policy never explores."""
+        return True
+
+    def report(self) -> ControllerSnapshot:
+        """No estimates: the policy measures nothing."""
+        return ControllerSnapshot("fixed", self._gamma)
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-serialisable state."""

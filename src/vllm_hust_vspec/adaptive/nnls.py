@@ -1,4 +1,4 @@
-"""Small dense least squares in pure Python: QR least squares and Lawson-Hanson NNLS.
+"""Small dense least squares in pure Python: QR least squares and the one NNLS solver.
 
 Matrices are lists of *columns* (each a list of m floats): the fits here have a handful of
 coefficients and at most a few thousand samples, so clarity beats speed.
@@ -6,6 +6,7 @@ coefficients and at most a few thousand samples, so clarity beats speed.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -74,16 +75,64 @@ def lstsq(columns: Columns, b: Sequence[float]) -> list[float]:
     return x
 
 
-def nnls(columns: Columns, b: Sequence[float], max_iter: int | None = None) -> list[float]:
-    """Lawson-Hanson non-negative least squares: ``min ||A x - b||`` subject to ``x >= 0``.
+def nnls_normal(gram: Sequence[Sequence[float]], rhs: Sequence[float]) -> list[float] | None:
+    """Non-negative least squares from the normal equations: ``min x'Gx - 2 x'r`` subject to
+    ``x >= 0``, for ``G = A'A`` and ``r = A'b`` (which is all a discounted running fit keeps).
 
-    Columns are scaled to unit norm internally (coefficients of very different magnitude,
-    e.g. seconds per token and seconds per step, stay well conditioned)."""
+    Exact: every support (subset of coefficients left free) is solved and the feasible one
+    with the least residual wins; on a tie the larger support, found first, is kept. The
+    models here have a handful of coefficients, so the 2^n supports are cheap. None when no
+    support has a non-singular system (no data)."""
+    n = len(rhs)
+    best: tuple[float, list[float]] | None = None
+    for size in range(n, 0, -1):
+        for support in itertools.combinations(range(n), size):
+            a = [[gram[i][j] for j in support] for i in support]
+            y = [rhs[i] for i in support]
+            sol = _solve_symmetric(a, y)
+            if sol is None or min(sol) < 0.0:
+                continue
+            # residual sum of squares up to a constant: x'Gx - 2 x'r
+            obj = sum(sol[i] * a[i][j] * sol[j] for i in range(size)
+                      for j in range(size)) - 2.0 * sum(u * v for u, v in zip(sol, y, strict=True))
+            if best is None or obj < best[0]:
+                coef = [0.0] * n
+                for k, idx in enumerate(support):
+                    coef[idx] = sol[k]
+                best = (obj, coef)
+    return best[1] if best is not None else None
+
+
+def _solve_symmetric(a: list[list[float]], y: list[float]) -> list[float] | None:
+    """Solve a small symmetric system after diagonal scaling; None when (near) singular."""
+    k = len(a)
+    scale = [a[i][i] ** 0.5 if a[i][i] > 0 else 0.0 for i in range(k)]
+    if min(scale) <= 0.0:
+        return None
+    m = [[a[i][j] / (scale[i] * scale[j]) for j in range(k)] + [y[i] / scale[i]]
+         for i in range(k)]
+    for col in range(k):
+        piv = max(range(col, k), key=lambda r: abs(m[r][col]))
+        if abs(m[piv][col]) < 1e-9:
+            return None
+        m[col], m[piv] = m[piv], m[col]
+        for r in range(k):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                for c in range(col, k + 1):
+                    m[r][c] -= f * m[col][c]
+    return [m[i][k] / m[i][i] / scale[i] for i in range(k)]
+
+
+def nnls(columns: Columns, b: Sequence[float]) -> list[float]:
+    """Non-negative least squares ``min ||A x - b||`` subject to ``x >= 0`` (A by columns),
+    through :func:`nnls_normal`. Columns are scaled to unit norm first, so coefficients of very
+    different magnitude (seconds per token, seconds per step) stay well conditioned."""
     n = len(columns)
     if n == 0:
         return []
     m = len(b)
-    scales = []
+    scales: list[float] = []
     cols: list[list[float]] = []
     for col in columns:
         if len(col) != m:
@@ -91,41 +140,6 @@ def nnls(columns: Columns, b: Sequence[float], max_iter: int | None = None) -> l
         norm = math.sqrt(_dot(col, col))
         scales.append(norm if norm > 0 else 1.0)
         cols.append([x / scales[-1] for x in col])
-    bnorm = math.sqrt(_dot(b, b))
-    tol = 1e-12 * max(bnorm, 1e-300) * max(m, n)
-    x = [0.0] * n
-    passive: list[int] = []
-    limit = max_iter if max_iter is not None else 30 * n
-
-    def gradient(xv: list[float]) -> list[float]:
-        resid = [bi - math.fsum(cols[j][i] * xv[j] for j in range(n) if xv[j])
-                 for i, bi in enumerate(b)]
-        return [_dot(c, resid) for c in cols]
-
-    w = gradient(x)
-    it = 0
-    while it < limit:
-        candidates = [j for j in range(n) if j not in passive and w[j] > tol]
-        if not candidates:
-            break
-        t = max(candidates, key=w.__getitem__)
-        passive.append(t)
-        while True:
-            it += 1
-            sub = lstsq([cols[j] for j in passive], b)
-            s = [0.0] * n
-            for j, v in zip(passive, sub, strict=True):
-                s[j] = v
-            if all(s[j] > 0 for j in passive):
-                break
-            if it >= limit:
-                break
-            alpha = min(x[j] / (x[j] - s[j]) for j in passive if s[j] <= 0)
-            x = [xi + alpha * (si - xi) for xi, si in zip(x, s, strict=True)]
-            passive = [j for j in passive if x[j] > 1e-15]
-            if not passive:
-                s = [0.0] * n
-                break
-        x = [max(v, 0.0) for v in s]
-        w = gradient(x)
+    gram = [[_dot(ci, cj) for cj in cols] for ci in cols]
+    x = nnls_normal(gram, [_dot(c, b) for c in cols]) or [0.0] * n
     return [xi / sc for xi, sc in zip(x, scales, strict=True)]

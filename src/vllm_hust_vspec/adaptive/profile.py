@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ._files import read_utf8_text
+from ._strict import StrictObject
 from .acceptance import extend_acceptance
 
 SCHEMA_VERSION = 1
@@ -181,38 +182,29 @@ def load_profile(path: str | Path) -> Profile:
 # -- strict reading -------------------------------------------------------------------------
 
 
-class _Reader:
-    """One JSON object being read: every key is typed, range-checked and consumed."""
+class _Reader(StrictObject):
+    """One profile object being read (the shared strict reader, with the profile's own
+    wording: every quantity is a finite number >= 0, and error texts as documented in
+    docs/controller.md)."""
+
+    error_type = ProfileError
 
     def __init__(self, data: object, where: str, source: str) -> None:
         if not isinstance(data, Mapping):
             label = f"key '{where}'" if where else "the top level"
             raise ProfileError(f"{source}: {label} must be a JSON object, "
                                f"got {type(data).__name__}")
-        self.data: Mapping[str, Any] = data
-        self.where = where
-        self.source = source
-        self.seen: set[str] = set()
-
-    def path(self, key: str) -> str:
-        return f"{self.where}.{key}" if self.where else key
-
-    def error(self, key: str, message: str) -> ProfileError:
-        return ProfileError(f"{self.source}: key '{self.path(key)}': {message}")
+        super().__init__(dict(data), where, source)
 
     def present(self, key: str) -> bool:
-        self.seen.add(key)
-        return key in self.data
+        return self.has(key)
 
     def _get(self, key: str, required: bool) -> Any:
-        self.seen.add(key)
-        if key not in self.data:
-            if required:
-                raise ProfileError(f"{self.source}: missing required key '{self.path(key)}'")
-            return None
-        return self.data[key]
+        if required:
+            return self.raw(key)
+        return self.raw(key) if self.has(key) else None
 
-    def number(self, key: str, default: float | None = None) -> float:
+    def number(self, key: str, default: float | None = None, **_: Any) -> float:
         """A finite number >= 0 (all profile quantities are non-negative)."""
         value = self._get(key, default is None)
         if value is None:
@@ -224,32 +216,22 @@ class _Reader:
             raise self.error(key, f"expected a finite number >= 0, got {value!r}")
         return float(value)
 
-    def integer(self, key: str, default: int | None = None, *, lo: int = 0) -> int:
+    def integer(self, key: str, default: int | None = None, *, lo: int | None = 0,
+                hi: int | None = None) -> int:
         value = self._get(key, default is None)
         if value is None:
             assert default is not None
             return default
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.error(key, f"expected an integer, got {value!r}")
-        if value < lo:
+        if lo is not None and value < lo:
             raise self.error(key, f"expected an integer >= {lo}, got {value}")
         return value
 
-    def string(self, key: str, default: str) -> str:
-        value = self._get(key, False)
-        if value is None:
-            return default
-        if not isinstance(value, str):
-            raise self.error(key, f"expected a string, got {value!r}")
-        return value
-
-    def child(self, key: str) -> _Reader:
-        return _Reader(self._get(key, True), self.path(key), self.source)
-
     def finish(self) -> None:
-        unknown = sorted(k for k in self.data if k not in self.seen)
+        unknown = sorted(k for k in self._data if k not in self._allowed)
         if unknown:
-            allowed = ", ".join(sorted(self.seen))
+            allowed = ", ".join(sorted(self._allowed))
             raise self.error(unknown[0], f"unknown key (allowed here: {allowed})")
 
 

@@ -18,7 +18,7 @@ from ._limits import ZeroProbe, budget_cap, should_switch, step_toward
 from ._validate import require_float, require_int
 from .acceptance import AcceptanceModel
 from .cadence import CadencedPolicy
-from .feedback import StepFeedback
+from .feedback import ControllerSnapshot, StepFeedback
 from .profile import Profile
 
 
@@ -118,6 +118,16 @@ class ProfilePolicy(CadencedPolicy):
         arm = self._arm_calib[g - self._lo]
         base = self._calib if arm is None else arm
         self._arm_calib[g - self._lo] = _clamp(base + rate * (ratio - base), cfg)
+
+    def settled(self) -> bool:
+        """Always: costs come from the profile, so every decision is a considered one."""
+        return True
+
+    def report(self) -> ControllerSnapshot:
+        """Per-arm goodput predicted at the last decision."""
+        goodput = {self._lo + i: p * self._last_batch
+                   for i, p in enumerate(self._last_pred[: self._num_arms])}
+        return ControllerSnapshot("profile", self._gamma, goodput)
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-serialisable state for metrics and traces."""

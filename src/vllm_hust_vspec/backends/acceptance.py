@@ -22,9 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from vllm_hust_vspec.settings import Settings
 
 PLACEHOLDER = -1
 
@@ -73,26 +76,26 @@ class AcceptanceParams:
 STRICT = AcceptanceParams()
 
 
-def params_from_settings(settings: Any, method: str | None = None) -> AcceptanceParams:
+def params_from_settings(settings: Settings, method: str | None = None) -> AcceptanceParams:
     """Acceptance parameters for vSpec settings (relaxed top-K only for EAGLE methods).
 
     ``eagle_relaxed_accept_after_tokens`` limits the top-K mode;
     ``confidence_accept_from_position`` / ``confidence_accept_after_tokens`` limit the margin
     mode; ``confidence_protected_token_ids`` protects ids in both.
     """
-    method = method or getattr(settings, "method", None)
-    topk = getattr(settings, "eagle_relaxed_accept_topk", None)
+    method = method or settings.method
+    topk = settings.eagle_relaxed_accept_topk
     if method not in ("eagle", "eagle3"):
         topk = None
-    margin = getattr(settings, "confidence_accept_margin", None)
-    protected = getattr(settings, "confidence_protected_token_ids", None) or ()
+    margin = settings.confidence_accept_margin
+    protected = settings.confidence_protected_token_ids or ()
     return AcceptanceParams(
         topk=topk,
         margin=margin,
         protected_token_ids=frozenset(int(t) for t in protected),
-        topk_after_tokens=int(getattr(settings, "eagle_relaxed_accept_after_tokens", 0) or 0),
-        margin_from_position=int(getattr(settings, "confidence_accept_from_position", 0) or 0),
-        margin_after_tokens=int(getattr(settings, "confidence_accept_after_tokens", 0) or 0),
+        topk_after_tokens=int(settings.eagle_relaxed_accept_after_tokens or 0),
+        margin_from_position=int(settings.confidence_accept_from_position or 0),
+        margin_after_tokens=int(settings.confidence_accept_after_tokens or 0),
     )
 
 

@@ -16,7 +16,7 @@ earlier runs do not count. Sources:
 from __future__ import annotations
 
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,40 @@ VLLM_ACCEPTED_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 VSPEC_DRAFT_POS = "vspec_draft_tokens_per_pos_total"
 VSPEC_ACCEPTED_POS = "vspec_accepted_tokens_per_pos_total"
 VSPEC_GAMMA_STEPS = "vspec_gamma_steps_total"
+
+
+def parse_prometheus(text: str) -> dict[Sample, float]:
+    """Samples of a Prometheus text exposition: ``(name, sorted labels) -> value``.
+
+    Parsed by ``prometheus_client.parser`` (every vLLM host has it) when it is installed;
+    sample names keep their suffixes (``_total``, ``_created``, ``_bucket``). A malformed
+    line makes the library reject the whole text, so then the text is parsed again one line
+    at a time and only the bad lines are skipped, as a scrape must not lose every counter to
+    one odd line.
+    """
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError:  # a bench client host without vLLM: the stand-in reader
+        return _parse_by_hand(text)
+    try:
+        return _samples(text_string_to_metric_families(text))
+    except ValueError:
+        out: dict[Sample, float] = {}
+        for line in text.splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                try:
+                    out.update(_samples(text_string_to_metric_families(line + "\n")))
+                except ValueError:
+                    continue
+        return out
+
+
+def _samples(families: Iterable[Any]) -> dict[Sample, float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): float(s.value)
+        for family in families
+        for s in family.samples
+    }
 
 
 def _parse_labels(text: str) -> tuple[tuple[str, str], ...]:
@@ -51,8 +85,8 @@ def _parse_labels(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(labels))
 
 
-def parse_prometheus(text: str) -> dict[Sample, float]:
-    """Samples of a Prometheus text exposition: ``(name, sorted labels) -> value``."""
+def _parse_by_hand(text: str) -> dict[Sample, float]:
+    """The exposition format read directly, for hosts without ``prometheus_client``."""
     out: dict[Sample, float] = {}
     for raw in text.splitlines():
         line = raw.strip()

@@ -7,6 +7,7 @@ Figure names follow ``vllm bench serve``'s result JSON (``output_throughput``,
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,9 @@ class RequestOutcome:
 
 def percentile(values: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile (q in 0..100), numpy's default; 0.0 when empty."""
+    # Not statistics.quantiles(method="inclusive"): that is the same definition but only at
+    # evenly spaced cut points (q = 99.9 or 0 cannot be asked for) and, on Python 3.11, not for
+    # a single value; its interpolation also rounds differently, so results would move.
     if not values:
         return 0.0
     xs = sorted(values)
@@ -46,14 +50,8 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def median(values: Sequence[float]) -> float:
     """Median (mean of the middle two for even counts); 0.0 when empty."""
-    return percentile(values, 50.0)
-
-
-def _std(values: Sequence[float]) -> float:
-    if len(values) < 2:
-        return 0.0
-    m = math.fsum(values) / len(values)
-    return math.sqrt(math.fsum((v - m) ** 2 for v in values) / len(values))
+    # (a + b) / 2 for even counts, as numpy.median (and so vllm bench serve) computes it
+    return float(statistics.median(values)) if values else 0.0
 
 
 def _dist(prefix: str, values_s: Sequence[float], percentiles: Sequence[float]) -> dict[
@@ -61,9 +59,10 @@ def _dist(prefix: str, values_s: Sequence[float], percentiles: Sequence[float]) 
 ]:
     ms = [v * 1e3 for v in values_s]
     out = {
-        f"mean_{prefix}_ms": math.fsum(ms) / len(ms) if ms else 0.0,
+        f"mean_{prefix}_ms": statistics.fmean(ms) if ms else 0.0,
         f"median_{prefix}_ms": median(ms),
-        f"std_{prefix}_ms": _std(ms),
+        # population deviation, as numpy.std's default (vllm bench serve's std_*_ms)
+        f"std_{prefix}_ms": statistics.pstdev(ms) if len(ms) >= 2 else 0.0,
     }
     for q in percentiles:
         out[f"p{q:g}_{prefix}_ms"] = percentile(ms, q)

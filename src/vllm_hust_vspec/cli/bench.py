@@ -189,9 +189,9 @@ def _main_run(ns: argparse.Namespace, load: LoadConfig) -> int:
 
 
 def _main_pair(ns: argparse.Namespace, load: LoadConfig, passthrough: list[str]) -> int:
-    from vllm_hust_vspec.bench.models import MODEL_DIR_ENV, with_checkout_model_dir
     from vllm_hust_vspec.bench.pair import plan_pair, run_pair
     from vllm_hust_vspec.bench.run import requests_for
+    from vllm_hust_vspec.launch.models import MODEL_DIR_ENV, with_checkout_model_dir
     from vllm_hust_vspec.settings import SettingsError, resolve_settings
 
     requests_for(load)  # dataset errors before any server starts

@@ -89,8 +89,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point; returns the exit status."""
     from vllm_hust_vspec.adaptive.fitting import FitError
     from vllm_hust_vspec.adaptive.profile import ProfileError
-    from vllm_hust_vspec.bench.models import MODEL_DIR_ENV, with_checkout_model_dir
-    from vllm_hust_vspec.launch.models import ModelNotFoundError
+    from vllm_hust_vspec.launch.models import (
+        MODEL_DIR_ENV,
+        ModelNotFoundError,
+        with_checkout_model_dir,
+    )
     from vllm_hust_vspec.profiling import GridError, ProfileGrid, collect, plan_profile
     from vllm_hust_vspec.profiling.grid import summary_lines
     from vllm_hust_vspec.settings import SettingsError, resolve_settings

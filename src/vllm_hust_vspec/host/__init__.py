@@ -1,46 +1,70 @@
 """The only layer that knows vLLM class names.
 
 ``apply(settings)`` is called by the plugin entry point in every vLLM process when
-``HUST_VSPEC_ENABLED=1``. Importing this package does not import vllm; ``apply`` does.
+``HUST_VSPEC_ENABLED=1``. Importing this package does not import vllm; ``apply`` does. The
+settings reach every patch as an argument (a :class:`SettingsRef` the patches read when they
+run), never through a module global they look up.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from vllm_hust_vspec.host.patching import Patcher
 
+if TYPE_CHECKING:
+    from vllm_hust_vspec.settings import Settings
+
 logger = logging.getLogger("vllm_hust_vspec.host")
 
+
+@dataclass
+class SettingsRef:
+    """The settings that later Schedulers and workers are built with. A second
+    :func:`apply` replaces them in place, so the patches keep reading the current ones."""
+
+    settings: Settings
+
+    def get(self) -> Settings:
+        """The current settings."""
+        return self.settings
+
+
+@dataclass
+class _Applied:
+    patcher: Patcher
+    ref: SettingsRef
+    registered: list[str]
+
+
 _LOCK = threading.Lock()
-_patcher: Patcher | None = None
-_settings: Any = None
-_registered: list[str] = []
+_state: _Applied | None = None
 
 
-def current_settings() -> Any:
+def current_settings() -> Settings | None:
     """The settings the next Scheduler will be built with (None before :func:`apply`)."""
-    return _settings
+    return _state.ref.settings if _state is not None else None
 
 
 def applied() -> bool:
     """True when the host patches are in place in this process."""
-    return _patcher is not None
+    return _state is not None
 
 
-def apply(settings: Any) -> None:
+def apply(settings: Settings) -> None:
     """Patch this process's vLLM for vSpec. Idempotent per process.
 
     A second call keeps the patches and only replaces the settings that later Schedulers are
     built with. Fails closed: raises (naming the missing class/attribute) when the host lacks
     what the hook needs, leaving nothing patched.
     """
-    global _patcher, _settings
+    global _state
     with _LOCK:
-        _settings = settings
-        if _patcher is not None:
+        if _state is not None:
+            _state.ref.settings = settings
             return
         from vllm_hust_vspec.host import capabilities
         from vllm_hust_vspec.host import vllm as upstream
@@ -48,40 +72,43 @@ def apply(settings: Any) -> None:
         caps = capabilities.detect()
         capabilities.require_upstream(caps)
         patcher = Patcher("vspec-upstream-vllm")
+        ref = SettingsRef(settings)
+        registered: list[str] = []
         try:
-            upstream.install(patcher, current_settings)
-            _apply_methods(patcher, settings)
-            _apply_ascend(patcher, settings)
+            upstream.install(patcher, ref.get)
+            registered = _apply_methods(patcher, ref)
+            _apply_ascend(patcher, ref)
         except BaseException:
             patcher.undo()
+            _unregister(registered)
             raise
-        _patcher = patcher
+        _state = _Applied(patcher, ref, registered)
         logger.info(
             "vSpec: patched vLLM %s (%d attributes)", caps.vllm_version, len(patcher)
         )
 
 
-def _apply_methods(patcher: Patcher, settings: Any) -> None:
+def _apply_methods(patcher: Patcher, ref: SettingsRef) -> list[str]:
     """Method features on the upstream worker/config path (the one list of them):
     drafter registrations, the CPU expand fix, draft/target vocabulary rule, draft-side
     features (confidence stop, draft LM head, padded-vocab guards) and, on non-NPU hosts,
-    relaxed acceptance."""
-    global _registered
+    relaxed acceptance. Returns the registered model architectures."""
     from vllm_hust_vspec.host import ascend, models
     from vllm_hust_vspec.host.acceptance import install_acceptance
     from vllm_hust_vspec.host.cpu_expand import install_cpu_expand_fix
     from vllm_hust_vspec.host.drafting import install_drafting
     from vllm_hust_vspec.host.vocab import install_vocab_check
 
-    _registered = models.register_models()
+    registered = models.register_models()
     install_cpu_expand_fix(patcher)  # strict acceptance needs it too
-    install_vocab_check(patcher, current_settings)
-    install_drafting(patcher, current_settings)
+    install_vocab_check(patcher, ref.get)
+    install_drafting(patcher, ref.get)
     if not ascend.is_ascend_platform():  # vllm-ascend's rejection path has its own patch
-        install_acceptance(patcher, current_settings)
+        install_acceptance(patcher, ref.get)
+    return registered
 
 
-def _apply_ascend(patcher: Patcher, settings: Any) -> None:
+def _apply_ascend(patcher: Patcher, ref: SettingsRef) -> None:
     """On the NPU platform: check vllm-ascend's ABI live (fail closed), then patch it."""
     from vllm_hust_vspec.host import ascend
 
@@ -89,30 +116,32 @@ def _apply_ascend(patcher: Patcher, settings: Any) -> None:
         return
     from vllm_hust_vspec.host import abi
 
-    method = getattr(settings, "method", "draft")
-    if method in abi.METHODS:
+    settings = ref.settings
+    if settings.method in abi.METHODS:
         report = abi.check_live(
-            method, bool(getattr(settings, "adaptive_speculation", True)),
+            settings.method, settings.adaptive_speculation,
             hosts=(abi.VLLM, abi.ASCEND), features=ascend.features_for(settings),
         )
         if not report.ok:
             raise abi.HostAbiError(report)
-    ascend.install(patcher, current_settings)
+    ascend.install(patcher, ref.get)
+
+
+def _unregister(registered: list[str]) -> None:
+    if registered:
+        from vllm_hust_vspec.host import models
+
+        models.unregister_models(registered)
 
 
 def undo() -> None:
     """Remove every patch (tests; a process that wants vanilla vLLM back)."""
-    global _patcher, _settings, _registered
+    global _state
     with _LOCK:
-        if _patcher is not None:
-            _patcher.undo()
-        if _registered:
-            from vllm_hust_vspec.host import models
-
-            models.unregister_models(_registered)
-        _patcher = None
-        _settings = None
-        _registered = []
+        if _state is not None:
+            _state.patcher.undo()
+            _unregister(_state.registered)
+        _state = None
 
 
-__all__ = ["applied", "apply", "current_settings", "undo"]
+__all__ = ["SettingsRef", "applied", "apply", "current_settings", "undo"]

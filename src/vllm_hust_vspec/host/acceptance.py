@@ -22,7 +22,7 @@ import contextvars
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_hust_vspec.backends.acceptance import (
     STRICT,
@@ -32,6 +32,9 @@ from vllm_hust_vspec.backends.acceptance import (
 )
 from vllm_hust_vspec.host.capabilities import MODEL_RUNNER
 from vllm_hust_vspec.host.patching import Patcher, resolve
+
+if TYPE_CHECKING:
+    from vllm_hust_vspec.settings import Settings
 
 logger = logging.getLogger("vllm_hust_vspec.host")
 
@@ -51,7 +54,7 @@ _CONTEXT: contextvars.ContextVar[VerifyContext | None] = contextvars.ContextVar(
 )
 
 
-def acceptance_params(settings: Any) -> AcceptanceParams:
+def acceptance_params(settings: Settings | None) -> AcceptanceParams:
     """The configured acceptance parameters (STRICT without settings)."""
     return STRICT if settings is None else params_from_settings(settings)
 
@@ -148,7 +151,7 @@ def make_rejection_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     return rejection_sample
 
 
-def install_acceptance(patcher: Patcher, get_settings: Callable[[], Any]) -> bool:
+def install_acceptance(patcher: Patcher, get_settings: Callable[[], Settings]) -> bool:
     """Patch the upstream rejection path when a relaxed mode is configured.
 
     Returns True when patched; strict mode (the default) patches nothing.
@@ -161,7 +164,7 @@ def install_acceptance(patcher: Patcher, get_settings: Callable[[], Any]) -> boo
         return acceptance_params(get_settings())
 
     def protect_eos() -> bool:
-        return bool(getattr(get_settings(), "acceptance_protect_eos", True))
+        return bool(get_settings().acceptance_protect_eos)
 
     import importlib
 

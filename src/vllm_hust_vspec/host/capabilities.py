@@ -1,17 +1,15 @@
-"""What this vLLM host can do, read from its own code (signatures, fields, source), not from
-version strings.
+"""What this vLLM host can do: a view over the doctor's requirement table (host/abi/), read
+from the host's own code (signatures, fields, source), never from version strings.
 
-Importing this module does not import vllm; :func:`detect` does.
+The plugin's fail-closed check and the doctor evaluate the same checks, so the two cannot
+disagree. Importing this module does not import vllm; :func:`detect` does.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from dataclasses import dataclass, field
 from typing import Any
-
-from vllm_hust_vspec.host.patching import PatchError, resolve
 
 SCHEDULER = ("vllm.v1.core.sched.scheduler", "Scheduler")
 ENGINE_CORE = ("vllm.v1.engine.core", "EngineCore")
@@ -19,6 +17,16 @@ SCHEDULER_OUTPUT = ("vllm.v1.core.sched.output", "SchedulerOutput")
 BASE_PROPOSER = ("vllm.v1.spec_decode.llm_base_proposer", "SpecDecodeBaseProposer")
 MODEL_RUNNER = ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner")
 SPEC_CONFIG = ("vllm.config.speculative", "SpeculativeConfig")
+
+# HostCapabilities field -> the requirement checks (host/abi/requirements.py) behind it.
+_FIELDS: dict[str, tuple[str, ...]] = {
+    "scheduler_k_channel": ("vllm.k_channel",),
+    "proposer_takes_k": ("vllm.proposer_k",),
+    "runner_forwards_k": ("vllm.runner_forwards_k",),
+    "dynamic_schedule": ("vllm.dynamic_schedule",),
+    "scheduler_methods": ("vllm.scheduler", "vllm.scheduler_state", "vllm.finished_ids",
+                          "vllm.engine_shutdown"),
+}
 
 
 class HostCapabilityError(RuntimeError):
@@ -39,7 +47,7 @@ class HostCapabilities:
     # The scheduler has the built-in batch-size schedule (dynamic_sd_lookup), which also
     # switches off the padding of new decodes to 1 + max K.
     dynamic_schedule: bool
-    # Scheduler methods the hook wraps, present on the class.
+    # Scheduler methods and state the hook wraps and reads, and EngineCore.shutdown.
     scheduler_methods: bool
     missing: tuple[str, ...] = field(default_factory=tuple)
 
@@ -59,82 +67,26 @@ class HostCapabilities:
         return dataclasses.asdict(self)
 
 
-def _source(obj: Any) -> str:
-    try:
-        return inspect.getsource(obj)
-    except (OSError, TypeError):
-        return ""
-
-
-def _try(module: str, name: str, missing: list[str]) -> Any:
-    try:
-        return resolve(module, name)
-    except PatchError:
-        missing.append(f"{module}.{name}")
-        return None
-
-
 def detect() -> HostCapabilities:
-    """Inspect the installed vLLM (imports it)."""
-    missing: list[str] = []
-    try:
-        import vllm
+    """Evaluate the upstream requirement checks on the installed vLLM (imports it)."""
+    from vllm_hust_vspec.host import abi
 
-        version: str | None = getattr(vllm, "__version__", None)
-    except ImportError:
+    report = abi.check_live("draft", True, hosts=(abi.VLLM,))
+    host = report.host(abi.VLLM)
+    if host is None or not host.importable:
         return HostCapabilities(None, False, False, False, False, False, ("vllm",))
-
-    sched_out = _try(*SCHEDULER_OUTPUT, missing)
-    k_channel = bool(
-        sched_out is not None
-        and dataclasses.is_dataclass(sched_out)
-        and "num_spec_tokens_to_schedule" in {f.name for f in dataclasses.fields(sched_out)}
-    )
-    if sched_out is not None and not k_channel:
-        missing.append("SchedulerOutput.num_spec_tokens_to_schedule")
-
-    proposer = _try(*BASE_PROPOSER, missing)
-    takes_k = False
-    if proposer is not None and hasattr(proposer, "propose"):
-        params = inspect.signature(proposer.propose).parameters
-        takes_k = "num_speculative_tokens" in params
-    if proposer is not None and not takes_k:
-        missing.append("SpecDecodeBaseProposer.propose(num_speculative_tokens, ...)")
-
-    runner = _try(*MODEL_RUNNER, missing)
-    forwards_k = False
-    if runner is not None:
-        fn = getattr(runner, "propose_draft_token_ids", None)
-        forwards_k = fn is not None and "num_spec_tokens_to_schedule" in _source(fn)
-        if not forwards_k:
-            missing.append("GPUModelRunner.propose_draft_token_ids reading the scheduler's K")
-
-    scheduler = _try(*SCHEDULER, missing)
-    dynamic = False
-    methods = False
-    if scheduler is not None:
-        dynamic = "dynamic_sd_lookup" in _source(scheduler.__init__) and (
-            "self.dynamic_sd_lookup[" in _source(scheduler.schedule)
-        )
-        if not dynamic:
-            missing.append("Scheduler.dynamic_sd_lookup (built-in dynamic K schedule)")
-        wanted = ("schedule", "update_from_output", "shutdown", "update_draft_token_ids")
-        absent = [m for m in wanted if not callable(getattr(scheduler, m, None))]
-        for name in ("max_num_active_reqs", "max_num_scheduled_tokens", "finished_req_ids"):
-            if name not in _source(scheduler.__init__):
-                absent.append(name)
-        methods = not absent
-        missing.extend(f"Scheduler.{m}" for m in absent)
-
-    return HostCapabilities(
-        vllm_version=version,
-        scheduler_k_channel=k_channel,
-        proposer_takes_k=takes_k,
-        runner_forwards_k=forwards_k,
-        dynamic_schedule=dynamic,
-        scheduler_methods=methods,
-        missing=tuple(missing),
-    )
+    results = {r.check.id: r for tier in report.tiers for r in tier.results}
+    values: dict[str, bool] = {}
+    missing: list[str] = []
+    for name, ids in _FIELDS.items():
+        ok = True
+        for check_id in ids:
+            result = results.get(check_id)
+            if result is None or not result.passed:
+                ok = False
+                missing.extend(result.missing if result is not None else (check_id,))
+        values[name] = ok
+    return HostCapabilities(vllm_version=host.version, missing=tuple(missing), **values)
 
 
 def require_upstream(caps: HostCapabilities) -> None:

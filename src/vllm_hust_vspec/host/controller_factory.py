@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_hust_vspec.adaptive.feedback import Controller
 from vllm_hust_vspec.adaptive.fixed import FixedController
+
+if TYPE_CHECKING:
+    from vllm_hust_vspec.settings import Settings
 
 logger = logging.getLogger("vllm_hust_vspec.host")
 
@@ -40,34 +43,34 @@ def set_factory(factory: ControllerFactory | None) -> None:
     _factory_override = factory
 
 
-def controller_kwargs(settings: Any, max_gamma: int) -> dict[str, Any]:
+def controller_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
     """Keyword arguments for ``adaptive.build_controller`` from the settings."""
-    min_gamma = min(int(getattr(settings, "adaptive_min_gamma", 0) or 0), max_gamma)
+    min_gamma = min(int(settings.adaptive_min_gamma or 0), max_gamma)
     kwargs: dict[str, Any] = {
         "min_gamma": min_gamma,
         "max_gamma": max_gamma,
-        "profile_path": getattr(settings, "adaptive_profile", None),
+        "profile_path": settings.adaptive_profile,
     }
     for field_name, keyword in _OVERRIDES.items():
         value = getattr(settings, field_name, None)
         if value is not None:
             kwargs[keyword] = value
-    if (getattr(settings, "adaptive_policy", "online") == "online"
-            and getattr(settings, "adaptive_gamma0_mode", "sticky") == "sticky"):
+    if (settings.adaptive_policy == "online"
+            and settings.adaptive_gamma0_mode == "sticky"):
         # The host skips the drafter at a settled gamma 0: arm 0 costs a target-only step.
         kwargs["zero_skips_drafter"] = True
     return kwargs
 
 
-def make_controller(settings: Any, max_gamma: int) -> Controller:
+def make_controller(settings: Settings, max_gamma: int) -> Controller:
     """The controller for one scheduler, with upper bound ``max_gamma``."""
     if _factory_override is not None:
         return _factory_override(settings, max_gamma)
-    if not getattr(settings, "adaptive_speculation", True):
+    if not settings.adaptive_speculation:
         return FixedController(max_gamma, max_gamma)
     from vllm_hust_vspec.adaptive import build_controller
 
-    policy = getattr(settings, "adaptive_policy", "online")
+    policy = settings.adaptive_policy
     return build_controller(policy, **controller_kwargs(settings, max_gamma))
 
 

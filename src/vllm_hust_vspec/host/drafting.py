@@ -27,10 +27,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_hust_vspec.host.capabilities import BASE_PROPOSER, MODEL_RUNNER
 from vllm_hust_vspec.host.patching import Patcher, resolve
+
+if TYPE_CHECKING:
+    from vllm_hust_vspec.settings import Settings
 
 logger = logging.getLogger("vllm_hust_vspec.host")
 
@@ -63,23 +66,23 @@ class DraftSideConfig:
         )
 
 
-def draft_config(settings: Any) -> DraftSideConfig:
+def draft_config(settings: Settings) -> DraftSideConfig:
     """Read the draft-side options from vSpec settings (defaults without settings)."""
     if settings is None:
         return DraftSideConfig()
     from vllm_hust_vspec.backends.confidence import DEFAULT_THRESHOLD, DEFAULT_TOPK
 
-    rule = str(getattr(settings, "adaptive_entropy_rule", "entropy") or "entropy")
-    threshold = getattr(settings, "adaptive_entropy_threshold", None)
-    topk = getattr(settings, "adaptive_entropy_topk", None)
+    rule = str(settings.adaptive_entropy_rule or "entropy")
+    threshold = settings.adaptive_entropy_threshold
+    topk = settings.adaptive_entropy_topk
     return DraftSideConfig(
-        entropy_stop=bool(getattr(settings, "adaptive_entropy_stop", False)),
+        entropy_stop=bool(settings.adaptive_entropy_stop),
         entropy_rule=rule,
         entropy_threshold=float(DEFAULT_THRESHOLD[rule] if threshold is None else threshold),
         entropy_topk=int(DEFAULT_TOPK if topk is None else topk),
-        active_vocab_size=getattr(settings, "eagle_draft_active_vocab_size", None),
-        active_vocab_file=getattr(settings, "eagle_draft_active_vocab_file", None),
-        lm_head_quant=str(getattr(settings, "eagle_draft_lm_head_quant", "none") or "none"),
+        active_vocab_size=settings.eagle_draft_active_vocab_size,
+        active_vocab_file=settings.eagle_draft_active_vocab_file,
+        lm_head_quant=str(settings.eagle_draft_lm_head_quant or "none"),
     )
 
 
@@ -293,7 +296,7 @@ def _make_take_wrapper(
     return make
 
 
-def install_drafting(patcher: Patcher, get_settings: Callable[[], Any]) -> None:
+def install_drafting(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
     """Patch the proposer and runner for the draft-side features (always installed when vSpec
     is enabled: the padded-vocabulary guards need no option; proposers with nothing to do run
     vLLM's code unchanged)."""

@@ -110,7 +110,6 @@ class VSpecMetrics:
 
 
 _METRICS: VSpecMetrics | None = None
-_REWARD_KEYS = ("reward", "estimated_goodput", "measured_goodput", "mean_reward", "estimate")
 
 
 def get_metrics() -> VSpecMetrics:
@@ -177,36 +176,4 @@ def make_metrics(registry: Any = None) -> VSpecMetrics:
     return metrics
 
 
-def arm_rewards(snapshot: Mapping[str, Any]) -> dict[int, float]:
-    """Per-arm reward estimates from a controller snapshot, whatever its exact shape.
-
-    Understands the online controller's ``{"arms": [{"gamma": g, "estimated_goodput": x,
-    "measured_goodput": y}, ...]}`` as well as ``{"arms": {gamma: {"reward": x}}}`` and
-    ``{"rewards": {gamma: x}}``. Arms without an estimate yet are left out.
-    """
-    out: dict[int, float] = {}
-    arms = snapshot.get("arms", snapshot.get("rewards"))
-    items: list[tuple[Any, Any]] = []
-    if isinstance(arms, Mapping):
-        items = list(arms.items())
-    elif isinstance(arms, list):
-        items = [(a.get("gamma"), a) for a in arms if isinstance(a, Mapping)]
-    for key, value in items:
-        if isinstance(value, Mapping):
-            value = next(
-                (
-                    value[k]
-                    for k in _REWARD_KEYS
-                    if value.get(k) is not None
-                ),
-                None,
-            )
-        try:
-            if value is not None:
-                out[int(key)] = float(value)
-        except (TypeError, ValueError):
-            continue
-    return out
-
-
-__all__ = ["PREFIX", "VSpecMetrics", "arm_rewards", "get_metrics", "make_metrics"]
+__all__ = ["PREFIX", "VSpecMetrics", "get_metrics", "make_metrics"]

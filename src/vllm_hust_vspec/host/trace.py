@@ -8,21 +8,10 @@ a batch is dropped and counted, so tracing can never block a step. :meth:`TraceW
 (scheduler shutdown, or ``atexit``) hands over the last records, drains the queue and closes
 the file.
 
-Each run (each scheduler the plugin attaches to) starts with a header line, written at once,
-so traces appended across restarts stay separable (``vllm-hust-vspec-sim --trace-run``)::
-
-    {"run": hex id, "started": wall-clock seconds, "pid": process id, "vspec": version,
-     "settings": fingerprint of the non-default settings}
-
-Then one record per completed engine step, in step order::
-
-    {"t": wall-clock seconds, "step": n, "batch": decoding requests, "gamma": gamma verified
-     in this step (the arm the reward belongs to), "decided": gamma chosen at this step's
-     schedule (drafted after it), "drafted": draft tokens verified, "accepted": accepted
-     drafts, "committed": tokens appended, "interval_s": wall interval, "reward":
-     committed / interval_s, "steady": no prefill in the step, "admitted": requests admitted,
-     "waiting": queue length after scheduling, "held": refill admission held the queue,
-     "fallback": controller failed and the fixed upper bound is in force}
+The format is :mod:`vllm_hust_vspec.adaptive.trace_record`: each run (each scheduler the
+plugin attaches to) opens with a :class:`TraceHeader` line, written at once, so traces appended
+across restarts stay separable (``vllm-hust-vspec-sim --trace-run``); then one
+:class:`TraceRecord` line per completed engine step, in step order.
 """
 
 from __future__ import annotations
@@ -39,6 +28,8 @@ import uuid
 import weakref
 from pathlib import Path
 from typing import Any
+
+from vllm_hust_vspec.adaptive.trace_record import TraceHeader
 
 logger = logging.getLogger("vllm_hust_vspec.trace")
 
@@ -59,17 +50,12 @@ def _ends_mid_line(path: Path) -> bool:
         return False
 
 
-def run_header(settings_fingerprint: str) -> dict[str, Any]:
-    """The header record that opens one run of the trace."""
+def run_header(settings_fingerprint: str) -> TraceHeader:
+    """The header that opens one run of the trace."""
     from vllm_hust_vspec._version import __version__
 
-    return {
-        "run": uuid.uuid4().hex[:12],
-        "started": round(time.time(), 3),
-        "pid": os.getpid(),
-        "vspec": __version__,
-        "settings": settings_fingerprint,
-    }
+    return TraceHeader(run=uuid.uuid4().hex[:12], started=round(time.time(), 3),
+                       pid=os.getpid(), vspec=__version__, settings=settings_fingerprint)
 
 
 class TraceWriter:
@@ -81,7 +67,7 @@ class TraceWriter:
         *,
         capacity: int = DEFAULT_CAPACITY,
         batch: int = DEFAULT_BATCH,
-        header: dict[str, Any] | None = None,
+        header: TraceHeader | None = None,
     ) -> None:
         self.path = Path(path)
         try:
@@ -91,7 +77,7 @@ class TraceWriter:
             if header is not None:
                 # after a crash mid-line, the header starts a fresh line of its own
                 self._file.write(("\n" if cut_off else "")
-                                 + json.dumps(header, separators=(",", ":")) + "\n")
+                                 + json.dumps(header.to_json(), separators=(",", ":")) + "\n")
                 self._file.flush()
         except OSError as exc:
             raise OSError(

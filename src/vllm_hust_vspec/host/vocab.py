@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_hust_vspec.host.capabilities import SPEC_CONFIG
 from vllm_hust_vspec.host.patching import Patcher, resolve
+
+if TYPE_CHECKING:
+    from vllm_hust_vspec.settings import Settings
 
 logger = logging.getLogger("vllm_hust_vspec.host")
 
@@ -65,11 +68,11 @@ def _make_verify_wrapper(
     return make
 
 
-def install_vocab_check(patcher: Patcher, get_settings: Callable[[], Any]) -> None:
+def install_vocab_check(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
     """Replace vLLM's equal-size rule with the tokenizer rule (see the module docstring)."""
 
     def allow() -> bool:
-        return bool(getattr(get_settings(), "draft_allow_tokenizer_mismatch", False))
+        return bool(get_settings().draft_allow_tokenizer_mismatch)
 
     spec_cls = resolve(*SPEC_CONFIG)
     patcher.wrap(spec_cls, VERIFY, _make_verify_wrapper(allow))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from vllm_hust_vspec.adaptive.feedback import StepFeedback
+from vllm_hust_vspec.adaptive.feedback import SettledPolicy, StepFeedback
 from vllm_hust_vspec.profiling.grid import CellRun, ProfileGrid
 
 # Prompts come from the Python standard library's own sources: present on every host, from
@@ -32,7 +32,7 @@ PROMPT_SOURCES = ("argparse.py", "textwrap.py", "json/encoder.py", "json/decoder
                   "string.py", "dataclasses.py")
 
 
-class ConstantGamma:
+class ConstantGamma(SettledPolicy):
     """Controller that returns ``gamma`` (set per cell) and keeps every feedback."""
 
     def __init__(self, gamma: int) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..adaptive.feedback import StepFeedback
+from ..adaptive.feedback import SettledPolicy, StepFeedback
 from ..adaptive.fixed import FixedController
 
 
@@ -49,7 +49,7 @@ def default_vllm_schedule(max_gamma: int) -> list[tuple[int, int, int]]:
     ]
 
 
-class VllmBatchSchedule:
+class VllmBatchSchedule(SettledPolicy):
     """vLLM's ``num_speculative_tokens_per_batch_size`` lookup (static in batch size)."""
 
     def __init__(self, min_gamma: int, max_gamma: int,
@@ -77,7 +77,7 @@ class VllmBatchSchedule:
         return {"policy": "vllm-batch-schedule", "schedule": [list(s) for s in self.schedule]}
 
 
-class SglangAdaptive:
+class SglangAdaptive(SettledPolicy):
     """EMA of the accept length, snapped to tiers (SGLang-style adaptive speculation)."""
 
     def __init__(self, min_gamma: int, max_gamma: int, *, ema_alpha: float = 0.2,
@@ -115,7 +115,7 @@ class SglangAdaptive:
                 "tiers": list(self.tiers)}
 
 
-class HfHeuristic:
+class HfHeuristic(SettledPolicy):
     """+2 after a step where every draft was accepted, -1 otherwise (floor 1)."""
 
     def __init__(self, min_gamma: int, max_gamma: int, start: int | None = None) -> None:
@@ -141,7 +141,7 @@ class HfHeuristic:
         return {"policy": "hf-heuristic", "gamma": self.gamma}
 
 
-class Ucb1:
+class Ucb1(SettledPolicy):
     """Plain UCB1 over gamma in [min, max]; rewards normalised by the best reward seen."""
 
     def __init__(self, min_gamma: int, max_gamma: int, c: float = 2.0) -> None:

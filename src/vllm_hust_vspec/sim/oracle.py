@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..adaptive.feedback import StepFeedback
+from ..adaptive.feedback import SettledPolicy, StepFeedback
 
 if TYPE_CHECKING:
     from .engine import Simulation
 
 
-class Oracle:
+class Oracle(SettledPolicy):
     """Greedy expected-goodput maximiser with simulator access."""
 
     def __init__(self, min_gamma: int, max_gamma: int) -> None:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..adaptive._files import read_utf8_text
+from ..adaptive.trace_record import TraceRecord as TraceRecord
 from ._strict import ScenarioError, StrictObject
 from .scenario import Scenario, parse_scenario
 
@@ -44,26 +45,6 @@ _MIN_RECORDS_PER_GAMMA = 20  # positional acceptance needs this many steps at ea
 
 Warn = Callable[[str], None]
 RunSelector = str | int
-
-
-@dataclass(frozen=True, slots=True)
-class TraceRecord:
-    """One step of a recorded trace."""
-
-    t: float
-    batch: int
-    gamma: int
-    drafted: int
-    accepted: int
-    interval_s: float
-    reward: float
-    steady: bool = True
-    step: int | None = None  # the run's step counter (absent in traces the simulator writes)
-
-    @property
-    def committed(self) -> float:
-        """Committed tokens of the step (reward * interval)."""
-        return self.reward * self.interval_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +95,10 @@ def _header(obj: StrictObject, index: int, lineno: int) -> TraceRun:
                     vspec=vspec, settings=settings)
 
 
+def _optional_int(obj: StrictObject, key: str) -> int | None:
+    return obj.integer(key, lo=0) if obj.has(key) and obj.raw(key) is not None else None
+
+
 def _record(obj: StrictObject) -> TraceRecord:
     rec = TraceRecord(
         t=obj.number("t"),
@@ -124,7 +109,15 @@ def _record(obj: StrictObject) -> TraceRecord:
         interval_s=obj.number("interval_s", lo=0.0),
         reward=obj.number("reward", lo=0.0),
         steady=obj.boolean("steady", True),
-        step=obj.integer("step", lo=0) if obj.has("step") else None,
+        step=_optional_int(obj, "step"),
+        decided=_optional_int(obj, "decided"),
+        committed=_optional_int(obj, "committed"),
+        tokens=_optional_int(obj, "tokens"),
+        admitted=_optional_int(obj, "admitted") or 0,
+        waiting=_optional_int(obj, "waiting") or 0,
+        held=obj.boolean("held", False),
+        skip=obj.boolean("skip", False),
+        fallback=obj.boolean("fallback", False),
     )
     if rec.accepted > rec.drafted:
         raise obj.error("accepted", f"{rec.accepted} exceeds drafted ({rec.drafted})")
@@ -434,7 +427,7 @@ def scenario_dict_from_run(
     if not batches:
         raise ScenarioError(f"{path}: trace has no steps with a positive batch")
     concurrency = max(1, round(statistics.median(batches)))
-    committed = sum(r.committed for r in records)
+    committed = sum(r.committed_tokens() for r in records)
     num_requests = min(200_000, max(concurrency * 2, math.ceil(committed / output_len)))
     try:
         acceptance: dict[str, Any]
@@ -452,7 +445,7 @@ def scenario_dict_from_run(
                     continue
                 item: dict[str, Any] = {"model": fit_acceptance(part).model}
                 if i < phases - 1:
-                    item["tokens"] = max(1, round(sum(r.committed for r in part)))
+                    item["tokens"] = max(1, round(sum(r.committed_tokens() for r in part)))
                 phase_objs.append(item)
             phase_objs[-1].pop("tokens", None)
             acceptance = {"type": "phased", "phases": phase_objs}

@@ -72,6 +72,13 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                  *(_p(METHOD, SCHED_MOD, "Scheduler", m) for m in
                    ("__init__", "schedule", "update_from_output", "update_draft_token_ids",
                     "shutdown"))),
+        Check.of("vllm.scheduler_state", VLLM,
+                 "the hook reads the scheduler's token budget, requests and queues, and the "
+                 "refill hold sets max_num_active_reqs, which schedule() reads",
+                 *(_p(SOURCE, SCHED_MOD, "Scheduler", "__init__", attr) for attr in
+                   ("max_num_active_reqs", "max_num_scheduled_tokens", "requests",
+                    "waiting", "running", "finished_req_ids")),
+                 _p(SOURCE, SCHED_MOD, "Scheduler", "schedule", "max_num_active_reqs")),
         Check.of("vllm.engine_shutdown", VLLM,
                  "the trace is closed before EngineCore tears down the executor",
                  _p(METHOD, ENGINE_CORE_MOD, "EngineCore", "shutdown")),

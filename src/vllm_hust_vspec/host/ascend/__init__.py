@@ -19,11 +19,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from vllm_hust_vspec.backends.acceptance import STRICT, AcceptanceParams
 from vllm_hust_vspec.host.abi import requirements as req
 from vllm_hust_vspec.host.patching import Patcher, resolve
+
+if TYPE_CHECKING:
+    from vllm_hust_vspec.settings import Settings
 
 logger = logging.getLogger("vllm_hust_vspec.host.ascend")
 
@@ -46,7 +49,7 @@ def is_ascend_platform() -> bool:
     return str(getattr(current_platform, "device_type", "")) == "npu"
 
 
-def _acceptance(settings: Any) -> AcceptanceParams:
+def _acceptance(settings: Settings | None) -> AcceptanceParams:
     if settings is None:
         return STRICT
     from vllm_hust_vspec.backends.acceptance import params_from_settings
@@ -54,14 +57,14 @@ def _acceptance(settings: Any) -> AcceptanceParams:
     return params_from_settings(settings)
 
 
-def install(patcher: Patcher, get_settings: Callable[[], Any]) -> AscendPlan:
+def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> AscendPlan:
     """Apply every vllm-ascend patch the settings ask for (fail closed on a missing name)."""
     settings = get_settings()
-    adaptive = bool(getattr(settings, "adaptive_speculation", True))
-    method = getattr(settings, "method", "draft")
+    adaptive = bool(settings.adaptive_speculation)
+    method = settings.method
 
     def gamma0_mode() -> str:
-        return str(getattr(get_settings(), "adaptive_gamma0_mode", "sticky"))
+        return str(get_settings().adaptive_gamma0_mode)
 
     k_channel = "off"
     if adaptive:
@@ -76,13 +79,13 @@ def install(patcher: Patcher, get_settings: Callable[[], Any]) -> AscendPlan:
                 extra = ()
         k_channel = install_proposer(patcher, base, gamma0_mode, extra)
 
-    strict_graph = bool(getattr(settings, "mtp_strict_graph", False)) and method == "mtp"
+    strict_graph = bool(settings.mtp_strict_graph) and method == "mtp"
     if strict_graph:
         from vllm_hust_vspec.host.ascend.graphs import install_strict_graph
 
         runner = resolve(req.A_RUNNER_MOD, req.A_RUNNER)
         install_strict_graph(
-            patcher, runner, lambda: bool(getattr(get_settings(), "mtp_strict_graph", False))
+            patcher, runner, lambda: bool(get_settings().mtp_strict_graph)
         )
 
     relaxed = False
@@ -99,14 +102,12 @@ def install(patcher: Patcher, get_settings: Callable[[], Any]) -> AscendPlan:
     return plan
 
 
-def features_for(settings: Any) -> tuple[str, ...]:
+def features_for(settings: Settings) -> tuple[str, ...]:
     """The doctor features (host capabilities) these settings need on vllm-ascend."""
     out = []
-    if getattr(settings, "graph_mode", "") in ("full", "full-decode-only") and getattr(
-        settings, "adaptive_speculation", False
-    ):
+    if settings.graph_mode in ("full", "full-decode-only") and settings.adaptive_speculation:
         out.append("graph_per_gamma")
-    if getattr(settings, "mtp_strict_graph", False) and getattr(settings, "method", "") == "mtp":
+    if settings.mtp_strict_graph and settings.method == "mtp":
         out.append("mtp_strict_graph")
     if not _acceptance(settings).strict:
         out.append("acceptance")

@@ -1,0 +1,255 @@
+"""The per-Scheduler hook: one decision per step, its feedback, and the parts around them.
+
+It runs in the EngineCore process. ``schedule()`` asks :meth:`SchedulerHook.decide` through
+:class:`GammaLookup` (standing in for ``Scheduler.dynamic_sd_lookup``), inside
+:meth:`SchedulerHook.scheduling`; ``update_from_output()`` goes through
+:meth:`SchedulerHook.on_update`. The jobs are split (host/hook_parts.py): the guarded
+controller, the sticky cohort, refill admission and telemetry.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from vllm_hust_vspec.adaptive.feedback import Controller, StepFeedback
+from vllm_hust_vspec.adaptive.trace_record import TraceRecord
+from vllm_hust_vspec.host.hook_parts import (
+    GuardedController,
+    RefillAdmission,
+    StickyCohort,
+    Telemetry,
+)
+from vllm_hust_vspec.host.metrics import VSpecMetrics
+from vllm_hust_vspec.host.trace import TraceWriter
+
+if TYPE_CHECKING:
+    from vllm_hust_vspec.settings import Settings
+
+# Set on a SchedulerOutput when the drafter must not run after this step (sticky gamma 0).
+SKIP_ATTR = "vspec_skip_draft"
+
+
+@dataclass(slots=True)
+class _StepRecord:
+    """What schedule() decided for one SchedulerOutput, consumed by update_from_output()."""
+
+    t_sched: float
+    decided: int
+    verified: int
+    admitted: int
+    held: bool
+    skip: bool
+    steady: bool
+    waiting: int
+
+
+class GammaLookup:
+    """Stands in for ``Scheduler.dynamic_sd_lookup``: indexing by batch size asks the hook."""
+
+    def __init__(self, hook: SchedulerHook, size: int) -> None:
+        self._hook = hook
+        self._size = size
+
+    def __getitem__(self, batch_size: int) -> int:
+        return self._hook.decide(batch_size)
+
+    def __len__(self) -> int:
+        return self._size
+
+
+class SchedulerHook:
+    """Per-Scheduler state: the decision, the gamma-0 mode, feedback and outputs."""
+
+    def __init__(
+        self,
+        scheduler: Any,
+        settings: Settings,
+        controller: Controller,
+        max_gamma: int,
+        *,
+        metrics: VSpecMetrics | None = None,
+        trace: TraceWriter | None = None,
+    ) -> None:
+        self.scheduler = scheduler
+        self.settings = settings
+        self.max_gamma = max_gamma
+        self.adaptive = settings.adaptive_speculation
+        self.mode = settings.adaptive_gamma0_mode
+        self.token_budget = int(scheduler.max_num_scheduled_tokens)
+        self.controller = GuardedController(controller, max_gamma, metrics)
+        self.sticky = StickyCohort()
+        self.refill = RefillAdmission(settings.refill_batch() if self.adaptive else 1, metrics)
+        self.telemetry = Telemetry(metrics, trace)
+        self.closed = False
+        self.step = 0
+        self.last_decided = max_gamma  # drafts made before the first decision use max K
+        self._decided: int | None = None
+        self._records: dict[int, _StepRecord] = {}
+        self._last_update_t: float | None = None
+        self._idle = True
+
+    @property
+    def failed(self) -> bool:
+        """True once the controller raised (the fixed upper bound rules from then on)."""
+        return self.controller.failed
+
+    # ---- decision ---------------------------------------------------------------------
+    def decide(self, batch_size: int) -> int:
+        """The gamma for this step (called by the scheduler through :class:`GammaLookup`)."""
+        if self.mode == "sticky" and self.sticky.pinned():
+            # A sticky zero holds for the cohort's lifetime whatever the controller would
+            # say, so it is not asked (its feedback still arrives, with next_gamma=0).
+            self._decided = 0
+            return 0
+        gamma = self.controller.decide(batch_size, self.token_budget)
+        self._decided = gamma
+        return gamma
+
+    # ---- schedule ---------------------------------------------------------------------
+    @contextmanager
+    def scheduling(self) -> Iterator[None]:
+        """Around one ``Scheduler.schedule()`` call: sticky draft discard, refill hold."""
+        self._decided = None
+        sched = self.scheduler
+        self.sticky.before_schedule(sched.finished_req_ids, sched.requests)
+        with self.refill.admission(sched):
+            yield
+
+    def after_schedule(self, out: Any) -> None:
+        """Record the decision, mark sticky skips, publish the chosen gamma."""
+        num_sched: dict[str, int] = out.num_scheduled_tokens
+        now = time.monotonic()
+        if not num_sched:
+            return
+        decided = self._decided if self._decided is not None else out.num_spec_tokens_to_schedule
+        skip = (
+            self.adaptive
+            and self.mode == "sticky"
+            and decided == 0
+            and (self.sticky.pinned() or self.controller.settled())
+        )
+        if skip:
+            setattr(out, SKIP_ATTR, True)
+            self.sticky.skip(num_sched)
+        spec = out.scheduled_spec_decode_tokens
+        # Every request scheduled 1 + its drafts (no prefill chunk) <=> the totals agree, as
+        # no request is ever scheduled fewer tokens than that.
+        steady = not out.scheduled_new_reqs and out.total_num_scheduled_tokens == len(
+            num_sched
+        ) + sum(len(t) for t in spec.values())
+        self._records[id(out)] = _StepRecord(
+            t_sched=now,
+            decided=decided,
+            verified=self.last_decided,
+            admitted=len(out.scheduled_new_reqs),
+            held=self.refill.held,
+            skip=skip,
+            steady=steady,
+            waiting=len(self.scheduler.waiting),
+        )
+        self.last_decided = decided
+        self.telemetry.decision(decided)
+
+    # ---- feedback ---------------------------------------------------------------------
+    def on_update(self, out: Any, runner_output: Any) -> Callable[[], None]:
+        """Build the step's feedback before vLLM consumes the output; returns the finisher
+        to call after ``update_from_output`` ran (observe, metrics, trace)."""
+        now = time.monotonic()
+        record = self._records.pop(id(out), None)
+        if record is None:
+            return _noop
+        # Consecutive steps share boundaries (non-overlapping intervals); after an idle
+        # engine the step starts at its own schedule() instead.
+        start = (
+            record.t_sched
+            if (self._idle or self._last_update_t is None)
+            else self._last_update_t
+        )
+        interval = max(now - start, 1e-9)
+        self._last_update_t = now
+        drafted, accepted, committed = step_counts(out, runner_output)
+        decode_committed = sum(accepted) + len(accepted)
+        feedback: StepFeedback | None = None
+        if drafted:
+            feedback = StepFeedback(
+                batch_size=len(drafted),
+                gamma=record.verified,
+                drafted=drafted,
+                accepted=accepted,
+                committed=decode_committed,
+                interval_s=interval,
+                token_budget=self.token_budget,
+                steady=record.steady,
+                drafter_ran=not record.skip,
+                next_gamma=record.decided,
+            )
+
+        def finish() -> None:
+            # has_requests() stays true for one more step (finished ids to report), so it
+            # would never see the engine idle; the unfinished count does.
+            idle = self._idle = not self.scheduler.has_unfinished_requests()
+            self.step += 1
+            if feedback is not None:
+                self.controller.observe(feedback)
+            telemetry = self.telemetry
+            telemetry.step(drafted, accepted, committed, idle, self.controller)
+            if telemetry.trace is not None:
+                telemetry.record(TraceRecord(
+                    t=time.time(), step=self.step, batch=len(drafted), gamma=record.verified,
+                    decided=record.decided, drafted=sum(drafted), accepted=sum(accepted),
+                    committed=decode_committed, tokens=committed, interval_s=interval,
+                    reward=decode_committed / interval, steady=record.steady,
+                    admitted=record.admitted, waiting=record.waiting, held=record.held,
+                    skip=record.skip, fallback=self.controller.failed,
+                ), idle)
+
+        return finish
+
+    def close(self) -> None:
+        """Flush metrics and the trace (engine or scheduler shutdown). Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        self.telemetry.close(self.controller)
+
+
+def _noop() -> None:
+    return None
+
+
+def step_counts(
+    out: Any, runner_output: Any
+) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """Per decoding request drafted and accepted counts, and all tokens the step committed.
+
+    A request is decoding when it was scheduled exactly 1 + its drafts; partial prefill
+    chunks and aborted requests sampled nothing and are left out, as is a request whose
+    prefill completed in this step (it committed its first token, counted in the total)."""
+    sampled = runner_output.sampled_token_ids
+    index = runner_output.req_id_to_index
+    spec = out.scheduled_spec_decode_tokens
+    n_sampled = len(sampled) if sampled else 0
+    committed = 0
+    invalid = out.num_invalid_spec_tokens or {}
+    drafted: list[int] = []
+    accepted: list[int] = []
+    for rid, n in out.num_scheduled_tokens.items():
+        i = index.get(rid)
+        generated = sampled[i] if (i is not None and i < n_sampled) else ()
+        if not len(generated):
+            continue
+        committed += len(generated)
+        tokens = spec.get(rid) or ()
+        if n != 1 + len(tokens):
+            continue
+        n_draft = max(len(tokens) - invalid.get(rid, 0), 0)
+        drafted.append(n_draft)
+        accepted.append(min(max(len(generated) - 1, 0), n_draft))
+    return tuple(drafted), tuple(accepted), committed
+
+
+__all__ = ["SKIP_ATTR", "GammaLookup", "SchedulerHook", "step_counts"]

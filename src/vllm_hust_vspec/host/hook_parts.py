@@ -1,0 +1,240 @@
+"""The scheduler hook's parts, one job each (host/hook.py puts them together).
+
+* :class:`GuardedController`: the controller behind a fallback to the fixed upper bound;
+* :class:`StickyCohort`: which requests a sticky gamma 0 pinned and whose drafts are void;
+* :class:`RefillAdmission`: holding admissions so new requests arrive as a cohort;
+* :class:`Telemetry`: metrics and the trace.
+
+None of them names a vLLM class; they see the scheduler through a few attributes.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from vllm_hust_vspec.adaptive.feedback import Controller, ControllerSnapshot, StepFeedback
+from vllm_hust_vspec.adaptive.trace_record import TraceRecord
+from vllm_hust_vspec.host.metrics import VSpecMetrics
+from vllm_hust_vspec.host.trace import TraceWriter
+
+logger = logging.getLogger("vllm_hust_vspec.host")
+
+# A refill hold never lasts longer than this many consecutive steps (no starvation).
+REFILL_MAX_HOLD_STEPS = 16
+# Push buffered step metrics and per-arm reward estimates every this many observed steps, and
+# whenever the engine goes idle (an idle server's /metrics is exact); in the first this-many
+# steps also every step until the controller has arm estimates to show.
+METRICS_FLUSH_EVERY = 64
+
+
+class GuardedController:
+    """Calls the controller; on its first exception switches to the fixed upper bound for
+    the rest of the run, with one ERROR line and the fallback counter."""
+
+    __slots__ = ("controller", "max_gamma", "failed", "_metrics")
+
+    def __init__(self, controller: Controller, max_gamma: int,
+                 metrics: VSpecMetrics | None = None) -> None:
+        self.controller = controller
+        self.max_gamma = max_gamma
+        self.failed = False
+        self._metrics = metrics
+
+    def decide(self, batch_size: int, token_budget: int) -> int:
+        """The controller's gamma clamped to ``[0, max_gamma]``; the bound once it failed."""
+        if self.failed:
+            return self.max_gamma
+        try:
+            gamma = int(self.controller.decide(batch_size, token_budget))
+        except Exception:
+            self._fail("decide")
+            return self.max_gamma
+        return 0 if gamma < 0 else min(gamma, self.max_gamma)
+
+    def observe(self, feedback: StepFeedback) -> None:
+        """Hand one step's feedback over (nothing once it failed)."""
+        if self.failed:
+            return
+        try:
+            self.controller.observe(feedback)
+        except Exception:
+            self._fail("observe")
+
+    def settled(self) -> bool:
+        """A gamma-0 decision is a considered one (never after a failure)."""
+        if self.failed:
+            return False
+        try:
+            return bool(self.controller.settled())
+        except Exception:
+            self._fail("settled")
+            return False
+
+    def report(self) -> ControllerSnapshot | None:
+        """What the metrics show, or None (failed, or the controller could not say)."""
+        if self.failed:
+            return None
+        try:
+            return self.controller.report()
+        except Exception:
+            logger.debug("vSpec: controller report unavailable for metrics", exc_info=True)
+            return None
+
+    def _fail(self, where: str) -> None:
+        exc = sys.exc_info()[1]
+        logger.error(
+            "vSpec: controller.%s raised %s: %s; falling back to the fixed upper bound "
+            "gamma=%d for the rest of this run", where, type(exc).__name__, exc, self.max_gamma,
+        )
+        logger.debug("vSpec: controller failure traceback", exc_info=True)
+        self.failed = True
+        if self._metrics is not None:
+            self._metrics.fallbacks.inc()
+
+
+class StickyCohort:
+    """Sticky gamma 0: the cohort pinned at 0 for its lifetime, and the requests whose draft
+    KV has holes (the drafter skipped their step), whose drafts must never be verified."""
+
+    __slots__ = ("members", "tainted")
+
+    def __init__(self) -> None:
+        self.members: set[str] = set()
+        self.tainted: set[str] = set()
+
+    def pinned(self) -> bool:
+        """True while any request of the pinned cohort still runs."""
+        return bool(self.members)
+
+    def before_schedule(self, finished: set[str], requests: Mapping[str, Any]) -> None:
+        """Forget finished requests (the scheduler's ``finished_req_ids``: O(finished), not a
+        scan of the cohort), and void the drafts of tainted requests."""
+        if not self.tainted:
+            return
+        if finished:
+            self.members -= finished
+            self.tainted -= finished
+        for rid in self.tainted:
+            request = requests.get(rid)
+            if request is not None and request.spec_token_ids:
+                request.spec_token_ids = []
+
+    def skip(self, scheduled: Mapping[str, int]) -> None:
+        """The drafter is skipped after this step: its requests are tainted, and the first
+        such step pins the cohort."""
+        self.tainted.update(scheduled)
+        if not self.members:
+            self.members = set(scheduled)
+
+
+class RefillAdmission:
+    """Holds the waiting queue until enough slots are free to admit ``batch`` requests
+    together (cohorts for speculation), never more than ``REFILL_MAX_HOLD_STEPS`` in a row."""
+
+    __slots__ = ("batch", "held", "_hold_steps", "_metrics")
+
+    def __init__(self, batch: int, metrics: VSpecMetrics | None = None) -> None:
+        self.batch = batch
+        self.held = False
+        self._hold_steps = 0
+        self._metrics = metrics
+
+    def _should_hold(self, scheduler: Any) -> bool:
+        waiting = len(scheduler.waiting)
+        if self.batch <= 1 or not waiting or not scheduler.running:
+            return False
+        running = len(scheduler.running) + int(
+            getattr(scheduler, "num_waiting_for_streaming_input", 0))
+        free = scheduler.max_num_active_reqs - running
+        return free < min(self.batch, waiting) and self._hold_steps < REFILL_MAX_HOLD_STEPS
+
+    @contextmanager
+    def admission(self, scheduler: Any) -> Iterator[bool]:
+        """Around one ``schedule()``: admit nobody while holding (the WAITING loop reads
+        ``max_num_active_reqs``). The limit is restored however the block exits, and it is
+        changed only inside the ``try``, so no exception can leave it at zero."""
+        self.held = self._should_hold(scheduler)
+        if not self.held:
+            self._hold_steps = 0
+            yield False
+            return
+        self._hold_steps += 1
+        if self._metrics is not None:
+            self._metrics.refill_holds.inc()
+        saved = scheduler.max_num_active_reqs
+        try:
+            scheduler.max_num_active_reqs = 0
+            yield True
+        finally:
+            scheduler.max_num_active_reqs = saved
+
+
+class Telemetry:
+    """Metrics (buffered, flushed every ``METRICS_FLUSH_EVERY`` steps and when idle) and the
+    trace (one :class:`TraceRecord` per completed step)."""
+
+    __slots__ = ("metrics", "trace", "_observed", "_arms_published")
+
+    def __init__(self, metrics: VSpecMetrics | None, trace: TraceWriter | None) -> None:
+        self.metrics = metrics
+        self.trace = trace
+        self._observed = 0
+        self._arms_published = False
+
+    def decision(self, gamma: int) -> None:
+        """One scheduled step's gamma."""
+        if self.metrics is not None:
+            self.metrics.observe_decision(gamma)
+
+    def step(self, drafted: tuple[int, ...], accepted: tuple[int, ...], committed: int,
+             idle: bool, controller: GuardedController) -> None:
+        """One completed step's counts; flushes on the cadence and when the engine is idle."""
+        metrics = self.metrics
+        if metrics is None:
+            return
+        metrics.observe_step(drafted, accepted, committed)
+        self._observed += 1
+        n = self._observed
+        if (idle or n % METRICS_FLUSH_EVERY == 1
+                or (n <= METRICS_FLUSH_EVERY and not self._arms_published)):
+            self.flush(controller)
+
+    def record(self, record: TraceRecord, idle: bool) -> None:
+        """One completed step's trace line (handed to the writer in batches, and when idle)."""
+        if self.trace is None:
+            return
+        self.trace.write(record.to_json())
+        if idle:
+            self.trace.push()
+
+    def flush(self, controller: GuardedController) -> None:
+        """Push buffered step metrics and the controller's per-arm estimates."""
+        if self.metrics is None:
+            return
+        self.metrics.flush()
+        report = controller.report()
+        if report is not None and report.arm_goodput:
+            # The report describes the last batch-size bucket, which may not be measured yet
+            # (the tail of a run): the gauges then keep their last values.
+            self.metrics.observe_arms(report.arm_goodput)
+            self._arms_published = True
+
+    def close(self, controller: GuardedController) -> None:
+        """Final flush of both."""
+        self.flush(controller)
+        if self.trace is not None:
+            self.trace.close()
+
+
+__all__ = [
+    "METRICS_FLUSH_EVERY",
+    "REFILL_MAX_HOLD_STEPS",
+    "GuardedController",
+    "RefillAdmission",
+    "StickyCohort",
+    "Telemetry",
+]
