@@ -14,15 +14,17 @@ usage: ./release.sh VERB [OPTIONS]
 
   source-check [--fast] [--full-tests]
         one version everywhere (src/vllm_hust_vspec/_version.py, both manifests'
-        extension_version, artefact names in dist/), entry points, valid manifests; then ruff
-        and the unit tests (--fast skips ruff and tests; --full-tests runs all of tests/)
+        extension_version, artefact names in dist/), entry points, license, valid manifests,
+        MOD_METADATA.json (schema, version, extension id, evidence anchors in the docs); then
+        ruff and the unit tests (--fast skips ruff and tests; --full-tests runs all of tests/)
   build [--no-isolation]
         remove dist/, build/ and egg-info, then build the wheel and the sdist with 'uv build'
         when uv is on PATH, else 'python -m build' (--no-isolation builds offline with the
         tools already installed); exactly the two current artefacts remain in dist/
   check [ARTEFACT...]
-        wheel: manifests, schemas, entry points, METADATA, every RECORD hash; sdist: PKG-INFO,
-        manifests, operator scripts, scripts/ configs/ profiles/ docs/; prints SHA256 sums
+        wheel: manifests, schemas, entry points, METADATA, LICENSE, every RECORD hash; sdist:
+        PKG-INFO, manifests, MOD_METADATA.json, LICENSE, operator scripts, scripts/ configs/
+        profiles/ docs/; prints SHA256 sums
         (default: the two artefacts in dist/)
   publish [--dry-run]
         upload dist/* with twine. Refuses outside a clean git checkout; the token comes only

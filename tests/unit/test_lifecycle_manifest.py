@@ -171,6 +171,11 @@ def test_source_check_detects_version_mismatch(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "src" / "vllm_hust_vspec" / "manifests", pkg / "manifests",
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
+    # source-check also checks MOD_METADATA.json (against the docs) and the LICENSE.
+    shutil.copy(ROOT / "src" / "vllm_hust_vspec" / "metadata.py", pkg / "metadata.py")
+    for name in ("MOD_METADATA.json", "LICENSE"):
+        shutil.copy(ROOT / name, tree / name)
+    shutil.copytree(ROOT / "docs", tree / "docs")
     cmd = [sys.executable, str(ROOT / "scripts" / "release_check.py"), "source", "--root",
            str(tree)]
     assert subprocess.run(cmd, capture_output=True, text=True).returncode == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -80,6 +81,79 @@ def test_check_fails_on_wrong_names_and_missing_content(artefacts: Artefacts,
     res = _check(stripped)
     assert res.returncode == 1
     assert "manage.sh is missing" in res.stderr
+
+
+def _rewrite_sdist(src: Path, dst: Path, edit: dict[str, bytes | None]) -> None:
+    """Copy an sdist, replacing (bytes) or dropping (None) members named by their tail."""
+    import io
+    import tarfile
+
+    with tarfile.open(src) as tin, tarfile.open(dst, "w:gz") as tout:
+        for m in tin.getmembers():
+            tail = m.name.split("/", 1)[-1]
+            if tail in edit:
+                if edit[tail] is None:
+                    continue
+                data = edit[tail]
+                assert data is not None
+                m.size = len(data)
+                tout.addfile(m, io.BytesIO(data))
+                continue
+            tout.addfile(m, tin.extractfile(m) if m.isfile() else None)
+
+
+def test_check_requires_license_and_mod_metadata(artefacts: Artefacts, tmp_path: Path) -> None:
+    lic = f"vllm_hust_vspec-{__version__}.dist-info/licenses/LICENSE"
+    bad = tmp_path / artefacts.wheel.name
+    with zipfile.ZipFile(artefacts.wheel) as zin, zipfile.ZipFile(bad, "w") as zout:
+        for item in zin.infolist():
+            if item.filename != lic:
+                zout.writestr(item, zin.read(item.filename))
+    res = _check(bad)
+    assert res.returncode == 1 and f"{lic} is missing" in res.stderr
+    if artefacts.sdist is None:
+        pytest.skip("'build' is not installed: no sdist to check")
+    stripped = tmp_path / "stripped" / artefacts.sdist.name
+    stripped.parent.mkdir()
+    _rewrite_sdist(artefacts.sdist, stripped, {"LICENSE": None, "MOD_METADATA.json": None})
+    res = _check(stripped)
+    assert res.returncode == 1
+    assert "LICENSE is missing" in res.stderr and "MOD_METADATA.json is missing" in res.stderr
+    doc = json.loads((artefacts.source / "MOD_METADATA.json").read_text())
+    doc["package"]["version"] = "9.9.9"
+    doc["activation"]["default"] = "on"
+    tampered = tmp_path / "tampered" / artefacts.sdist.name
+    tampered.parent.mkdir()
+    _rewrite_sdist(artefacts.sdist, tampered, {"MOD_METADATA.json": json.dumps(doc).encode()})
+    res = _check(tampered)
+    assert res.returncode == 1
+    assert "MOD_METADATA.json: package/version: '9.9.9'" in res.stderr
+    assert "MOD_METADATA.json: activation/default:" in res.stderr
+
+
+@pytest.mark.parametrize(("key", "value", "needle"), [
+    ("package/version", "9.9.9", "package/version: '9.9.9' != package version"),
+    ("activation/extension_id", "org.vllm-hust.other", "activation/extension_id:"),
+    ("advisor_status", "maybe", "advisor_status: 'maybe' is not one of"),
+    ("evidence/0/anchor", "9.999x nowhere", "evidence/0/anchor:"),
+], ids=["version", "extension-id", "advisor", "stale-evidence"])
+def test_source_check_fails_on_mod_metadata_mismatch(artefacts: Artefacts, tmp_path: Path,
+                                                     key: str, value: str,
+                                                     needle: str) -> None:
+    tree = tmp_path / "tree"
+    shutil.copytree(artefacts.source, tree, symlinks=True)
+    path = tree / "MOD_METADATA.json"
+    doc = json.loads(path.read_text())
+    *parents, last = key.split("/")
+    node = doc
+    for k in parents:
+        node = node[int(k)] if isinstance(node, list) else node[k]
+    node[int(last) if isinstance(node, list) else last] = value
+    path.write_text(json.dumps(doc))
+    res = run_script(tree / "release.sh", "source-check", "--fast", cwd=tree,
+                     env={"VSPEC_PYTHON": sys.executable})
+    assert res.returncode == 1
+    assert f"MOD_METADATA.json: {needle}" in res.stderr, res.stderr
 
 
 def test_source_check_fast_on_the_tree() -> None:

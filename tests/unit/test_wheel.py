@@ -19,11 +19,16 @@ eps = {g: sorted(f"{e.name}={e.value}" for e in metadata.entry_points(group=g))
        for g in ("vllm.general_plugins", "vllm_hust.extension_bundles", "console_scripts")}
 import vllm_hust_vspec
 from vllm_hust_vspec.settings import list_presets
+from vllm_hust_vspec.metadata import load_schema
 manifests = [p.name for p in resources.files("vllm_hust_vspec.manifests").iterdir()
              if p.name.endswith(".json")]
 print(json.dumps({"eps": eps, "version": vllm_hust_vspec.__version__,
                   "file": vllm_hust_vspec.__file__, "presets": list_presets(),
-                  "manifests": manifests}))
+                  "manifests": manifests,
+                  "license": metadata.metadata("vllm-hust-vspec")["License-Expression"],
+                  "license_files": sorted(str(f) for f in metadata.files("vllm-hust-vspec")
+                                          if "licenses" in str(f)),
+                  "mod_schema": load_schema()["$id"]}))
 """
 
 
@@ -60,6 +65,29 @@ def test_entry_points_from_installed_wheel(fresh_venv: Path) -> None:
     from vllm_hust_vspec import __version__
 
     assert info["version"] == __version__
+    assert info["license"] == "Apache-2.0"
+    assert info["license_files"] == [f"vllm_hust_vspec-{__version__}.dist-info/licenses/LICENSE"]
+    assert info["mod_schema"] == "urn:vllm-hust-vspec:mod-metadata:1"
+
+
+def test_license_and_metadata_in_the_artefacts(tmp_path_factory: pytest.TempPathFactory) -> None:
+    import tarfile
+    import zipfile
+
+    from vllm_hust_vspec import __version__
+
+    art = built_artefacts(tmp_path_factory.getbasetemp())
+    with zipfile.ZipFile(art.wheel) as zf:
+        lic = zf.read(f"vllm_hust_vspec-{__version__}.dist-info/licenses/LICENSE")
+    assert lic == (ROOT / "LICENSE").read_bytes()
+    assert b"Apache License" in lic and b"Version 2.0, January 2004" in lic
+    if art.sdist is None:
+        pytest.skip("'build' is not installed: no sdist")
+    top = f"vllm_hust_vspec-{__version__}"
+    with tarfile.open(art.sdist) as tf:
+        for name in ("LICENSE", "MOD_METADATA.json"):
+            handle = tf.extractfile(f"{top}/{name}")
+            assert handle is not None and handle.read() == (ROOT / name).read_bytes()
 
 
 def test_installed_launcher_runs(fresh_venv: Path) -> None:
