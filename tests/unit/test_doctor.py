@@ -21,6 +21,10 @@ UPSTREAM = {
         class SchedulerOutput:
             num_spec_tokens_to_schedule: int = 0
     """,
+    "vllm/v1/worker/gpu_worker.py": """
+        class Worker:
+            def load_model(self): ...
+    """,
     "vllm/v1/engine/core.py": """
         class EngineCore:
             def shutdown(self): ...
@@ -199,6 +203,30 @@ def test_sdist_and_package_dir_sources(tmp_path: Path, no_installed: None) -> No
         assert host.source == ("sdist" if src.endswith(".gz") else "source tree")
     assert abi.check_static("eagle", True, sources=[str(sdist)]).host(
         "vllm_ascend").version == "1.0"
+
+
+def test_wheel_source_is_read_and_the_runner_table_printed(
+    tmp_path: Path, no_installed: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import zipfile
+
+    up = write(tmp_path / "up", UPSTREAM)
+    wheel = tmp_path / "vllm-9.9.9-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for f in sorted(up.rglob("*.py")):
+            zf.write(f, str(f.relative_to(up)))
+        zf.writestr("vllm-9.9.9.dist-info/METADATA", "Name: vllm\nVersion: 9.9.9\n")
+    report = abi.check_static("eagle", True, sources=[str(wheel)])
+    assert report.ok, abi.render_text(report)
+    host = report.host("vllm")
+    assert host is not None and host.source == "wheel" and host.version == "9.9.9"
+    assert doctor.main(["--method", "eagle", "--adaptive", "--source", str(wheel)]) == 0
+    out = capsys.readouterr().out
+    assert "worker features by model runner" in out
+    assert "v2: fails closed" in out and "relaxed acceptance" in out
+    broken = tmp_path / "not-a-wheel.whl"
+    broken.write_text("plain text")
+    assert doctor.main(["--source", str(broken)]) == 2
 
 
 def test_cli_exit_codes_and_json(

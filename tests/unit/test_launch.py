@@ -367,3 +367,13 @@ def test_registry_can_map_a_pinned_name(tmp_path: Path) -> None:
     env = {"HUST_VSPEC_MODEL_REGISTRY": str(reg)}
     got = resolve_model("Qwen/Qwen2.5-14B-Instruct@v1", "t", env, "--x")
     assert got == str(tmp_path / "m")
+
+
+def test_model_runner_selects_vllms_runner(
+    model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in dry_run(capsys, "--protocol", "eagle")["env"]
+    env = dry_run(capsys, "--protocol", "eagle", "--model-runner", "v1")["env"]
+    assert env["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+    env = dry_run(capsys, "--protocol", "eagle", "--model-runner", "v2")["env"]
+    assert env["VLLM_USE_V2_MODEL_RUNNER"] == "1"

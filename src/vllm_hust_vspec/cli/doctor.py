@@ -14,6 +14,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from vllm_hust_vspec.host import runners
 from vllm_hust_vspec.host.abi import (
     FEATURES,
     METHODS,
@@ -43,8 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "isolate_shared_modules, acceptance")
     ap.add_argument("--all-features", action="store_true", help="check every --feature")
     ap.add_argument("--source", action="append", default=[], metavar="PATH",
-                    help="read a host package from PATH (sdist .tar.gz, checkout root or "
-                    "package directory) instead of the installed one; implies --source-only")
+                    help="read a host package from PATH (sdist .tar.gz, wheel .whl, checkout "
+                    "root or package directory) instead of the installed one; implies "
+                    "--source-only")
     ap.add_argument("--source-only", action="store_true",
                     help="static tier only: never import the host")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
@@ -69,11 +71,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SourceError as exc:
         print(f"vllm-hust-vspec-doctor: {exc}", file=sys.stderr)
         return 2
+    rows = runners.table_rows()
     if args.json:
-        print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
+        doc = report.as_dict()
+        doc["runners"] = [{"feature": name, **cells} for name, cells in rows]
+        print(json.dumps(doc, indent=2, sort_keys=True))
     else:
         sys.stdout.write(render_text(report))
+        sys.stdout.write(_runner_text(rows))
     return 0 if report.ok else 1
+
+
+def _runner_text(rows: list[tuple[str, dict[str, str]]]) -> str:
+    """The worker-feature table: what each model runner does with each feature."""
+    out = ["worker features by model runner (the checks above are the V1 runner's; Model "
+           "Runner V2 is vLLM's CUDA default since 0.32, and the worker checks the runner it "
+           "builds before its model loads):"]
+    for name, cells in rows:
+        out.append(f"  {name}")
+        out += [f"    {runner}: {cell}" for runner, cell in cells.items()]
+    return "\n".join(out) + "\n"
 
 
 if __name__ == "__main__":  # pragma: no cover

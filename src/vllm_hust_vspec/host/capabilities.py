@@ -16,6 +16,7 @@ ENGINE_CORE = ("vllm.v1.engine.core", "EngineCore")
 SCHEDULER_OUTPUT = ("vllm.v1.core.sched.output", "SchedulerOutput")
 BASE_PROPOSER = ("vllm.v1.spec_decode.llm_base_proposer", "SpecDecodeBaseProposer")
 MODEL_RUNNER = ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner")
+WORKER = ("vllm.v1.worker.gpu_worker", "Worker")
 SPEC_CONFIG = ("vllm.config.speculative", "SpeculativeConfig")
 
 # HostCapabilities field -> the requirement checks (host/abi/requirements.py) behind it.
@@ -25,7 +26,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "runner_forwards_k": ("vllm.runner_forwards_k",),
     "dynamic_schedule": ("vllm.dynamic_schedule",),
     "scheduler_methods": ("vllm.scheduler", "vllm.scheduler_state", "vllm.finished_ids",
-                          "vllm.engine_shutdown"),
+                          "vllm.engine_shutdown", "vllm.worker_load"),
 }
 
 
@@ -47,7 +48,8 @@ class HostCapabilities:
     # The scheduler has the built-in batch-size schedule (dynamic_sd_lookup), which also
     # switches off the padding of new decodes to 1 + max K.
     dynamic_schedule: bool
-    # Scheduler methods and state the hook wraps and reads, and EngineCore.shutdown.
+    # Scheduler methods and state the hook wraps and reads, EngineCore.shutdown and
+    # Worker.load_model (where the runner check runs).
     scheduler_methods: bool
     missing: tuple[str, ...] = field(default_factory=tuple)
 

@@ -27,8 +27,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from vllm_hust_vspec.host import controller_factory, fast_path
-from vllm_hust_vspec.host.capabilities import ENGINE_CORE, MODEL_RUNNER, SCHEDULER
+from vllm_hust_vspec.host import controller_factory, fast_path, runners
+from vllm_hust_vspec.host.capabilities import ENGINE_CORE, MODEL_RUNNER, SCHEDULER, WORKER
 from vllm_hust_vspec.host.hook import SKIP_ATTR, GammaLookup, SchedulerHook
 from vllm_hust_vspec.host.hook_parts import REFILL_MAX_HOLD_STEPS
 from vllm_hust_vspec.host.metrics import get_metrics
@@ -70,6 +70,12 @@ def attach(scheduler: Any, settings: Settings) -> SchedulerHook | None:
             f"proposer does not draft a per-step K. Use one of "
             f"{', '.join(sorted(SUPPORTED_METHODS))}, or unset HUST_VSPEC_ENABLED."
         )
+    runner_plan = runners.plan(settings, runners.runner_of(scheduler.vllm_config),
+                               scheduler.vllm_config)
+    runner_plan.raise_errors()
+    for warning in runner_plan.warnings:
+        logger.warning("vSpec: %s", warning)
+    settings = runner_plan.settings
     controller = controller_factory.make_controller(settings, max_gamma)
     trace = None
     if settings.adaptive_trace:
@@ -88,8 +94,8 @@ def attach(scheduler: Any, settings: Settings) -> SchedulerHook | None:
     setattr(scheduler, HOOK_ATTR, hook)
     logger.info(
         "vSpec: scheduler hook active (method=%s, max gamma=%d, adaptive=%s, gamma0=%s, "
-        "refill=%d, trace=%s)", method, max_gamma, hook.adaptive, hook.mode,
-        hook.refill.batch, settings.adaptive_trace,
+        "refill=%d, runner=%s, trace=%s)", method, max_gamma, hook.adaptive, hook.mode,
+        hook.refill.batch, runner_plan.runner, settings.adaptive_trace,
     )
     return hook
 
@@ -162,6 +168,20 @@ def _make_engine_shutdown_wrapper(orig: Callable[..., Any]) -> Callable[..., Any
     return shutdown
 
 
+def _make_load_model_wrapper(
+    get_settings: Callable[[], Settings],
+) -> Callable[[Callable[..., Any]], Any]:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def load_model(self: Any, *args: Any, **kwargs: Any) -> Any:
+            # Before the weights load: a feature this runner cannot apply stops the worker.
+            runners.check_worker(get_settings(), self.vllm_config)
+            return orig(self, *args, **kwargs)
+
+        return load_model
+
+    return make
+
+
 def _skipped_drafts(runner: Any, sampled_token_ids: Any) -> Any:
     """What ``propose_draft_token_ids`` returns when the drafter is skipped: no drafts.
 
@@ -212,6 +232,7 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
     patcher.wrap(scheduler_cls, "shutdown", _make_shutdown_wrapper)
     patcher.wrap(resolve(*ENGINE_CORE), "shutdown", _make_engine_shutdown_wrapper)
     patcher.wrap(runner_cls, "propose_draft_token_ids", _make_propose_wrapper)
+    patcher.wrap(resolve(*WORKER), "load_model", _make_load_model_wrapper(get_settings))
 
     def fast_on() -> bool:
         return get_settings().adaptive_zero_fast_path

@@ -194,6 +194,8 @@ def build_serve_command(
         out_env[OPTIONS_BY_NAME[name].env] = render_env_value(value)
     out_env["VLLM_PLUGINS"] = plugin_list(env)
     out_env["PROMETHEUS_MULTIPROC_DIR"] = prometheus_dir(s.port, env)
+    if s.model_runner != "auto":
+        out_env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if s.model_runner == "v2" else "0"
     if s.device is not None:
         out_env["CUDA_VISIBLE_DEVICES"] = s.device
         out_env["ASCEND_RT_VISIBLE_DEVICES"] = s.device

