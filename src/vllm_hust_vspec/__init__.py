@@ -35,6 +35,7 @@ def register() -> None:
     if not is_enabled():
         return
     from vllm_hust_vspec.host import apply
+    from vllm_hust_vspec.host.compat import UnsupportedSwitchError
     from vllm_hust_vspec.host.logs import adopt_host_logging
     from vllm_hust_vspec.settings import SettingsError, preflight, resolve_settings
 
@@ -42,13 +43,13 @@ def register() -> None:
     try:
         resolved = resolve_settings(env=os.environ)
         preflight(resolved.settings, resolved.origins)
-    except SettingsError as exc:
+        apply(resolved.settings)
+    except (SettingsError, UnsupportedSwitchError) as exc:
         if logger.hasHandlers():
             logger.error("vSpec: %s", exc)
         else:
             print(f"vllm-hust-vspec: error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
-    apply(resolved.settings)
 
 
 __all__ = ["ENABLE_ENV", "__version__", "is_enabled", "register"]

@@ -85,6 +85,13 @@ def test_padded_draft_vocab_runs_without_copying_the_head(reference: list[list[i
     assert out == reference and sum(_per_step(fb, "accepted")) > 0
 
 
+def test_padded_draft_vocab_refused_without_shared_tokenizer_padding() -> None:
+    spec = {"method": "draft_model", "model": es.model("draft-padded-vocab"),
+            "num_speculative_tokens": 3}
+    with pytest.raises(Exception, match="shared_tokenizer_padding is off"):
+        _run("target", spec, method="draft", shared_tokenizer_padding=False)
+
+
 def test_mismatched_tokenizer_is_refused(tmp_path: Path) -> None:
     bad = tmp_path / "draft-other-tokenizer"
     shutil.copytree(es.model("draft"), bad)

@@ -14,6 +14,7 @@ GROUP_TITLES = {
     "acceptance": "acceptance options (relaxed modes change outputs)",
     "draft": "draft model and vocabulary options",
     "ascend": "vLLM-Ascend options",
+    "diagnostics": "diagnostics (slow; correctness checks and active-vocabulary data only)",
 }
 
 
@@ -34,14 +35,17 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     for opt in OPTIONS:
         group = groups[opt.group]
         text = f"{opt.help} [env {opt.env}; default {describe_default(opt)}]"
+        if opt.aliases:
+            text += f" (also {', '.join(opt.alias_flags)}, the predecessor's name)"
         if opt.kind == "bool":
             group.add_argument(
-                opt.flag, dest=opt.name, action=argparse.BooleanOptionalAction,
+                opt.flag, *opt.alias_flags, dest=opt.name, action=argparse.BooleanOptionalAction,
                 default=argparse.SUPPRESS, help=text,
             )
         else:
             group.add_argument(
-                opt.flag, dest=opt.name, type=_typed(opt), default=argparse.SUPPRESS,
+                opt.flag, *opt.alias_flags, dest=opt.name, type=_typed(opt),
+                default=argparse.SUPPRESS,
                 metavar=opt.metavar or (opt.name.upper() if not opt.choices else None),
                 choices=None, help=text + (f" (one of: {', '.join(opt.choices)})"
                                            if opt.choices else ""),
@@ -77,6 +81,10 @@ def flag_reference_markdown() -> str:
                 continue
             flag = f"`{opt.flag}`" + (f" / `--no-{opt.flag[2:]}`" if opt.kind == "bool" else "")
             meaning = opt.help + (f" One of: {', '.join(opt.choices)}." if opt.choices else "")
+            if opt.aliases:
+                meaning += " Also spelled " + ", ".join(
+                    f"`{f}` / `{a}` / `HUST_VSPEC_{a.upper()}`"
+                    for f, a in zip(opt.alias_flags, opt.aliases, strict=True)) + "."
             lines.append(
                 f"| {flag}<br>`{opt.name}`<br>`{opt.env}` | {describe_default(opt)} | {meaning} |"
             )

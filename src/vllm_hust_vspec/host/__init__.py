@@ -63,6 +63,9 @@ def apply(settings: Settings) -> None:
     """
     global _state
     with _LOCK:
+        from vllm_hust_vspec.host import ascend, compat
+
+        compat.require_supported(settings, ascend=ascend.is_ascend_platform())
         if _state is not None:
             _state.ref.settings = settings
             return

@@ -27,7 +27,7 @@ VERIFY = "verify_equal_vocab_size_if_draft_model"
 
 
 def _make_verify_wrapper(
-    allow: Callable[[], bool],
+    allow: Callable[[], bool], allow_padding: Callable[[], bool] = lambda: True,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
         def verify(self: Any) -> Any:
@@ -56,6 +56,13 @@ def _make_verify_wrapper(
                     "compare distributions of different widths. Use draft_sample_method "
                     "'greedy' (the default)."
                 )
+            if check.padded_only and not allow_padding():
+                raise ValueError(
+                    f"vSpec: draft {draft.model} shares the target's tokenizer but its head is "
+                    f"padded ({draft_vocab} vs {target_vocab} ids) and shared_tokenizer_padding "
+                    "is off (--no-shared-tokenizer-padding); enable it or use a draft with the "
+                    "target's vocabulary size"
+                )
             if check.padded_only:
                 logger.info(
                     "vSpec: draft %s and target share the tokenizer; head sizes %d vs %d "
@@ -74,8 +81,11 @@ def install_vocab_check(patcher: Patcher, get_settings: Callable[[], Settings]) 
     def allow() -> bool:
         return bool(get_settings().draft_allow_tokenizer_mismatch)
 
+    def allow_padding() -> bool:
+        return bool(get_settings().shared_tokenizer_padding)
+
     spec_cls = resolve(*SPEC_CONFIG)
-    patcher.wrap(spec_cls, VERIFY, _make_verify_wrapper(allow))
+    patcher.wrap(spec_cls, VERIFY, _make_verify_wrapper(allow, allow_padding))
 
 
 __all__ = ["VERIFY", "install_vocab_check"]

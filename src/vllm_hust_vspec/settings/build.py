@@ -126,6 +126,23 @@ def check_consistency(s: Settings, origins: Mapping[str, str]) -> None:
             f"draft_tensor_parallel_size={s.draft_tensor_parallel_size} is larger than"
             f" tensor_parallel_size={s.tensor_parallel_size}"
         )
+    if s.adaptive_async and s.async_scheduling is False:
+        raise SettingsError(
+            f"adaptive_async ({_where(origins, 'adaptive_async')}) asks for async scheduling"
+            f" but async_scheduling is off ({_where(origins, 'async_scheduling')}); drop one"
+        )
+    if s.adaptive_full_graph and s.graph_mode == "eager" and "graph_mode" in origins and (
+        not origins["graph_mode"].startswith("preset")
+    ):
+        raise SettingsError(
+            f"adaptive_full_graph ({_where(origins, 'adaptive_full_graph')}) asks for FULL"
+            f" graphs but graph_mode is eager ({_where(origins, 'graph_mode')}); drop one"
+        )
+    if s.merged_full_max_batch is not None and not s.merged_full:
+        raise SettingsError(
+            f"merged_full_max_batch ({_where(origins, 'merged_full_max_batch')}) sizes the"
+            " merged FULL draft graph; set --merged-full or drop it"
+        )
     if s.method in ("mtp", "ngram") and s.draft_model:
         raise SettingsError(
             f"draft_model is set ({_where(origins, 'draft_model')}) but method {s.method!r}"

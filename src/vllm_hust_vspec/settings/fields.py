@@ -31,9 +31,12 @@ def _opt(
     minimum: float | None = None,
     maximum: float | None = None,
     metavar: str | None = None,
+    aliases: tuple[str, ...] = (),
 ) -> Any:
-    """Declare an option: a dataclass field carrying its CLI/TOML/env metadata."""
+    """Declare an option: a dataclass field carrying its CLI/TOML/env metadata. ``aliases``
+    are other names (the predecessor's) accepted in all three spellings."""
     meta = {
+        "aliases": aliases,
         "help": help,
         "group": group,
         "choices": choices,
@@ -198,6 +201,40 @@ class Settings:
         "top-1 minus top-2 probability below it.", group="adaptive",
         choices=("entropy", "margin"),
     )
+    adaptive_entropy_scale: float | None = _opt(
+        None, "Multiplies the confidence stop's threshold (the predecessor's knob; 1 keeps it)."
+        , group="adaptive", minimum=0.01, maximum=100.0,
+    )
+    adaptive_min_observations: int | None = _opt(
+        None, "Steady samples an arm needs in a batch-size bucket before the controller compares"
+        " it by its own measurements (default: controller's).", group="adaptive", minimum=1,
+    )
+    adaptive_ewma_weight: float | None = _opt(
+        None, "Weight of the newest step in the acceptance estimate (0..1]; sets the discount"
+        " half-life to ln(0.5)/ln(1-w) requests (default: controller's).", group="adaptive",
+        minimum=0.001, maximum=1.0,
+    )
+    adaptive_latency_calibration: bool = _opt(
+        True, "Profile policy: correct the offline latency model online from measured step"
+        " times (off: trust the profile as is).", group="adaptive",
+    )
+    adaptive_latency_ewma_weight: float | None = _opt(
+        None, "Profile policy: weight of the newest step in the latency calibration (0..1]"
+        " (default: controller's).", group="adaptive", minimum=0.001, maximum=1.0,
+    )
+    adaptive_online_warmup_return: str = _opt(
+        "best", "After the initial sweep: play the best-estimated arm, or return to the arm"
+        " played before it ('incumbent').", group="adaptive", choices=("best", "incumbent"),
+    )
+    adaptive_full_graph: bool = _opt(
+        False, "Graphs for every candidate gamma: FULL graph mode with every verify width in"
+        " the capture sizes (sets graph_mode full unless one is given). CPU hosts run eager.",
+        group="adaptive",
+    )
+    adaptive_async: bool = _opt(
+        False, "Async scheduling with dynamic gamma (sets async_scheduling). CPU hosts force"
+        " synchronous scheduling.", group="adaptive",
+    )
 
     # --- acceptance (relaxed modes change outputs; opt-in) -------------------------------
     confidence_accept_margin: float | None = _opt(
@@ -240,11 +277,56 @@ class Settings:
     eagle_draft_active_vocab_file: str | None = _opt(
         None, "Token-id file (JSON list or one id per line, most frequent first) for the draft's "
         "active vocabulary (build it with vllm-hust-vspec-active-vocab).", group="draft",
-        metavar="PATH",
+        metavar="PATH", aliases=("eagle_draft_active_vocab_ids",),
     )
     eagle_draft_lm_head_quant: str = _opt(
         "none", "Draft LM-head quantization (per-channel int8 weights; w8a8 also quantizes the "
         "hidden state per token).", group="draft", choices=("none", "w8a16", "w8a8"),
+        aliases=("eagle_draft_lm_head_quantization",),
+    )
+    eagle_target_active_vocab_ids: str | None = _opt(
+        None, "Token-id file: the target's greedy argmax is taken over these ids only (greedy"
+        " requests without logprobs, penalties or logits processors; others are refused).",
+        group="draft", metavar="PATH",
+    )
+    shared_tokenizer_padding: bool = _opt(
+        True, "Accept a draft that shares the target's tokenizer but pads its vocabulary (ids"
+        " past the target's are never proposed); off: the vocabularies must be equal.",
+        group="draft",
+    )
+    eagle_tree_width: int | None = _opt(
+        None, "Fixed-width EAGLE tree (the predecessor's experimental path; fails closed: see"
+        " docs/hosts.md).", group="draft", minimum=1,
+    )
+    eagle_uniform_state_kernel: bool = _opt(
+        False, "The vllm-ascend-hust uniform-state kernel (fails closed where the host lacks"
+        " it: docs/hosts.md).", group="draft",
+    )
+    eagle_spec_metadata_cache: bool = _opt(
+        False, "Reuse uniform async EAGLE speculative metadata across steps (NPU graph path;"
+        " fails closed where unavailable: docs/hosts.md).", group="draft",
+    )
+    eagle_zero_draft_kv_first_step: bool = _opt(
+        False, "Zero the draft KV written by the first draft step (NPU path; fails closed where"
+        " unavailable: docs/hosts.md).", group="draft",
+    )
+
+    # --- diagnostics (slow: for correctness checks and active-vocabulary data only) -------
+    eagle_draft_trace: bool = _opt(
+        False, "Log every step's draft tokens per request (slow; diagnostics only).",
+        group="diagnostics",
+    )
+    eagle_draft_io_trace_dir: str | None = _opt(
+        None, "Write the drafter's inputs and outputs per step to this folder (bounded; slow).",
+        group="diagnostics", metavar="PATH",
+    )
+    eagle_target_hidden_trace_dir: str | None = _opt(
+        None, "Write the target hidden states the drafter receives to this folder (bounded;"
+        " slow).", group="diagnostics", metavar="PATH",
+    )
+    eagle_target_argmax_trace_path: str | None = _opt(
+        None, "Append the target's argmax token ids per step to this JSONL file (the input of"
+        " vllm-hust-vspec-active-vocab).", group="diagnostics", metavar="PATH",
     )
 
     # --- vLLM-Ascend (NPU host) ----------------------------------------------------------
@@ -252,6 +334,18 @@ class Settings:
         False, "MTP on vLLM-Ascend: stop the server when a decode batch would run without "
         "its full graph instead of silently running eager (on in the MTP frontier preset).",
         group="ascend",
+    )
+    graph_event_ordering: bool = _opt(
+        False, "ACL graph device-event ordering between draft and target graphs (vLLM-Ascend;"
+        " fails closed where unavailable: docs/hosts.md).", group="ascend",
+    )
+    merged_full: bool | None = _opt(
+        None, "One merged FULL draft graph for all draft steps (vLLM-Ascend; fails closed where"
+        " unavailable: docs/hosts.md).", group="ascend",
+    )
+    merged_full_max_batch: int | None = _opt(
+        None, "Largest batch the merged FULL draft graph covers (with --merged-full).",
+        group="ascend", minimum=1,
     )
 
     def effective_gamma(self) -> int:
@@ -311,10 +405,16 @@ class OptionInfo:
     minimum: float | None
     maximum: float | None
     metavar: str | None
+    aliases: tuple[str, ...] = ()
 
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
+
+    @property
+    def alias_flags(self) -> tuple[str, ...]:
+        """The flags of the other names (the predecessor's spellings)."""
+        return tuple("--" + a.replace("_", "-") for a in self.aliases)
 
     @property
     def env(self) -> str:
@@ -349,10 +449,14 @@ def options() -> tuple[OptionInfo, ...]:
                 name=f.name, kind=kind, optional=optional, default=default_of(f),
                 help=m["help"], group=m["group"], choices=m["choices"],
                 minimum=m["minimum"], maximum=m["maximum"], metavar=m["metavar"],
+                aliases=tuple(m["aliases"]),
             )
         )
     return tuple(out)
 
 
 OPTIONS: tuple[OptionInfo, ...] = options()
-OPTIONS_BY_NAME: dict[str, OptionInfo] = {o.name: o for o in OPTIONS}
+# Every accepted name, aliases included, to its option (whose .name is the canonical field).
+OPTIONS_BY_NAME: dict[str, OptionInfo] = {
+    name: o for o in OPTIONS for name in (o.name, *o.aliases)
+}

