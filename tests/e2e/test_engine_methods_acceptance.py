@@ -69,3 +69,17 @@ def test_after_tokens_keeps_the_first_tokens_strict(reference: list[list[int]]) 
     # The relaxed rule starts after the first 20 output tokens: those match target-only.
     out, _ = _run(eagle_relaxed_accept_topk=2, eagle_relaxed_accept_after_tokens=20)
     assert [o[:20] for o in out] == [r[:20] for r in reference]
+
+
+@pytest.mark.parametrize("forced", [0, 2, K])
+def test_forced_acceptance_length_accepts_exactly_n(forced: int) -> None:
+    """The measurement mode: every verify step keeps exactly N drafts whatever the target
+    says (the host reports what was accepted, so the controller's feedback shows it)."""
+    with es.vspec(controller=lambda k: es.ScriptedController([k], k), method="eagle",
+                  forced_acceptance_length=forced) as built:
+        spec = {"method": "eagle", "model": es.model("eagle"), "num_speculative_tokens": K}
+        with es.engine(es.model("target"), spec, max_num_seqs=8) as llm:
+            es.generate(llm)
+    pairs = [(d, a) for fb in built[0].feedback for d, a in zip(fb.drafted, fb.accepted,
+                                                                 strict=True)]
+    assert pairs and all(a == min(forced, d) for d, a in pairs)

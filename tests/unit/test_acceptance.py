@@ -72,3 +72,17 @@ def test_margin_and_after_tokens() -> None:
     assert out.tolist() == [[3, 1], [5, -1]]  # req1 has only 3 tokens -> strict
     no_lens = greedy_accept(drafts, [1, 1], logits, torch.tensor([1, 2]), p)
     assert accepted_lengths(no_lens).tolist() == [0, 0]
+
+
+def test_forced_length_keeps_exactly_n_then_the_target_token() -> None:
+    import torch
+
+    from vllm_hust_vspec.backends.acceptance import AcceptanceParams, greedy_accept
+
+    logits = torch.zeros(5, 8)
+    logits[torch.arange(5), torch.tensor([1, 2, 3, 4, 5])] = 1.0  # target argmax per position
+    drafts = torch.tensor([7, 7, 7, 6, 6])  # never the argmax
+    out = greedy_accept(drafts, [3, 2], logits, torch.tensor([0, 0]),
+                        AcceptanceParams(forced_length=2), max_spec_len=3)
+    assert out.tolist() == [[7, 7, 3, -1], [6, 6, 0, -1]]  # 2 kept; then argmax or bonus
+    assert not AcceptanceParams(forced_length=2).strict

@@ -9,6 +9,8 @@ rejection path (upstream ``RejectionSampler``, vllm-ascend's ``AscendRejectionSa
 * relaxed top-K (EAGLE, opt-in): also keep a draft token that is among the target's top-K.
 * confidence margin (opt-in): also keep a draft token whose target probability is within
   ``margin`` of the target's top-1 probability.
+* forced length (measurement only): keep exactly the first ``forced_length`` drafts whatever
+  the target says, then the target's argmax; it times a chosen acceptance length.
 
 Relaxed rules never apply to protected token ids (e.g. EOS, digits: neither accepted
 relaxedly nor overriding a protected target choice), to draft positions before
@@ -46,11 +48,12 @@ class AcceptanceParams:
     topk_after_tokens: int | None = None
     margin_from_position: int | None = None
     margin_after_tokens: int | None = None
+    forced_length: int | None = None  # measurement only: keep exactly this many drafts
 
     @property
     def strict(self) -> bool:
         """True when only exact argmax matches are accepted."""
-        return self.topk is None and self.margin is None
+        return self.topk is None and self.margin is None and self.forced_length is None
 
     def limits(self, mode: str) -> tuple[int, int]:
         """``(from_position, after_tokens)`` in force for ``mode`` ("topk" or "margin")."""
@@ -96,6 +99,7 @@ def params_from_settings(settings: Settings, method: str | None = None) -> Accep
         topk_after_tokens=int(settings.eagle_relaxed_accept_after_tokens or 0),
         margin_from_position=int(settings.confidence_accept_from_position or 0),
         margin_after_tokens=int(settings.confidence_accept_after_tokens or 0),
+        forced_length=settings.forced_acceptance_length,
     )
 
 
@@ -197,6 +201,8 @@ def greedy_accept(
     )
 
     kept = keep[idx] & valid  # [B, L]
+    if params.forced_length is not None:
+        kept = (pos < params.forced_length) & valid
     n_kept = kept.to(torch.int32).cumprod(dim=1).sum(dim=1)  # leading run of kept drafts
     drafts = draft_token_ids[idx].to(out.dtype)
     fixes = argmax[idx].to(out.dtype)

@@ -189,6 +189,8 @@ def describe(params: AcceptanceParams) -> str:
     if params.margin is not None:
         pos, after = params.limits("margin")
         parts.append(f"margin {params.margin} from position {pos} after {after} tokens")
+    if params.forced_length is not None:
+        parts.append(f"FORCED acceptance length {params.forced_length} (measurement only)")
     if params.protected_token_ids:
         parts.append(f"protected ids {sorted(params.protected_token_ids)}")
     return "; ".join(parts) or "strict"

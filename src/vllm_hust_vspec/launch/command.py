@@ -227,7 +227,12 @@ def build_serve_command(
     if s.device is not None:
         out_env["CUDA_VISIBLE_DEVICES"] = s.device
         out_env["ASCEND_RT_VISIBLE_DEVICES"] = s.device
-    if s.relaxed_acceptance():
+    if s.forced_acceptance_length is not None:
+        notes.append(
+            f"FORCED ACCEPTANCE LENGTH {s.forced_acceptance_length} (measurement only): every "
+            "greedy step keeps that many drafts whatever the target says; outputs change"
+        )
+    elif s.relaxed_acceptance():
         notes.append(
             "RELAXED ACCEPTANCE is on: outputs will differ from target-only decoding"
         )

@@ -264,6 +264,11 @@ class Settings:
     acceptance_protect_eos: bool = _opt(
         True, "In relaxed modes also protect the target's EOS token id(s).", group="acceptance",
     )
+    forced_acceptance_length: int | None = _opt(
+        None, "MEASUREMENT ONLY, CHANGES OUTPUTS: every greedy verify step accepts exactly N"
+        " drafts (all when fewer) whatever the target says, to time a given acceptance length"
+        " (the predecessor's SPEED-Bench entry).", group="acceptance", minimum=0,
+    )
 
     # --- draft model / vocabulary --------------------------------------------------------
     draft_allow_tokenizer_mismatch: bool = _opt(
@@ -362,9 +367,9 @@ class Settings:
 
     def relaxed_acceptance(self) -> bool:
         """True when an opt-in acceptance mode that changes outputs is on."""
-        return self.confidence_accept_margin is not None or (
-            self.eagle_relaxed_accept_topk is not None
-        )
+        return (self.confidence_accept_margin is not None
+                or self.eagle_relaxed_accept_topk is not None
+                or self.forced_acceptance_length is not None)
 
     def draft_head_changed(self) -> bool:
         """True when the draft LM head is restricted or quantized (drafts may change, outputs
