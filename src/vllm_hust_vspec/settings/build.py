@@ -66,6 +66,10 @@ def resolve_settings(
         values.update(layer.values)
         origins.update(layer.origins)
         extra_env.update(layer.env)
+    if values.get("adaptive_profile") and "adaptive_policy" not in values:
+        # The predecessor's manual passes a profile without naming the policy: it implies it.
+        values["adaptive_policy"] = "profile"
+        origins["adaptive_policy"] = f"implied by adaptive_profile ({origins['adaptive_profile']})"
     settings = Settings(**values)
     check_consistency(settings, origins)
     return ResolvedSettings(settings, origins, extra_env, preset)
