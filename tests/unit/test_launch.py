@@ -16,7 +16,7 @@ from vllm_hust_vspec.settings import list_presets, load_settings
 # Folder names every preset's models resolve to under HUST_VSPEC_MODEL_DIR.
 PRESET_MODELS = [
     "Qwen2.5-14B-Instruct", "Qwen2.5-0.5B-Instruct", "Eagle-Qwen2.5-14B-Instruct",
-    "Qwen3.5-35B-A3B", "Qwen3.5-35B-A3B-EAGLE3", "target", "draft",
+    "Qwen3.5-35B-A3B", "Qwen3.5-35B-A3B-Eagle3-Specforge", "target", "draft",
 ]
 
 
@@ -51,7 +51,11 @@ def flag_value(argv: list[str], flag: str) -> str:
 def test_preset_list_is_complete() -> None:
     assert set(list_presets()) == {
         "cpu-tiny", "draft", "draft-adaptive", "draft-arc-easy", "eagle", "eagle-arc-easy",
-        "eagle-relaxed", "qwen35-eagle3", "qwen35-frontier-mtp2",
+        "eagle-relaxed", "qwen35-eagle3", "qwen35-frontier-mtp2", "qwen35-35b-a3b-mtp2",
+        # the predecessor's config names: alias files of the presets above
+        "qwen25-14b-05b", "qwen25-14b-05b-arc-easy", "qwen25-14b-eagle",
+        "qwen25-14b-eagle-arc-easy", "qwen25-14b-eagle-relaxed", "qwen35-35b-a3b-eagle3",
+        "qwen35-35b-a3b-frontier-mtp2",
     }
 
 

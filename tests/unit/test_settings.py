@@ -138,10 +138,17 @@ def test_bad_env_value_names_the_variable() -> None:
         load_settings({"HUST_VSPEC_PORT": "eighty"})
 
 
+def test_a_profile_alone_implies_the_profile_policy() -> None:
+    resolved = resolve_settings(env={"HUST_VSPEC_ADAPTIVE_PROFILE": "p.json"})
+    assert resolved.settings.adaptive_policy == "profile"
+    assert "implied by adaptive_profile" in resolved.origins["adaptive_policy"]
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"HUST_VSPEC_ADAPTIVE_PROFILE": "p.json"}, "adaptive_policy is 'online'"),
+        ({"HUST_VSPEC_ADAPTIVE_PROFILE": "p.json", "HUST_VSPEC_ADAPTIVE_POLICY": "online"},
+         "adaptive_policy is 'online'"),
         ({"HUST_VSPEC_ADAPTIVE_POLICY": "profile"}, "no adaptive_profile is given"),
         ({"HUST_VSPEC_ADAPTIVE_MIN_GAMMA": "5"}, "adaptive_min_gamma=5"),
         (

@@ -14,6 +14,7 @@ at low positions immediately lowers the estimates for deeper, unobserved ones to
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 _TINY = 1e-9
@@ -21,6 +22,8 @@ _TINY = 1e-9
 # (gamma 0 for thousands of steps) never turns a measured rate back into the prior; the
 # measured ratio s/n persists until drafting is probed again.
 _FLOOR = 1e-6
+# Smallest half-life (requests) an EWMA weight maps to: what the configs accept.
+_HALFLIFE_MIN = 1e-9
 
 
 class AcceptanceModel:
@@ -179,6 +182,21 @@ class AcceptanceModel:
             "acceptance": [round(v, 6) for v in self.probabilities()],
             "acceptance_weight": [round(v, 3) for v in self._n],
         }
+
+
+def halflife_from_ewma_weight(weight: float) -> float:
+    """Discount half-life, in requests, of an EWMA whose newest observation weighs ``weight``
+    (0 < weight <= 1): ``ln(0.5) / ln(1 - weight)`` (the predecessor's adaptive_ewma_weight).
+
+    ``weight`` 1 keeps only the newest observation: the half-life is then the smallest one
+    the model takes, and the model's step clamp (``min_halflife_steps``) decides.
+    """
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or not (
+            0.0 < weight <= 1.0):
+        raise ValueError(f"ewma weight must be a number in (0, 1], got {weight!r}")
+    if weight >= 1.0:
+        return _HALFLIFE_MIN
+    return max(math.log(0.5) / math.log1p(-weight), _HALFLIFE_MIN)
 
 
 def extend_acceptance(values: tuple[float, ...] | list[float], positions: int) -> list[float]:

@@ -52,6 +52,23 @@ def _check(rule: str, threshold: float) -> None:
         raise ValueError(f"confidence threshold must be a finite number >= 0, got {threshold!r}")
 
 
+def scaled_threshold(threshold: float, scale: float | None) -> float:
+    """The confidence stop's threshold times ``scale`` (the predecessor's
+    adaptive_entropy_scale; ``None`` keeps ``threshold`` unchanged).
+
+    For the entropy rule a larger scale tolerates more uncertainty (longer drafts); for the
+    margin rule it asks for a wider top-1 lead (shorter drafts).
+    """
+    if scale is None:
+        return threshold
+    if isinstance(scale, bool) or not isinstance(scale, int | float) or not (
+            math.isfinite(scale) and scale > 0.0):
+        raise ValueError(f"confidence threshold scale must be a finite number > 0, got {scale!r}")
+    value = threshold * float(scale)
+    _check("entropy", value)
+    return value
+
+
 def confidence_keep(
     topk_probs: Sequence[Sequence[float]],
     *,

@@ -26,7 +26,7 @@ from typing import Any
 
 from ._limits import ZeroProbe, bucket_index, budget_cap, should_switch, step_toward
 from ._validate import require_float, require_int
-from .acceptance import AcceptanceModel
+from .acceptance import AcceptanceModel, halflife_from_ewma_weight
 from .arms import BucketStats
 from .cadence import CadencedPolicy
 from .cost_model import GlobalCost
@@ -41,6 +41,7 @@ _BORROWED_WEIGHT = 1.0
 # A never-measured drafter-skipping gamma 0 is assumed to cost this share of a gamma-0 step in
 # which the drafter ran (see _skip_zero_prior).
 _SKIP_ZERO_PRIOR = 0.5
+WARMUP_RETURNS: tuple[str, ...] = ("best", "incumbent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +104,17 @@ class OnlineConfig:
     zero_recheck_band: float = 0.5
     # First gamma (None: max_gamma); the first sweep pass walks down from it, then up.
     initial_gamma: int | None = None
+    # The predecessor's knobs (None / 'best': the values above decide). min_observations:
+    # steady samples each arm must get in the sweep before arms are compared by their own
+    # measurements; sets sweep_samples to 1 + ceil(min_observations / sweep_passes) (each
+    # visit's first decision is a transition step and yields no sample).
+    min_observations: int | None = None
+    # Weight of the newest request in the acceptance estimate: replaces
+    # acceptance_halflife_requests by ln(0.5) / ln(1 - ewma_weight) (still step-clamped).
+    ewma_weight: float | None = None
+    # After the sweep: 'best' judges from the last swept arm (hysteresis measured from it);
+    # 'incumbent' goes back to the initial gamma and judges from there.
+    warmup_return: str = "best"
 
     def __post_init__(self) -> None:
         require_int(self, "min_gamma", 0)
@@ -127,6 +139,13 @@ class OnlineConfig:
         require_float(self, "acceptance_min_halflife_steps", 1e-9, math.inf)
         require_float(self, "acceptance_max_halflife_steps", self.acceptance_min_halflife_steps,
                        math.inf)
+        if self.min_observations is not None:
+            require_int(self, "min_observations", 1)
+        if self.ewma_weight is not None:
+            require_float(self, "ewma_weight", 1e-9, 1.0)
+        if self.warmup_return not in WARMUP_RETURNS:
+            raise ValueError(f"OnlineConfig.warmup_return must be one of "
+                             f"{', '.join(WARMUP_RETURNS)}, got {self.warmup_return!r}")
         if self.initial_gamma is not None:
             require_int(self, "initial_gamma", self.min_gamma)
             if self.initial_gamma > self.max_gamma:
@@ -134,6 +153,20 @@ class OnlineConfig:
                     f"OnlineConfig.initial_gamma={self.initial_gamma} is above "
                     f"max_gamma={self.max_gamma}"
                 )
+
+    @property
+    def visit_samples(self) -> int:
+        """Decisions per arm and sweep pass (and per re-check visit) actually used."""
+        if self.min_observations is None:
+            return self.sweep_samples
+        return 1 + -(-self.min_observations // self.sweep_passes)
+
+    @property
+    def halflife_requests(self) -> float:
+        """Acceptance discount half-life in requests actually used."""
+        if self.ewma_weight is None:
+            return self.acceptance_halflife_requests
+        return halflife_from_ewma_weight(self.ewma_weight)
 
 
 class OnlineController(CadencedPolicy):
@@ -150,6 +183,8 @@ class OnlineController(CadencedPolicy):
         self._skip_zero = cfg.zero_skips_drafter and lo == 0
         self._discard_left = cfg.warmup_samples
         self._sweep_done = False
+        self._initial = initial
+        self._return_incumbent = False  # see OnlineConfig.warmup_return
         self._sweep_issued = [0] * self._num_arms
         start = self._gamma
         down_up = list(range(start, lo - 1, -1)) + list(range(start + 1, hi + 1))
@@ -160,7 +195,7 @@ class OnlineController(CadencedPolicy):
         self._acc = AcceptanceModel(
             hi,
             prior=(cfg.prior_acceptance,),
-            halflife_requests=cfg.acceptance_halflife_requests,
+            halflife_requests=cfg.halflife_requests,
             min_halflife_steps=cfg.acceptance_min_halflife_steps,
             max_halflife_steps=cfg.acceptance_max_halflife_steps,
         )
@@ -351,6 +386,7 @@ class OnlineController(CadencedPolicy):
                 return g
             self._sweep_done = True
             self._sweep_end = self._filter.clock
+            self._return_incumbent = cfg.warmup_return == "incumbent"
         bucket = self._buckets.get(idx)
         if bucket is None:
             bucket = self._new_bucket(idx)
@@ -371,6 +407,22 @@ class OnlineController(CadencedPolicy):
             # needs the refreshed prior to beat that arm by the hysteresis margin).
             self._zero_recheck = False
             cur = self._zero_home
+        if self._return_incumbent:
+            # Judge from the arm played before the sweep (within today's budget), so a
+            # challenger must beat it, not the sweep's last arm, by the hysteresis margin.
+            home = min(self._initial, cap)
+            home_i = home - self._lo
+            if best != home_i and should_switch(best_score, score[home_i], cfg.hysteresis):
+                target = best + self._lo
+            else:
+                target = home
+            g = step_toward(cur, target, cfg.max_gamma_step)
+            # Held until reached: max_gamma_step may need several decisions to get there.
+            self._return_incumbent = g != target
+            if cur == 0 and g > 0:
+                self._probe.left_zero()
+            self._held = 0
+            return g
         cur_i = cur - self._lo
         if best != cur_i and should_switch(best_score, score[cur_i], cfg.hysteresis):
             if cur == 0:
@@ -388,7 +440,7 @@ class OnlineController(CadencedPolicy):
             # run the drafter and pin nothing), less and less often.
             self._zero_recheck = True
             self._zero_home = cur
-            self._visit_left = cfg.sweep_samples
+            self._visit_left = cfg.visit_samples
             return 0
         if cur > 0 and self._measured_zero_in_reach(bucket) and self._zero_recheck_due(idx):
             # The measured zero is compared with the played arm through the load filter, whose
@@ -409,7 +461,7 @@ class OnlineController(CadencedPolicy):
             up = cur + 1 if cur + 1 <= cap else None
             down = cur - 1
             pick = down if up is None or score[down - self._lo] >= score[up - self._lo] else up
-            self._visit_left = cfg.sweep_samples
+            self._visit_left = cfg.visit_samples
             return pick
         return cur
 
@@ -443,7 +495,7 @@ class OnlineController(CadencedPolicy):
 
     def _sweep_target(self, cap: int) -> int | None:
         lo = self._lo
-        per_visit = self.config.sweep_samples
+        per_visit = self.config.visit_samples
         for p, order in enumerate(self._sweep_orders):
             quota = per_visit * (p + 1)
             for g in order:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ._limits import ZeroProbe, budget_cap, should_switch, step_toward
 from ._validate import require_float, require_int
-from .acceptance import AcceptanceModel
+from .acceptance import AcceptanceModel, halflife_from_ewma_weight
 from .cadence import CadencedPolicy
 from .feedback import ControllerSnapshot, StepFeedback
 from .profile import Profile
@@ -44,6 +44,14 @@ class ProfileConfig:
     table_steps: int = 32
     probe_interval: int = 16
     max_probe_interval: int = 512
+    # The predecessor's knobs. latency_calibration False: the profile's step times are used
+    # as they are (no calibration above). min_observations: steady samples an arm needs
+    # before its own calibration factor replaces the all-arms one (None: 1).
+    latency_calibration: bool = True
+    min_observations: int | None = None
+    # Weight of the newest request in the acceptance estimate: replaces
+    # acceptance_halflife_requests by ln(0.5) / ln(1 - ewma_weight) (still step-clamped).
+    ewma_weight: float | None = None
 
     def __post_init__(self) -> None:
         require_int(self, "min_gamma", 0)
@@ -62,6 +70,20 @@ class ProfileConfig:
         require_float(self, "calibration_rate", 0.0, 1.0)
         require_float(self, "calibration_min", 1e-6, 1.0)
         require_float(self, "calibration_max", 1.0, 1e6)
+        if not isinstance(self.latency_calibration, bool):
+            raise ValueError(f"ProfileConfig.latency_calibration must be a bool, got "
+                             f"{self.latency_calibration!r}")
+        if self.min_observations is not None:
+            require_int(self, "min_observations", 1)
+        if self.ewma_weight is not None:
+            require_float(self, "ewma_weight", 1e-9, 1.0)
+
+    @property
+    def halflife_requests(self) -> float:
+        """Acceptance discount half-life in requests actually used."""
+        if self.ewma_weight is None:
+            return self.acceptance_halflife_requests
+        return halflife_from_ewma_weight(self.ewma_weight)
 
 
 class ProfilePolicy(CadencedPolicy):
@@ -76,13 +98,15 @@ class ProfilePolicy(CadencedPolicy):
         self._acc = AcceptanceModel(
             cfg.max_gamma,
             prior=profile.acceptance(max(cfg.max_gamma, 1)),
-            halflife_requests=cfg.acceptance_halflife_requests,
+            halflife_requests=cfg.halflife_requests,
             min_halflife_steps=cfg.acceptance_min_halflife_steps,
             max_halflife_steps=cfg.acceptance_max_halflife_steps,
         )
         self._acc.seed(cfg.acceptance_prior_weight)
         self._calib = 1.0
         self._arm_calib: list[float | None] = [None] * self._num_arms
+        self._arm_samples = [0] * self._num_arms
+        self._arm_min = 1 if cfg.min_observations is None else cfg.min_observations
         self._steady = 0
         self._probe = ZeroProbe(cfg.probe_interval, cfg.max_probe_interval)
         self._last_batch = 0
@@ -107,10 +131,12 @@ class ProfilePolicy(CadencedPolicy):
                 or self._is_transition(feedback)):
             return
         self._steady += 1
+        cfg = self.config
+        if not cfg.latency_calibration:
+            return
         predicted = self._times(batch)[g - self._lo]
         if predicted <= 0.0:
             return
-        cfg = self.config
         ratio = min(max(feedback.interval_s / predicted, cfg.calibration_min),
                     cfg.calibration_max)
         rate = cfg.calibration_rate
@@ -118,6 +144,7 @@ class ProfilePolicy(CadencedPolicy):
         arm = self._arm_calib[g - self._lo]
         base = self._calib if arm is None else arm
         self._arm_calib[g - self._lo] = _clamp(base + rate * (ratio - base), cfg)
+        self._arm_samples[g - self._lo] += 1
 
     def settled(self) -> bool:
         """Always: costs come from the profile, so every decision is a considered one."""
@@ -179,9 +206,12 @@ class ProfilePolicy(CadencedPolicy):
         expected = self._acc.expected_committed()
         calib = self._calib
         out = []
+        arm_min = self._arm_min
+        samples = self._arm_samples
         for i in range(cap - self._lo + 1):
             k = self._arm_calib[i]
-            t = times[i] * (calib if k is None else k)
+            # An arm's own factor is trusted only after min_observations of its steps.
+            t = times[i] * (calib if k is None or samples[i] < arm_min else k)
             out.append(expected[self._lo + i] / t if t > 0 else math.inf)
         return out
 

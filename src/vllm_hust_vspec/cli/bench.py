@@ -7,6 +7,7 @@ Examples::
     vllm-hust-vspec-bench pair --protocol cpu-tiny --num-prompts 32 --output-len 64 \\
         --repetitions 3 --plot pair.png
     vllm-hust-vspec-bench pair --protocol eagle --dry-run
+    vllm-hust-vspec-bench --method draft      # the ARC-Easy protocol bench (no subcommand)
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +34,9 @@ PROG = "vllm-hust-vspec-bench"
 EXIT_FAIL, EXIT_USAGE, EXIT_ERROR = 1, 2, 3
 
 EPILOG = """\
+without a subcommand: the ARC-Easy protocol bench, 'vllm-hust-vspec-bench --method draft|eagle'
+against a 'vllm-hust-vspec --protocol arc-easy' server (see its --method draft --help).
+
 exit status: 0 done (pair: speedup >= --min-speedup), 1 pair below --min-speedup,
 2 bad arguments or configuration, 3 a server or the load failed.
 
@@ -239,6 +244,97 @@ def _main_pair(ns: argparse.Namespace, load: LoadConfig, passthrough: list[str])
     return 0 if result.comparison.passed else EXIT_FAIL
 
 
+def build_protocol_parser() -> argparse.ArgumentParser:
+    """Parser of the ARC-Easy protocol bench (``vllm-hust-vspec-bench --method M``)."""
+    from vllm_hust_vspec.bench import protocol as pr
+
+    p = argparse.ArgumentParser(
+        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="ARC-Easy protocol bench against a running 'vllm-hust-vspec --protocol "
+                    f"arc-easy --method M' server: {pr.NUM_PROMPTS} prompts x {pr.OUTPUT_LEN} "
+                    "output tokens, unlimited rate, temperature 0. Subcommands 'run' and "
+                    "'pair' are the general benchmarks (see --help without --method).",
+        epilog=EPILOG,
+    )
+    p.add_argument("--method", required=True, choices=pr.METHODS,
+                   help="the speculative method the server runs (picks its arc-easy preset)")
+    p.add_argument("--dataset-path", type=Path, default=pr.DEFAULT_DATASET, metavar="FILE.jsonl",
+                   help=f"materialised ARC-Easy prompts ({pr.DEFAULT_DATASET}): 'prompt' lines "
+                        "or the ai2_arc shape")
+    p.add_argument("--output-dir", type=Path, default=pr.DEFAULT_OUTPUT_ROOT, metavar="DIR",
+                   help=f"results root ({pr.DEFAULT_OUTPUT_ROOT}); the result is "
+                        "DIR/ARC-Easy-<method>-vspec/ARC-Easy.json")
+    p.add_argument("--base-url", help="server (default http://127.0.0.1:<the preset's port>)")
+    p.add_argument("--model", help="served model name (default: the preset's)")
+    p.add_argument("--tokenizer", help="local tokenizer folder for --backend vllm (default: the "
+                                       "preset's target model, when found locally)")
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
+                   help="vllm: vLLM's own bench serve; builtin: the standard-library client; "
+                        "auto: vllm when importable and a tokenizer is known")
+    p.add_argument("--num-prompts", type=_count, default=pr.NUM_PROMPTS,
+                   help=f"measured requests ({pr.NUM_PROMPTS}; others are not the protocol)")
+    p.add_argument("--output-len", type=_count, default=pr.OUTPUT_LEN,
+                   help=f"output tokens per request ({pr.OUTPUT_LEN})")
+    p.add_argument("--warmup-prompts", type=_bounded(int, 0), default=8,
+                   help="unmeasured requests before the run (8)")
+    p.add_argument("--dry-run", action="store_true", help="print the command, then exit")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    return p
+
+
+def protocol_main(args: Sequence[str]) -> int:
+    """``vllm-hust-vspec-bench --method draft|eagle``: the predecessor's ARC-Easy bench."""
+    from vllm_hust_vspec.bench import protocol as pr
+    from vllm_hust_vspec.bench.run import requests_for, run_once, vllm_command
+    from vllm_hust_vspec.bench.server import ServerStartError
+    from vllm_hust_vspec.launch.models import with_checkout_model_dir
+    from vllm_hust_vspec.settings import SettingsError
+
+    ns = build_protocol_parser().parse_args(list(args))
+    try:
+        env, _ = with_checkout_model_dir(os.environ)
+        plan = pr.plan_protocol(
+            ns.method, dataset_path=ns.dataset_path, output_root=ns.output_dir, env=env,
+            base_url=ns.base_url, model=ns.model, tokenizer=ns.tokenizer,
+            num_prompts=ns.num_prompts, output_len=ns.output_len,
+            warmup_prompts=ns.warmup_prompts,
+        )
+        requests_for(plan.load)  # a bad line fails before anything is sent
+        backend = choose_backend(ns.backend, plan.target)
+        for note in plan.notes():
+            print(f"{PROG}: note: {note}", file=sys.stderr)
+        if backend == "builtin" and ns.backend == "auto":
+            print(f"{PROG}: note: measuring with the built-in client (vllm bench serve needs "
+                  "vLLM here and --tokenizer); the result keeps vllm bench serve's key names",
+                  file=sys.stderr)
+        result_file = plan.out_dir / f"{pr.RESULT_NAME}.json"
+        if ns.dry_run:
+            print(f"# load: {plan.load.describe()}\n# target: {plan.target.base_url} "
+                  f"(model {plan.target.model}); backend {backend}; result {result_file}")
+            if backend == "vllm":
+                argv, _, data = vllm_command(plan.target, plan.target.model or "", plan.load,
+                                             plan.out_dir, pr.RESULT_NAME)
+                print(f"# prompts from {ns.dataset_path} are written to {data} first")
+                print(shlex.join(argv))
+            return 0
+        prog = ProgressLine(enabled=not ns.quiet)
+        prog.start(f"ARC-Easy {ns.method}")
+        out = run_once(plan.target, plan.load, backend=backend, workdir=plan.out_dir,
+                       name=pr.RESULT_NAME, progress=prog.requests, log=prog.message)
+    except (DatasetError, SettingsError, ValueError) as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    except (BenchError, ServerStartError, OSError) as exc:
+        _err(str(exc))
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+    print(run_summary(out.result))
+    print(f"result: {out.path}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point; returns the exit status."""
     from vllm_hust_vspec.bench.server import ServerStartError
@@ -246,6 +342,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from vllm_hust_vspec.settings import SettingsError
 
     args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in ("run", "pair", "-h", "--help", "--version"):
+        return protocol_main(args)
     ours, passthrough = split_passthrough(args)
     ns = build_parser().parse_args(ours)
     if passthrough and ns.mode != "pair":

@@ -10,12 +10,14 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
 
 from vllm_hust_vspec._version import __version__
 from vllm_hust_vspec.cli.options import add_settings_arguments, cli_values
+from vllm_hust_vspec.host import compat
 from vllm_hust_vspec.launch.command import build_serve_command
 from vllm_hust_vspec.launch.models import ModelNotFoundError
 from vllm_hust_vspec.launch.ownership import (
@@ -24,6 +26,7 @@ from vllm_hust_vspec.launch.ownership import (
     claim_metrics_dir,
 )
 from vllm_hust_vspec.settings import SettingsError, list_presets, preflight, resolve_settings
+from vllm_hust_vspec.settings.sources import METHOD_PROTOCOLS, protocol_preset
 
 EPILOG = """\
 precedence (lowest first): preset (--protocol) < VSPEC_CONFIG file < --config file <
@@ -43,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"vllm-hust-vspec {__version__}")
     parser.add_argument(
         "--protocol", "--preset", dest="protocol", metavar="NAME",
-        help=f"preset to start from: {', '.join(list_presets())}, or a .toml path",
+        help=f"preset to start from: {', '.join(list_presets())}; "
+             f"{', '.join(METHOD_PROTOCOLS)} (picks its preset by --method); or a .toml path",
     )
     parser.add_argument("--config", metavar="FILE", help="TOML config over the preset")
     parser.add_argument(
@@ -80,12 +84,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n".join(list_presets()))
         return 0
     try:
+        cli = cli_values(ns)
         resolved = resolve_settings(
-            preset=ns.protocol, config=ns.config, cli=cli_values(ns), env=os.environ
+            preset=protocol_preset(ns.protocol, cli.get("method")), config=ns.config, cli=cli,
+            env=os.environ,
         )
         preflight(resolved.settings, resolved.origins)
+        compat.require_supported(resolved.settings,
+                                 ascend=importlib.util.find_spec("vllm_ascend") is not None)
         command = build_serve_command(resolved, os.environ, passthrough)
-    except (SettingsError, ModelNotFoundError) as exc:
+    except (SettingsError, ModelNotFoundError, compat.UnsupportedSwitchError) as exc:
         print(f"vllm-hust-vspec: error: {exc}", file=sys.stderr)
         return 2
     for note in command.notes:

@@ -29,6 +29,14 @@ _OVERRIDES = {
     "adaptive_hysteresis": "hysteresis",
     "adaptive_control_interval": "control_interval",
     "adaptive_max_gamma_step": "max_gamma_step",
+    # The predecessor's knobs: both policies read them, each in its own terms (see
+    # docs/controller.md, "Predecessor knobs").
+    "adaptive_min_observations": "min_observations",
+    "adaptive_ewma_weight": "ewma_weight",
+}
+# Knobs only the profile policy has (ProfileConfig field names).
+_PROFILE_OVERRIDES = {
+    "adaptive_latency_ewma_weight": "calibration_rate",
 }
 
 _factory_override: ControllerFactory | None = None
@@ -55,8 +63,25 @@ def controller_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
         value = getattr(settings, field_name, None)
         if value is not None:
             kwargs[keyword] = value
-    if (settings.adaptive_policy == "online"
-            and settings.adaptive_gamma0_mode == "sticky"):
+    policy = settings.adaptive_policy
+    profile_only = {k: getattr(settings, f, None) for f, k in _PROFILE_OVERRIDES.items()}
+    calibrate = bool(settings.adaptive_latency_calibration)
+    warmup_return = settings.adaptive_online_warmup_return or "best"
+    if policy == "profile":
+        kwargs.update({k: v for k, v in profile_only.items() if v is not None})
+        if not calibrate:
+            kwargs["latency_calibration"] = False
+    elif any(v is not None for v in profile_only.values()) or not calibrate:
+        # The online policy measures step times directly: there is no model to calibrate.
+        logger.warning("vSpec: adaptive_latency_* options only apply to the profile policy; "
+                       "ignored by policy %r", policy)
+    if policy == "online":
+        if warmup_return != "best":
+            kwargs["warmup_return"] = warmup_return
+    elif warmup_return != "best":
+        logger.warning("vSpec: adaptive_online_warmup_return only applies to the online "
+                       "policy (the profile policy has no sweep); ignored by policy %r", policy)
+    if policy == "online" and settings.adaptive_gamma0_mode == "sticky":
         # The host skips the drafter at a settled gamma 0: arm 0 costs a target-only step.
         kwargs["zero_skips_drafter"] = True
     return kwargs

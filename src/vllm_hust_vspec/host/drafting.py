@@ -70,6 +70,7 @@ def draft_config(settings: Settings) -> DraftSideConfig:
     """Read the draft-side options from vSpec settings (defaults without settings)."""
     if settings is None:
         return DraftSideConfig()
+    from vllm_hust_vspec.adaptive.confidence import scaled_threshold
     from vllm_hust_vspec.backends.confidence import DEFAULT_THRESHOLD, DEFAULT_TOPK
 
     rule = str(settings.adaptive_entropy_rule or "entropy")
@@ -78,7 +79,10 @@ def draft_config(settings: Settings) -> DraftSideConfig:
     return DraftSideConfig(
         entropy_stop=bool(settings.adaptive_entropy_stop),
         entropy_rule=rule,
-        entropy_threshold=float(DEFAULT_THRESHOLD[rule] if threshold is None else threshold),
+        entropy_threshold=scaled_threshold(
+            float(DEFAULT_THRESHOLD[rule] if threshold is None else threshold),
+            settings.adaptive_entropy_scale,
+        ),
         entropy_topk=int(DEFAULT_TOPK if topk is None else topk),
         active_vocab_size=settings.eagle_draft_active_vocab_size,
         active_vocab_file=settings.eagle_draft_active_vocab_file,

@@ -14,6 +14,7 @@ from vllm_hust_vspec.settings.coerce import SettingsError, coerce
 from vllm_hust_vspec.settings.fields import (
     ENV_PREFIX,
     LEGACY_ENV_PREFIXES,
+    METHOD_ALIASES,
     OPTIONS_BY_NAME,
 )
 
@@ -32,6 +33,13 @@ NON_OPTION_ENV = frozenset(
 CONFIG_ENV = "VSPEC_CONFIG"
 LEGACY_CONFIG_ENVS = ("SPECASCEND_CONFIG", "SPECSLO_CONFIG")  # lowest priority first
 PRESET_DIR_ENV = ENV_PREFIX + "PRESET_DIR"
+ALIAS_KEY = "alias_of"
+
+# Protocols whose preset depends on --method: the predecessor's
+# `vllm-hust-vspec --protocol arc-easy --method draft|eagle`.
+METHOD_PROTOCOLS: dict[str, dict[str, str]] = {
+    "arc-easy": {"draft": "draft-arc-easy", "eagle": "eagle-arc-easy"},
+}
 
 
 @dataclass
@@ -50,13 +58,13 @@ def read_toml_layer(path: str | os.PathLike[str], label: str) -> Layer:
     Unknown tables and keys are errors that name the file and the key.
     """
     p = Path(path)
-    try:
-        with p.open("rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise SettingsError(f"{label} file not found: {p}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SettingsError(f"{p}: not valid TOML: {exc}") from None
+    data = _load_toml(p, label)
+    target = alias_target(p, data)
+    if target is not None:
+        # An alias file only names its preset: read that one, so the two can never drift.
+        layer = read_toml_layer(target, label)
+        layer.name = f"{label} {p} (alias of {target.stem})"
+        return layer
     layer = Layer(name=f"{label} {p}")
     for key, value in data.items():
         if key == "description" and isinstance(value, str):
@@ -79,6 +87,74 @@ def read_toml_layer(path: str | os.PathLike[str], label: str) -> Layer:
                 f"{p}: unknown key or table {key!r} (expected [serve], [env], description)"
             )
     return layer
+
+
+def _load_toml(p: Path, label: str) -> dict[str, Any]:
+    try:
+        with p.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise SettingsError(f"{label} file not found: {p}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"{p}: not valid TOML: {exc}") from None
+
+
+def alias_target(path: Path, data: Mapping[str, Any]) -> Path | None:
+    """The preset file an alias file (``alias_of = "NAME"``) stands for; None if not an alias.
+
+    Aliases keep the predecessor's config names (``configs/qwen25-14b-05b.toml``) working. The
+    named preset is looked up beside the alias, then among the bundled presets; an alias of an
+    alias is refused, so a lookup is one step and cannot loop.
+    """
+    if ALIAS_KEY not in data:
+        return None
+    name = data[ALIAS_KEY]
+    extra = sorted(set(data) - {ALIAS_KEY, "description"})
+    if not isinstance(name, str) or not name:
+        raise SettingsError(f"{path}: {ALIAS_KEY} must be a preset name, got {name!r}")
+    if extra:
+        raise SettingsError(
+            f"{path}: an alias file holds only {ALIAS_KEY} and description; move "
+            f"{', '.join(extra)} into {name}.toml or into a --config file"
+        )
+    for folder in (path.parent, _bundled_dir()):
+        candidate = folder / f"{name}.toml"
+        if candidate.is_file():
+            if ALIAS_KEY in _load_toml(candidate, "preset"):
+                raise SettingsError(
+                    f"{path}: {ALIAS_KEY} = {name!r} is itself an alias; name the real preset"
+                )
+            return candidate
+    raise SettingsError(
+        f"{path}: {ALIAS_KEY} = {name!r} names no preset; available: "
+        f"{', '.join(list_presets())}"
+    )
+
+
+def _bundled_dir() -> Path:
+    return Path(str(resources.files("vllm_hust_vspec") / "presets"))
+
+
+def protocol_preset(name: str | None, method: str | None) -> str | None:
+    """The preset a ``--protocol`` name stands for, given ``--method``.
+
+    Method-dependent protocols (``arc-easy``) pick one preset per method and need the method;
+    every other name is returned unchanged (a preset, an alias or a path).
+    """
+    if name is None or name not in METHOD_PROTOCOLS:
+        return name
+    choices = METHOD_PROTOCOLS[name]
+    spelled = ", ".join(f"--method {m} ({p})" for m, p in choices.items())
+    if not method:
+        raise SettingsError(
+            f"--protocol {name} needs --method: one of {spelled}"
+        )
+    canonical = METHOD_ALIASES.get(method, method)
+    if canonical not in choices:
+        raise SettingsError(
+            f"--protocol {name} does not support --method {method}; use one of {spelled}"
+        )
+    return choices[canonical]
 
 
 def _env_str(raw: str | int | float | bool) -> str:
@@ -140,16 +216,28 @@ def preset_path(name: str, env: Mapping[str, str]) -> Path:
     bundled = resources.files("vllm_hust_vspec") / "presets" / f"{name}.toml"
     if bundled.is_file():
         return Path(str(bundled))
+    protocols = ", ".join(f"{n} (with --method)" for n in METHOD_PROTOCOLS)
     raise SettingsError(
-        f"unknown preset {name!r}; available: {', '.join(list_presets())} "
+        f"unknown preset {name!r}; available: {', '.join(list_presets())}, {protocols} "
         f"(or give a path to a .toml file, or set {PRESET_DIR_ENV})"
     )
 
 
 def list_presets() -> list[str]:
-    """Names of the bundled presets."""
+    """Names of the bundled presets, aliases included (each is a file under presets/)."""
     folder = resources.files("vllm_hust_vspec") / "presets"
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def preset_aliases() -> dict[str, str]:
+    """Bundled alias name -> the preset it stands for (the predecessor's config names)."""
+    out: dict[str, str] = {}
+    for name in list_presets():
+        path = _bundled_dir() / f"{name}.toml"
+        target = alias_target(path, _load_toml(path, "preset"))
+        if target is not None:
+            out[name] = target.stem
+    return out
 
 
 def _suggest(name: str) -> str:

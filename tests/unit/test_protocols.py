@@ -1,0 +1,258 @@
+"""Predecessor protocols: arc-easy by --method, config-name aliases, preset model names,
+the ARC-Easy protocol bench entry, the GSM8K pair scripts and the missing NPU profiles."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from vllm_hust_vspec.bench import protocol
+from vllm_hust_vspec.bench.datasets import DatasetError
+from vllm_hust_vspec.cli import bench, launch
+from vllm_hust_vspec.settings import SettingsError, list_presets, resolve_settings
+from vllm_hust_vspec.settings.sources import preset_aliases, protocol_preset, read_toml_layer
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDERS = ["Qwen2.5-14B-Instruct", "Qwen2.5-0.5B-Instruct", "Eagle-Qwen2.5-14B-Instruct",
+           "Qwen3.5-35B-A3B", "Qwen3.5-35B-A3B-Eagle3-Specforge"]
+# Every configs/NAME.toml the predecessor README names, and the preset it was.
+PREDECESSOR_CONFIGS = {
+    "qwen25-14b-05b": "draft", "qwen25-14b-05b-arc-easy": "draft-arc-easy",
+    "qwen25-14b-eagle": "eagle", "qwen25-14b-eagle-arc-easy": "eagle-arc-easy",
+    "qwen25-14b-eagle-relaxed": "eagle-relaxed", "qwen35-35b-a3b-eagle3": "qwen35-eagle3",
+    "qwen35-35b-a3b-frontier-mtp2": "qwen35-frontier-mtp2",
+}
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "models"
+    for name in FOLDERS:
+        (root / name).mkdir(parents=True)
+        (root / name / "config.json").write_text("{}")
+    for key in list(os.environ):
+        if key.startswith(("HUST_VSPEC_", "HUST_SPEC", "VSPEC_", "SPECSLO", "SPECASCEND")):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("HUST_VSPEC_MODEL_DIR", str(root))
+    return root
+
+
+def _dry(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, object]:
+    assert launch.main([*args, "--dry-run", "--json"]) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+def test_every_predecessor_config_name_is_an_alias() -> None:
+    assert preset_aliases() == PREDECESSOR_CONFIGS
+    assert "qwen35-35b-a3b-mtp2" in list_presets()  # a real preset, not an alias
+    assert "qwen35-35b-a3b-mtp2" not in preset_aliases()
+
+
+@pytest.mark.parametrize(("alias", "preset"), sorted(PREDECESSOR_CONFIGS.items()))
+def test_alias_gives_the_same_settings_as_its_preset(
+    alias: str, preset: str, model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = resolve_settings(preset=preset, env=os.environ)
+    by_protocol = resolve_settings(preset=alias, env=os.environ)
+    by_config = resolve_settings(config=str(ROOT / "configs" / f"{alias}.toml"), env=os.environ)
+    assert by_protocol.settings == real.settings
+    assert by_config.settings == real.settings
+    assert by_protocol.extra_env == real.extra_env == by_config.extra_env
+    assert _dry(capsys, "--protocol", alias) == _dry(capsys, "--protocol", preset)
+
+
+def test_alias_files_hold_no_settings_of_their_own(tmp_path: Path) -> None:
+    bad = tmp_path / "x.toml"
+    bad.write_text('alias_of = "draft"\n[serve]\ngamma = 2\n')
+    with pytest.raises(SettingsError, match=r"x.toml: an alias file holds only alias_of.*serve"):
+        read_toml_layer(bad, "preset")
+    bad.write_text('alias_of = "no-such"\n')
+    with pytest.raises(SettingsError, match="alias_of = 'no-such' names no preset"):
+        read_toml_layer(bad, "preset")
+    (tmp_path / "y.toml").write_text('alias_of = "x"\n')
+    bad.write_text('alias_of = "draft"\n')
+    with pytest.raises(SettingsError, match="is itself an alias"):
+        read_toml_layer(tmp_path / "y.toml", "preset")
+
+
+def test_arc_easy_protocol_picks_the_preset_by_method() -> None:
+    assert protocol_preset("arc-easy", "draft") == "draft-arc-easy"
+    assert protocol_preset("arc-easy", "eagle") == "eagle-arc-easy"
+    assert protocol_preset("arc-easy", "draft_model") == "draft-arc-easy"
+    assert protocol_preset("eagle", None) == "eagle"  # other names pass through
+    with pytest.raises(SettingsError, match="--protocol arc-easy needs --method: one of "
+                                            r"--method draft \(draft-arc-easy\)"):
+        protocol_preset("arc-easy", None)
+    with pytest.raises(SettingsError, match="does not support --method mtp"):
+        protocol_preset("arc-easy", "mtp")
+
+
+@pytest.mark.parametrize("method", ["draft", "eagle"])
+def test_arc_easy_presets_are_the_predecessor_protocol(method: str) -> None:
+    s = resolve_settings(preset=f"{method}-arc-easy", env={}).settings
+    assert (s.method, s.target_model, s.dtype, s.max_num_seqs, s.port) == (
+        method, "Qwen/Qwen2.5-14B-Instruct", "float16", 16, 18180)
+    assert (s.graph_mode, s.prefix_caching) == ("full-decode-only", True)
+    assert (s.adaptive_speculation, s.adaptive_policy) == (True, "online")
+    assert (s.adaptive_min_gamma, s.gamma) == (1, 4)
+    assert s.eagle_relaxed_accept_topk is None and s.confidence_accept_margin is None
+
+
+def test_launcher_arc_easy_dry_run_and_errors(
+    model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _dry(capsys, "--protocol", "arc-easy", "--method", "eagle")
+    argv = out["argv"]
+    assert isinstance(argv, list)
+    assert argv[argv.index("--port") + 1] == "18180"
+    assert argv[argv.index("--dtype") + 1] == "float16"
+    assert "--enable-prefix-caching" in argv
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec["model"] == str(model_dir / "Eagle-Qwen2.5-14B-Instruct")
+    assert spec["num_speculative_tokens"] == 4
+    assert launch.main(["--protocol", "arc-easy", "--dry-run"]) == 2
+    assert "--protocol arc-easy needs --method" in capsys.readouterr().err
+    assert launch.main(["--protocol", "arc-easy", "--method", "mtp", "--dry-run"]) == 2
+    assert "does not support --method mtp" in capsys.readouterr().err
+
+
+def test_preset_models_are_the_predecessor_repo_ids_and_folders() -> None:
+    def s(name: str):  # noqa: ANN202
+        return resolve_settings(preset=name, env={}).settings
+
+    for name in ("draft", "draft-adaptive", "draft-arc-easy"):
+        assert s(name).draft_model == "Qwen/Qwen2.5-0.5B-Instruct"
+    for name in ("eagle", "eagle-arc-easy", "eagle-relaxed"):
+        assert s(name).draft_model == "Zjcxy-SmartAI/Eagle-Qwen2.5-14B-Instruct"
+    assert s("qwen35-eagle3").draft_model == "Qwen3.5-35B-A3B-Eagle3-Specforge"
+    for name in ("qwen35-frontier-mtp2", "qwen35-35b-a3b-mtp2"):
+        assert (s(name).method, s(name).target_model, s(name).draft_model) == (
+            "mtp", "Qwen/Qwen3.5-35B-A3B", None)
+    mtp2 = s("qwen35-35b-a3b-mtp2")
+    assert (mtp2.gamma, mtp2.adaptive_min_gamma, mtp2.mtp_strict_graph) == (6, 2, True)
+    assert mtp2 != s("qwen35-frontier-mtp2")
+
+
+# --- the ARC-Easy protocol bench --------------------------------------------------------
+
+def test_protocol_bench_missing_dataset_is_exit_2_naming_path_and_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "materialized.jsonl"
+    assert bench.main(["--method", "draft", "--dataset-path", str(missing), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert str(missing) in err and "--dataset-path FILE.jsonl" in err
+    assert Path("/run_dir/materialized.jsonl") == protocol.DEFAULT_DATASET
+    with pytest.raises(SystemExit) as exc:  # no --method
+        bench.main([])
+    assert exc.value.code == 2
+    assert "--method" in capsys.readouterr().err
+
+
+def test_protocol_bench_dry_run_prints_the_vllm_bench_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "materialized.jsonl"
+    data.write_text(json.dumps({"prompt": "Question: 2+2?\nAnswer:"}) + "\n")
+    monkeypatch.setattr("vllm_hust_vspec.bench.vllm_cli.vllm_bench_available", lambda: True)
+    rc = bench.main(["--method", "eagle", "--dataset-path", str(data), "--output-dir",
+                     str(tmp_path / "br"), "--tokenizer", str(tmp_path), "--dry-run"])
+    assert rc == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    cmd = out.splitlines()[-1]
+    out_dir = tmp_path / "br" / "ARC-Easy-eagle-vspec"
+    for part in ("--base-url http://127.0.0.1:18180", "--served-model-name qwen2.5-14b",
+                 "--num-prompts 200", "--request-rate inf", "--temperature 0.0",
+                 "--custom-output-len 256", f"--result-dir {out_dir}", "--ignore-eos"):
+        assert part in cmd
+    assert f"result {out_dir / 'ARC-Easy.json'}" in out
+
+
+def test_protocol_bench_reads_both_dataset_shapes(tmp_path: Path) -> None:
+    custom, arc = tmp_path / "c.jsonl", tmp_path / "a.jsonl"
+    custom.write_text('\n{"prompt": "p"}\n')
+    arc.write_text(json.dumps({"question": "q?", "choices": {"text": ["x", "y"],
+                                                            "label": ["A", "B"]}}) + "\n")
+    assert protocol.sniff_dataset(custom) == "custom"
+    assert protocol.sniff_dataset(arc) == "arc-easy"
+    (tmp_path / "e.jsonl").write_text("\n\n")
+    with pytest.raises(DatasetError, match="no prompts"):
+        protocol.sniff_dataset(tmp_path / "e.jsonl")
+    run = protocol.plan_protocol("draft", dataset_path=arc, output_root=tmp_path, env={},
+                                 num_prompts=4)
+    assert run.out_dir == tmp_path / "ARC-Easy-draft-vspec"
+    assert (run.load.dataset, run.load.temperature, run.load.output_len) == ("arc-easy", 0.0, 256)
+    assert run.load.request_rate == float("inf")
+    assert run.notes() and "not the ARC-Easy protocol (200 x 256)" in run.notes()[0]
+    assert not dataclasses.replace(run, load=dataclasses.replace(run.load,
+                                                                 num_prompts=200)).notes()
+
+
+# --- the GSM8K pair scripts -------------------------------------------------------------
+
+def _script(name: str, tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    fake = tmp_path / "fake-bench.sh"
+    fake.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@"\nexit 1\n')
+    fake.chmod(0o755)
+    full = {"PATH": os.environ["PATH"], "VSPEC_BENCH": str(fake), **env}
+    return subprocess.run([str(ROOT / "scripts" / name), *args], env=full, text=True,
+                          capture_output=True, check=False)
+
+
+def _flag(lines: list[str], flag: str) -> str:
+    return [lines[i + 1] for i, v in enumerate(lines) if v == flag][-1]  # last one wins
+
+
+def test_frontier_script_wraps_bench_pair_with_the_gate(tmp_path: Path) -> None:
+    name = "benchmark_qwen35_frontier_mtp2_gsm8k.sh"
+    data = {"VSPEC_GSM8K_DATASET": "/d/gsm8k.jsonl"}
+    r = _script(name, tmp_path, "pair", **data)
+    lines = r.stdout.splitlines()
+    assert r.returncode == 1  # the bench's exit status (1: under the gate) comes through
+    assert lines[0] == "pair" and _flag(lines, "--protocol") == "qwen35-frontier-mtp2"
+    assert _flag(lines, "--min-speedup") == "1.10"
+    assert _flag(lines, "--dataset") == "gsm8k"
+    assert _flag(lines, "--dataset-path") == "/d/gsm8k.jsonl"
+    r = _script(name, tmp_path, "pair", **data, VSPEC_MIN_SPEEDUP="1.3")
+    assert _flag(r.stdout.splitlines(), "--min-speedup") == "1.3"
+    r = _script(name, tmp_path, "pair", "--min-speedup", "0.5", **data, VSPEC_MIN_SPEEDUP="1.3")
+    assert _flag(r.stdout.splitlines(), "--min-speedup") == "0.5"
+    r = _script(name, tmp_path)
+    assert r.returncode == 2 and "usage:" in r.stderr
+    r = _script(name, tmp_path, "pair")
+    assert r.returncode == 2 and "VSPEC_GSM8K_DATASET" in r.stderr
+
+
+def test_mtp2_script_is_the_same_pair_with_the_non_frontier_preset(tmp_path: Path) -> None:
+    r = _script("benchmark_qwen35_mtp2_gsm8k.sh", tmp_path, "--num-prompts", "4",
+                VSPEC_GSM8K_DATASET="/d/g.jsonl")
+    lines = r.stdout.splitlines()
+    assert _flag(lines, "--protocol") == "qwen35-35b-a3b-mtp2"
+    assert _flag(lines, "--min-speedup") == "1.10" and _flag(lines, "--num-prompts") == "4"
+
+
+# --- NPU profiles that cannot ship ------------------------------------------------------
+
+@pytest.mark.parametrize(("preset", "profile"), [
+    ("qwen25-14b-05b", "profiles/qwen25_draft_gsm8k_graph_b128_g4.json"),
+    ("qwen25-14b-eagle", "profiles/qwen25_eagle_gsm8k_graph_b128.json"),
+])
+def test_predecessor_profiles_are_absent_and_the_error_says_how_to_collect(
+    preset: str, profile: str, model_dir: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(ROOT)
+    assert not (ROOT / profile).exists()  # never invented
+    readme = (ROOT / "profiles" / "README.md").read_text()
+    assert Path(profile).name in readme and "vllm-hust-vspec-profile" in readme
+    rc = launch.main(["--protocol", preset, "--adaptive-speculation", "--adaptive-policy",
+                      "profile", "--adaptive-profile", profile, "--dry-run"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert f"flag --adaptive-profile: {profile}" in err
+    assert "vllm-hust-vspec-profile" in err
