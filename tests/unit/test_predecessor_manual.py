@@ -26,13 +26,16 @@ FAILS_CLOSED = {
 }
 
 
+PATTERNS = (r"(?:^|\s)(\./run\.sh\s.*)$", r"(?:^|\s|/)(vllm-hust-vspec(?:-bench)?\s.*)$")
+
+
 def commands() -> list[str]:
     """Launcher invocations (run.sh / vllm-hust-vspec) in the manual, one string each."""
     text = MANUAL.read_text(encoding="utf-8").replace("\\\n", " ")
     out = []
     for line in text.splitlines():
         line = line.strip()
-        for pattern in (r"(?:^|\s)(\./run\.sh\s.*)$", r"(?:^|\s|/)(vllm-hust-vspec(?:-bench)?\s.*)$"):
+        for pattern in PATTERNS:
             m = re.search(pattern, line)
             if m and not line.startswith("#") and line.isascii():  # prose is Chinese
                 out.append(re.sub(r"\s+", " ", m.group(1)).strip())

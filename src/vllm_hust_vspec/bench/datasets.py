@@ -1,4 +1,4 @@
-"""Benchmark prompts: gsm8k / arc-easy / spec_bench / custom JSONL files and random text.
+"""Benchmark prompts: gsm8k / arc-easy / spec_bench / speed-bench / custom JSONL and random text.
 
 Every file is read locally (nothing is downloaded). Errors name the file, the line and the
 key, e.g. ``gsm8k.jsonl:12: missing key 'question' (a gsm8k line needs "question")``.
@@ -12,6 +12,9 @@ Accepted line shapes:
   [{"label": .., "text": ..}, ...]}}``. Prompt: question, lettered choices, ``"Answer:"``.
 * ``spec_bench``: Spec-Bench ``question.jsonl`` lines ``{"turns": [str, ...], ...}``; the
   first turn is the prompt.
+* ``speed-bench``: nvidia/SPEED-Bench rows ``{"question_id", "category", "turns", ...}``
+  (validated by :mod:`vllm_hust_vspec.bench.speed_bench`); the first turn is the prompt.
+  The bench runs these per category / length bucket (see ``speed_run``).
 * ``custom``: ``{"prompt": str}`` with an optional per-line ``"output_tokens"`` (int), as
   ``vllm bench serve --dataset-name custom`` reads it.
 * ``random``: no file; ``input_len`` pseudo-words per prompt from a seeded generator.
@@ -26,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DATASETS = ("gsm8k", "arc-easy", "spec_bench", "custom", "random")
-FILE_DATASETS = ("gsm8k", "arc-easy", "spec_bench", "custom")
+DATASETS = ("gsm8k", "arc-easy", "spec_bench", "speed-bench", "custom", "random")
+FILE_DATASETS = ("gsm8k", "arc-easy", "spec_bench", "speed-bench", "custom")
 
 
 class DatasetError(ValueError):
@@ -63,6 +66,9 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                     f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}"
                 )
             yield lineno, obj
+
+
+iter_jsonl = _iter_jsonl  # public name for the other dataset readers
 
 
 def _text(obj: dict[str, Any], key: str, where: str, need: str) -> str:
@@ -124,6 +130,13 @@ def _spec_bench(obj: dict[str, Any], where: str) -> str:
     return turns[0]
 
 
+def _speed_bench(obj: dict[str, Any], where: str) -> str:
+    from vllm_hust_vspec.bench.speed_bench import parse_row  # it imports this module
+
+    path, _, lineno = where.rpartition(":")
+    return parse_row(obj, Path(path), int(lineno)).prompt
+
+
 def _custom(obj: dict[str, Any], where: str) -> str:
     return _text(obj, "prompt", where, 'custom line needs "prompt"')
 
@@ -132,6 +145,7 @@ _PARSERS: dict[str, Callable[[dict[str, Any], str], str]] = {
     "gsm8k": _gsm8k,
     "arc-easy": _arc,
     "spec_bench": _spec_bench,
+    "speed-bench": _speed_bench,
     "custom": _custom,
 }
 
@@ -229,6 +243,7 @@ __all__ = [
     "FILE_DATASETS",
     "BenchRequest",
     "DatasetError",
+    "iter_jsonl",
     "load_requests",
     "random_prompts",
     "write_custom_jsonl",

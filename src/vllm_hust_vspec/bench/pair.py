@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from vllm_hust_vspec.bench.report import ProgressLine, pair_table
-from vllm_hust_vspec.bench.run import LoadConfig, Target, choose_backend, run_once
+from vllm_hust_vspec.bench.run import (
+    BenchUsageError,
+    LoadConfig,
+    Target,
+    choose_backend,
+    run_once,
+)
 from vllm_hust_vspec.bench.server import (
     PROM_ENV,
     TRACE_ENV,
@@ -27,6 +33,13 @@ from vllm_hust_vspec.bench.server import (
     for_run,
     free_port,
 )
+from vllm_hust_vspec.bench.speed_report import (
+    forced_banner,
+    forced_labels,
+    pair_group_table,
+    pair_groups,
+)
+from vllm_hust_vspec.bench.speed_run import run_speed_bench
 from vllm_hust_vspec.bench.stats import PairComparison, compare_pair, median
 from vllm_hust_vspec.launch.command import ServeCommand, build_serve_command
 from vllm_hust_vspec.launch.models import resolve_model
@@ -49,6 +62,8 @@ class PairPlan:
     tokenizer: str  # local target folder
     result_dir: Path
     server_timeout_s: float = 900.0
+    # Set only with allow_changed_outputs: the vSpec arm's outputs differ from target-only.
+    forced_acceptance_length: int | None = None
 
     def schedule(self) -> list[tuple[int, str]]:
         """(repetition, arm) in run order: A B A B ..."""
@@ -63,11 +78,14 @@ class PairPlan:
             "backend": self.backend,
             "model": self.model,
             "order": [f"{arm}-r{rep}" for rep, arm in self.schedule()],
+            **forced_labels(self.forced_acceptance_length),
         }
 
     def describe(self) -> str:
         """The commands and schedule, copy-pasteable."""
         out = []
+        if self.forced_acceptance_length is not None:
+            out.append(f"# {forced_banner(self.forced_acceptance_length)}")
         for arm in ARMS:
             out.append(f"# {ARM_LABEL[arm]} server (port replaced by a free one at each start;"
                        f" {PROM_ENV} per start" + ("; trace per start)" if arm == "vspec"
@@ -91,12 +109,25 @@ def plan_pair(
     backend: str,
     result_dir: Path,
     server_timeout_s: float = 900.0,
+    allow_changed_outputs: bool = False,
 ) -> PairPlan:
-    """Build both server commands from one preset with the launcher's command builder."""
+    """Build both server commands from one preset with the launcher's command builder.
+
+    A forced acceptance length (from any settings source) is refused unless
+    ``allow_changed_outputs``: it times a chosen acceptance length with changed outputs.
+    """
     if repetitions < 1:
         raise ValueError(f"--repetitions must be >= 1, got {repetitions}")
-    vspec = build_serve_command(resolved, env, passthrough)
     s = resolved.settings
+    forced = s.forced_acceptance_length
+    if forced is not None and not allow_changed_outputs:
+        raise BenchUsageError(
+            f"forced_acceptance_length is {forced} (--forced-acceptance-length, "
+            "HUST_VSPEC_FORCED_ACCEPTANCE_LENGTH or the config): the vSpec arm would keep "
+            f"{forced} drafts per step whatever the target says, so its outputs change and the "
+            "pair is a timing measurement, not a quality-preserving comparison; add "
+            "--allow-changed-outputs to run it anyway (results are labelled outputs_changed)")
+    vspec = build_serve_command(resolved, env, passthrough)
     assert s.target_model is not None  # build_serve_command checked it
     target = resolve_model(s.target_model, "target", env, "--target-model")
     return PairPlan(
@@ -104,7 +135,7 @@ def plan_pair(
         load=load, repetitions=repetitions, min_speedup=min_speedup,
         backend=choose_backend(backend, Target("", None, target)),
         model=s.served_model_name or target, tokenizer=target, result_dir=result_dir,
-        server_timeout_s=server_timeout_s,
+        server_timeout_s=server_timeout_s, forced_acceptance_length=forced,
     )
 
 
@@ -123,13 +154,38 @@ class PairResult:
             arm: [{k: v for k, v in r.items() if k != "requests"} for r in results]
             for arm, results in self.runs.items()
         }
-        return {
+        out = {
+            **forced_labels(self.plan.forced_acceptance_length),
             "plan": self.plan.to_dict(),
             "runs": runs,
             "traces": [str(p) for p in self.traces],
             "comparison": self.comparison.to_dict() if self.comparison else None,
             "acceptance": self.acceptance,
         }
+        if self.plan.load.dataset == "speed-bench":
+            out["speed_bench"] = self.speed_bench()
+        return out
+
+    def speed_bench(self) -> dict[str, Any]:
+        """Per category / bucket: throughput per arm and vSpec acceptance (speed-bench)."""
+        first = next((r.get("speed_bench") for r in self.runs.get("vspec", [])), None) or {}
+        return {"split": first.get("split"), "file": first.get("file"),
+                "groups": pair_groups(self.runs.get("baseline", []),
+                                      self.runs.get("vspec", []))}
+
+    def markdown(self) -> str:
+        """pair-summary.md: the banner (forced mode), the pair table, the group table."""
+        assert self.comparison is not None
+        parts = []
+        if self.plan.forced_acceptance_length is not None:
+            parts.append(forced_banner(self.plan.forced_acceptance_length) + "\n")
+        parts.append(pair_table(self.comparison, self.acceptance))
+        if self.plan.load.dataset == "speed-bench":
+            sb = self.speed_bench()
+            parts.append(f"\nSPEED-Bench {sb['split']} per group (medians over repetitions; "
+                         "acceptance pooled over the vSpec repetitions):\n")
+            parts.append(pair_group_table(sb["groups"], str(sb["split"])))
+        return "\n".join(parts)
 
 
 def aggregate_acceptance(vspec_runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -162,6 +218,10 @@ def run_pair(plan: PairPlan, progress: ProgressLine | None = None) -> PairResult
     plan.result_dir.mkdir(parents=True, exist_ok=True)
     parent_env = dict(os.environ)
     schedule = plan.schedule()
+    forced = plan.forced_acceptance_length
+    if forced is not None:
+        prog.message(forced_banner(forced))
+    measure = run_speed_bench if plan.load.dataset == "speed-bench" else run_once
     for i, (rep, arm) in enumerate(schedule, 1):
         name = f"{arm}-r{rep}"
         prom = plan.result_dir / "prometheus" / name
@@ -181,7 +241,7 @@ def run_pair(plan: PairPlan, progress: ProgressLine | None = None) -> PairResult
             server.wait_ready(plan.server_timeout_s, tick=prog.waiting)
             prog.message(f"[{i}/{len(schedule)}] {ARM_LABEL[arm]} r{rep}: server ready after "
                          f"{server.ready_after_s:.0f} s at {server.base_url}")
-            result = run_once(
+            result = measure(
                 Target(server.base_url, plan.model, plan.tokenizer), plan.load,
                 backend=plan.backend, workdir=plan.result_dir, name=name,
                 progress=prog.requests, log=prog.message,
@@ -190,6 +250,7 @@ def run_pair(plan: PairPlan, progress: ProgressLine | None = None) -> PairResult
             server.stop()
         result["arm"] = arm
         result["repetition"] = rep
+        result.update(forced_labels(forced if arm == "vspec" else None))
         result["server_ready_s"] = server.ready_after_s
         out.runs[arm].append(result)
         spec = result.get("spec") or {}
@@ -205,8 +266,7 @@ def run_pair(plan: PairPlan, progress: ProgressLine | None = None) -> PairResult
     out.acceptance = aggregate_acceptance(out.runs["vspec"])
     (plan.result_dir / "pair-summary.json").write_text(
         json.dumps(out.to_dict(), indent=1, default=str) + "\n", encoding="utf-8")
-    (plan.result_dir / "pair-summary.md").write_text(
-        pair_table(out.comparison, out.acceptance) + "\n", encoding="utf-8")
+    (plan.result_dir / "pair-summary.md").write_text(out.markdown() + "\n", encoding="utf-8")
     return out
 
 

@@ -18,7 +18,13 @@ from typing import Any
 
 from vllm_hust_vspec.bench import metrics, vllm_cli
 from vllm_hust_vspec.bench.client import LoadSpec, Progress, first_model, run_load
-from vllm_hust_vspec.bench.datasets import BenchRequest, load_requests, write_custom_jsonl
+from vllm_hust_vspec.bench.datasets import (
+    BenchRequest,
+    DatasetError,
+    load_requests,
+    write_custom_jsonl,
+)
+from vllm_hust_vspec.bench.speed_bench import group_requests, load_speed_bench
 from vllm_hust_vspec.bench.stats import summarize_requests
 
 BACKENDS = ("auto", "builtin", "vllm")
@@ -49,10 +55,15 @@ class LoadConfig:
     shuffle: bool = False
     warmup_prompts: int = 8
     warmup_output_len: int = 32
+    speed_bench_split: str | None = None  # speed-bench: qualitative | throughput | None: guess
+    group: str | None = None  # speed-bench: only this category / bucket (one measured window)
 
     def describe(self) -> str:
         """One line for logs and docs."""
         src = self.dataset + (f" ({self.dataset_path})" if self.dataset_path else "")
+        if self.dataset == "speed-bench":
+            src += (f", split {self.speed_bench_split or 'auto'}, "
+                    + (f"group {self.group}" if self.group else "per group, groups in turn"))
         rate = "unlimited" if self.request_rate == float("inf") else f"{self.request_rate:g}/s"
         conc = self.max_concurrency or "unlimited"
         return (f"{self.num_prompts} prompts x {self.output_len} output tokens from {src}, "
@@ -79,7 +90,23 @@ class RunOutput:
 
 
 def requests_for(load: LoadConfig) -> list[BenchRequest]:
-    """The measured prompts of a load."""
+    """The measured prompts of a load (for speed-bench with a group: that group's)."""
+    if load.dataset == "speed-bench":  # the whole file is checked, not just the first rows
+        if load.dataset_path is None:
+            raise DatasetError("dataset 'speed-bench' needs --dataset-path FILE.jsonl (a local "
+                               "SPEED-Bench export; see docs/benchmarks.md)")
+        sb = load_speed_bench(load.dataset_path, load.speed_bench_split)
+        groups = sb.groups()
+        if load.group is None:
+            return group_requests(sb.rows, num_prompts=load.num_prompts,
+                                  output_tokens=load.output_len, shuffle=load.shuffle,
+                                  seed=load.seed)
+        if load.group not in groups:
+            raise DatasetError(f"{load.dataset_path}: no rows in group {load.group!r} "
+                               f"(groups: {', '.join(groups)})")
+        return group_requests(groups[load.group], num_prompts=load.num_prompts,
+                              output_tokens=load.output_len, shuffle=load.shuffle,
+                              seed=load.seed)
     return load_requests(
         load.dataset, load.dataset_path, num_prompts=load.num_prompts,
         output_tokens=load.output_len, seed=load.seed, input_len=load.input_len,

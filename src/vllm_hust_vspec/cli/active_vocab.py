@@ -19,11 +19,16 @@ from typing import Any
 _EPILOG = """\
 trace files: JSON Lines or a JSON list; every object contributes its "token_ids",
 "output_token_ids" and "prompt_token_ids" lists (a bare list of ints counts as token ids).
+The target-argmax trace of --eagle-target-argmax-trace-path (docs/diagnostics.md) is read as
+such: its run header and closing lines are skipped, each step's "token_ids" (one list per
+request in "req_ids") are counted.
 
 exit status: 0 written, 1 inputs could not be read, 2 bad arguments.
 """
 
 TRACE_KEYS = ("token_ids", "output_token_ids", "prompt_token_ids")
+ARGMAX_FORMAT = "vspec_target_argmax"  # host/diagnostics.py writes it; kept in sync by a test
+ARGMAX_VERSIONS = (1,)
 
 
 def rank_ids(counts: Counter[int], size: int | None, always: Iterable[int] = ()) -> list[int]:
@@ -58,8 +63,31 @@ def _ids_in(obj: Any) -> Iterable[int]:
                 yield from _ids_in(value)
 
 
+def _argmax_ids(obj: Any, where: str) -> Iterable[int] | None:
+    """The ids of one line of a target-argmax trace; None when the line is not of that format
+    (then the generic keys apply). Headers and closing lines give no ids."""
+    if not isinstance(obj, dict):
+        return None
+    if obj.get("trace") == ARGMAX_FORMAT:
+        if obj.get("version") not in ARGMAX_VERSIONS:
+            raise ValueError(f"{where}: {ARGMAX_FORMAT} version {obj.get('version')!r} is not "
+                             f"supported (this tool reads {list(ARGMAX_VERSIONS)})")
+        return ()
+    if obj.get("end") is True and "token_ids" not in obj:
+        return ()
+    if "req_ids" in obj and "step" in obj:
+        req_ids, tokens = obj["req_ids"], obj.get("token_ids")
+        if not isinstance(tokens, list) or len(tokens) != len(req_ids) or not all(
+            isinstance(row, list) and all(isinstance(t, int) for t in row) for row in tokens
+        ):
+            raise ValueError(f"{where}: an argmax step needs one token-id list per request id")
+        return (t for row in tokens for t in row)
+    return None
+
+
 def count_trace(path: Path) -> Counter[int]:
-    """Token-id counts of a recorded trace (JSON Lines or one JSON document)."""
+    """Token-id counts of a recorded trace (JSON Lines or one JSON document), including the
+    target-argmax trace the plugin writes (``--eagle-target-argmax-trace-path``)."""
     text = path.read_text()
     counts: Counter[int] = Counter()
     try:
@@ -70,9 +98,11 @@ def count_trace(path: Path) -> Counter[int]:
     for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
-                counts.update(_ids_in(json.loads(line)))
+                obj = json.loads(line)
             except ValueError as exc:
                 raise ValueError(f"{path}:{n}: not JSON ({exc})") from exc
+            ids = _argmax_ids(obj, f"{path}:{n}")
+            counts.update(_ids_in(obj) if ids is None else ids)
     return counts
 
 

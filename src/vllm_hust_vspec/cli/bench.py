@@ -7,6 +7,8 @@ Examples::
     vllm-hust-vspec-bench pair --protocol cpu-tiny --num-prompts 32 --output-len 64 \\
         --repetitions 3 --plot pair.png
     vllm-hust-vspec-bench pair --protocol eagle --dry-run
+    vllm-hust-vspec-bench run --base-url http://127.0.0.1:8000 --dataset speed-bench \
+        --dataset-path speed-bench-qualitative.jsonl --num-prompts 80   # per category
     vllm-hust-vspec-bench --method draft      # the ARC-Easy protocol bench (no subcommand)
 """
 
@@ -25,8 +27,9 @@ from typing import TypeVar
 
 from vllm_hust_vspec._version import __version__
 from vllm_hust_vspec.bench.datasets import DATASETS, DatasetError
-from vllm_hust_vspec.bench.report import ProgressLine, pair_table, run_summary
+from vllm_hust_vspec.bench.report import ProgressLine, run_summary
 from vllm_hust_vspec.bench.run import BACKENDS, BenchError, LoadConfig, Target, choose_backend
+from vllm_hust_vspec.bench.speed_bench import SPLITS
 from vllm_hust_vspec.cli.launch import split_passthrough
 from vllm_hust_vspec.cli.options import add_settings_arguments, cli_values
 
@@ -42,6 +45,17 @@ exit status: 0 done (pair: speedup >= --min-speedup), 1 pair below --min-speedup
 
 Fair comparison (docs/benchmarks.md): temperature 0, no relaxed acceptance, same server flags,
 warm-up before each measured run, repetitions interleaved, medians with their range.
+
+SPEED-Bench (--dataset speed-bench): --num-prompts is per group; the groups (categories of
+the qualitative split, length buckets of the throughput split) run one after another, each
+its own /metrics window, and the report shows acceptance and throughput per group.
+"""
+
+PAIR_EPILOG = """
+Forced acceptance length (measurement only): '--forced-acceptance-length N' makes the vSpec
+arm keep exactly N drafts per greedy step whatever the target says. OUTPUTS CHANGE, so it is
+refused unless --allow-changed-outputs is given too; the logs, pair-summary.json
+("outputs_changed": true, "forced_acceptance_length": N) and pair-summary.md carry a banner.
 """
 
 
@@ -80,10 +94,15 @@ def _rate(text: str) -> float:
 def _add_load_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("load (same for every run)")
     g.add_argument("--dataset", choices=DATASETS, default="random",
-                   help="prompt source (default random; gsm8k, arc-easy, spec_bench and custom "
-                        "read --dataset-path)")
+                   help="prompt source (default random; gsm8k, arc-easy, spec_bench, "
+                        "speed-bench and custom read --dataset-path)")
     g.add_argument("--dataset-path", metavar="FILE.jsonl", help="local JSONL file")
-    g.add_argument("--num-prompts", type=_count, default=200, help="measured requests (200)")
+    g.add_argument("--speed-bench-split", choices=SPLITS, default=None,
+                   help="speed-bench: group by category (qualitative) or by input-length "
+                        "bucket (throughput); default: throughput when the rows' 'split' or "
+                        "the file name names a throughput_<N>k config, else qualitative")
+    g.add_argument("--num-prompts", type=_count, default=200,
+                   help="measured requests (200; speed-bench: per group)")
     g.add_argument("--output-len", type=_count, default=256, help="output tokens per request (256)")
     g.add_argument("--random-input-len", dest="input_len", type=_count, default=128,
                    help="words per random prompt (128)")
@@ -126,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_load_arguments(run)
     pair = sub.add_parser(
         "pair", help="start a target-only and a vSpec server from one preset and compare",
-        epilog=EPILOG + "\nArguments after '--' go to both 'vllm serve' commands.",
+        epilog=EPILOG + PAIR_EPILOG + "\nArguments after '--' go to both 'vllm serve' commands.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     pair.add_argument("--protocol", "--preset", dest="protocol", metavar="NAME",
@@ -142,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="seconds a server may take to become ready (900)")
     pair.add_argument("--dry-run", action="store_true", help="print the commands, then exit")
     pair.add_argument("--json", action="store_true", help="with --dry-run: print JSON")
+    pair.add_argument("--allow-changed-outputs", action="store_true",
+                      help="accept --forced-acceptance-length N (MEASUREMENT ONLY: the vSpec "
+                           "arm's outputs change; results are labelled outputs_changed)")
     _add_load_arguments(pair)
     add_settings_arguments(pair)
     return parser
@@ -154,7 +176,7 @@ def _load(ns: argparse.Namespace) -> LoadConfig:
         output_len=ns.output_len, input_len=ns.input_len, request_rate=ns.request_rate,
         max_concurrency=ns.max_concurrency, temperature=ns.temperature, seed=ns.seed,
         ignore_eos=ns.ignore_eos, shuffle=ns.shuffle, warmup_prompts=ns.warmup_prompts,
-        warmup_output_len=ns.warmup_output_len,
+        warmup_output_len=ns.warmup_output_len, speed_bench_split=ns.speed_bench_split,
     )
 
 
@@ -184,9 +206,17 @@ def _main_run(ns: argparse.Namespace, load: LoadConfig) -> int:
         return 0
     prog = ProgressLine(enabled=not ns.quiet)
     prog.start("run")
-    out = run_once(target, load, backend=backend, workdir=out_dir, name="run",
-                   progress=prog.requests, log=prog.message)
-    summary = run_summary(out.result)
+    if load.dataset == "speed-bench":
+        from vllm_hust_vspec.bench.speed_report import group_table
+        from vllm_hust_vspec.bench.speed_run import run_speed_bench
+
+        out = run_speed_bench(target, load, backend=backend, workdir=out_dir, name="run",
+                              progress=prog.requests, log=prog.message)
+        summary = run_summary(out.result) + "\n\n" + group_table(out.result["speed_bench"])
+    else:
+        out = run_once(target, load, backend=backend, workdir=out_dir, name="run",
+                       progress=prog.requests, log=prog.message)
+        summary = run_summary(out.result)
     (out_dir / "summary.txt").write_text(summary + "\n", encoding="utf-8")
     print(summary)
     print(f"raw result: {out.path}")
@@ -207,7 +237,8 @@ def _main_pair(ns: argparse.Namespace, load: LoadConfig, passthrough: list[str])
         print(f"{PROG}: note: {MODEL_DIR_ENV} is unset; looking up models in this checkout's "
               f"{tiny}, as ./run.sh does", file=sys.stderr)
     s = resolved.settings
-    if s.relaxed_acceptance():
+    forced = s.forced_acceptance_length
+    if forced is None and s.relaxed_acceptance():
         raise SettingsError("relaxed acceptance is on (confidence_accept_margin / "
                          "eagle_relaxed_accept_topk): outputs differ from target-only, so the "
                          "pair would not compare equal work; drop the option")
@@ -217,7 +248,14 @@ def _main_pair(ns: argparse.Namespace, load: LoadConfig, passthrough: list[str])
     plan = plan_pair(resolved, env, passthrough, load=load,
                      repetitions=ns.repetitions, min_speedup=ns.min_speedup,
                      backend=ns.backend,
-                     result_dir=_result_dir(ns), server_timeout_s=ns.server_timeout)
+                     result_dir=_result_dir(ns), server_timeout_s=ns.server_timeout,
+                     allow_changed_outputs=ns.allow_changed_outputs)
+    if forced is not None:
+        from vllm_hust_vspec.bench.speed_report import forced_banner
+
+        # Always on stderr, even with --quiet: nobody should read these figures as a
+        # quality-preserving comparison.
+        print(f"{PROG}: {forced_banner(forced)}", file=sys.stderr)
     for note in plan.commands["vspec"].notes:
         print(f"{PROG}: note: {note}", file=sys.stderr)
     if ns.dry_run:
@@ -228,9 +266,8 @@ def _main_pair(ns: argparse.Namespace, load: LoadConfig, passthrough: list[str])
         return EXIT_USAGE
     result = run_pair(plan, ProgressLine(enabled=not ns.quiet))
     assert result.comparison is not None
-    table = pair_table(result.comparison, result.acceptance)
     print(f"load per run: {load.describe()}")
-    print(table)
+    print(result.markdown())
     print(f"results: {plan.result_dir} (pair-summary.json, pair-summary.md, per-run JSON, "
           "server logs, traces)")
     if ns.plot:

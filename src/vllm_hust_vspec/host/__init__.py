@@ -99,13 +99,17 @@ def _apply_methods(patcher: Patcher, ref: SettingsRef) -> list[str]:
     from vllm_hust_vspec.host import ascend, models
     from vllm_hust_vspec.host.acceptance import install_acceptance
     from vllm_hust_vspec.host.cpu_expand import install_cpu_expand_fix
+    from vllm_hust_vspec.host.diagnostics import install_diagnostics
     from vllm_hust_vspec.host.drafting import install_drafting
+    from vllm_hust_vspec.host.target_vocab import install_target_vocab
     from vllm_hust_vspec.host.vocab import install_vocab_check
 
     registered = models.register_models()
     install_cpu_expand_fix(patcher)  # strict acceptance needs it too
     install_vocab_check(patcher, ref.get)
+    install_diagnostics(patcher, ref.get)
     install_drafting(patcher, ref.get)
+    install_target_vocab(patcher, ref.get)
     if not ascend.is_ascend_platform():  # vllm-ascend's rejection path has its own patch
         install_acceptance(patcher, ref.get)
     return registered
