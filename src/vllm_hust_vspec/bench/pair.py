@@ -241,16 +241,20 @@ def run_pair(plan: PairPlan, progress: ProgressLine | None = None) -> PairResult
             server.wait_ready(plan.server_timeout_s, tick=prog.waiting)
             prog.message(f"[{i}/{len(schedule)}] {ARM_LABEL[arm]} r{rep}: server ready after "
                          f"{server.ready_after_s:.0f} s at {server.base_url}")
-            result = measure(
+            run_out = measure(
                 Target(server.base_url, plan.model, plan.tokenizer), plan.load,
                 backend=plan.backend, workdir=plan.result_dir, name=name,
                 progress=prog.requests, log=prog.message,
-            ).result
+            )
         finally:
             server.stop()
+        result = run_out.result
         result["arm"] = arm
         result["repetition"] = rep
         result.update(forced_labels(forced if arm == "vspec" else None))
+        if run_out.path is not None:  # the per-run file carries the labels too
+            run_out.path.write_text(json.dumps(result, indent=1, default=str) + "\n",
+                                    encoding="utf-8")
         result["server_ready_s"] = server.ready_after_s
         out.runs[arm].append(result)
         spec = result.get("spec") or {}
