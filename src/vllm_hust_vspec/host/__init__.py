@@ -79,7 +79,7 @@ def apply(settings: Settings) -> None:
         registered: list[str] = []
         try:
             upstream.install(patcher, ref.get)
-            registered = _apply_methods(patcher, ref)
+            _apply_methods(patcher, ref, registered)
             _apply_ascend(patcher, ref)
         except BaseException:
             patcher.undo()
@@ -91,11 +91,12 @@ def apply(settings: Settings) -> None:
         )
 
 
-def _apply_methods(patcher: Patcher, ref: SettingsRef) -> list[str]:
+def _apply_methods(patcher: Patcher, ref: SettingsRef, registered: list[str]) -> None:
     """Method features on the upstream worker/config path (the one list of them):
     drafter registrations, the CPU expand fix, draft/target vocabulary rule, draft-side
     features (confidence stop, draft LM head, padded-vocab guards) and, on non-NPU hosts,
-    relaxed acceptance. Returns the registered model architectures."""
+    relaxed acceptance. ``registered`` receives the model architectures registered first, so
+    a later failure can unregister them."""
     from vllm_hust_vspec.host import ascend, models
     from vllm_hust_vspec.host.acceptance import install_acceptance
     from vllm_hust_vspec.host.cpu_expand import install_cpu_expand_fix
@@ -104,7 +105,7 @@ def _apply_methods(patcher: Patcher, ref: SettingsRef) -> list[str]:
     from vllm_hust_vspec.host.target_vocab import install_target_vocab
     from vllm_hust_vspec.host.vocab import install_vocab_check
 
-    registered = models.register_models()
+    registered.extend(models.register_models())
     install_cpu_expand_fix(patcher)  # strict acceptance needs it too
     install_vocab_check(patcher, ref.get)
     install_diagnostics(patcher, ref.get)
@@ -112,7 +113,6 @@ def _apply_methods(patcher: Patcher, ref: SettingsRef) -> list[str]:
     install_target_vocab(patcher, ref.get)
     if not ascend.is_ascend_platform():  # vllm-ascend's rejection path has its own patch
         install_acceptance(patcher, ref.get)
-    return registered
 
 
 def _apply_ascend(patcher: Patcher, ref: SettingsRef) -> None:
