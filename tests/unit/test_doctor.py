@@ -224,6 +224,7 @@ def test_wheel_source_is_read_and_the_runner_table_printed(
     out = capsys.readouterr().out
     assert "worker features by model runner" in out
     assert "v2: fails closed" in out and "relaxed acceptance" in out
+    assert "predecessor switches" in out and "--eagle-uniform-state-kernel" in out
     broken = tmp_path / "not-a-wheel.whl"
     broken.write_text("plain text")
     assert doctor.main(["--source", str(broken)]) == 2

@@ -14,7 +14,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from vllm_hust_vspec.host import runners
+from vllm_hust_vspec.host import compat, runners
 from vllm_hust_vspec.host.abi import (
     FEATURES,
     METHODS,
@@ -75,11 +75,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         doc = report.as_dict()
         doc["runners"] = [{"feature": name, **cells} for name, cells in rows]
+        doc["predecessor_switches"] = [
+            {"flag": sw.flag, "upstream": sw.upstream, "vllm_ascend": sw.ascend}
+            for sw in compat.SWITCHES]
         print(json.dumps(doc, indent=2, sort_keys=True))
     else:
         sys.stdout.write(render_text(report))
         sys.stdout.write(_runner_text(rows))
+        sys.stdout.write(_switch_text())
     return 0 if report.ok else 1
+
+
+def _switch_text() -> str:
+    """The predecessor's host switches: why each fails closed on either host."""
+    out = ["predecessor switches this host cannot honour (asked for, the launch stops):"]
+    for sw in compat.SWITCHES:
+        out += [f"  {sw.flag}", f"    upstream vLLM: {sw.upstream}",
+                f"    vLLM-Ascend: {sw.ascend}"]
+    return "\n".join(out) + "\n"
 
 
 def _runner_text(rows: list[tuple[str, dict[str, str]]]) -> str:
