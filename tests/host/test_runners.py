@@ -119,3 +119,11 @@ def test_table_rows_cover_every_runner() -> None:
     for _, cells in rows:
         assert set(cells) == set(runners.RUNNERS)
         assert cells[runners.V1] == "applies"
+
+
+def test_relaxed_acceptance_and_vllms_fly_acceptance_exclude_each_other() -> None:
+    cfg = config()
+    cfg.speculative_config.fly_window_size = 4
+    relaxed = Settings(method="eagle", eagle_relaxed_accept_topk=2)
+    assert any("FLy" in e for e in runners.plan(relaxed, runners.V1, cfg).errors)
+    assert not runners.plan(Settings(method="eagle"), runners.V1, cfg).errors

@@ -168,6 +168,13 @@ def _engine_errors(settings: Settings, runner: str, vllm_config: Any) -> list[st
             "deadlock (vLLM disables its own dynamic speculation under data parallel for the "
             "same reason); use --no-adaptive-speculation or data parallel 1"
         )
+    spec = getattr(vllm_config, "speculative_config", None)
+    if settings.relaxed_acceptance() and getattr(spec, "fly_window_size", None) is not None:
+        out.append(
+            "vSpec's relaxed acceptance together with vLLM's FLy acceptance "
+            "(speculative_config.fly_window_size, vLLM >= 0.33): vSpec's greedy rows would "
+            "replace FLy's result; configure one of the two"
+        )
     if runner == V2 and _draft_vocab_padded(vllm_config):
         out.append(
             "a draft whose vocabulary is padded beyond the target's: vSpec's draft-id guard "
