@@ -80,7 +80,8 @@ class SchedulerHook:
         self.adaptive = settings.adaptive_speculation
         self.mode = settings.adaptive_gamma0_mode
         self.token_budget = int(scheduler.max_num_scheduled_tokens)
-        self.controller = GuardedController(controller, max_gamma, metrics)
+        self._metrics = metrics
+        self.guard = GuardedController(controller, max_gamma, metrics)
         self.sticky = StickyCohort()
         self.refill = RefillAdmission(settings.refill_batch() if self.adaptive else 1, metrics)
         self.telemetry = Telemetry(metrics, trace)
@@ -95,7 +96,17 @@ class SchedulerHook:
     @property
     def failed(self) -> bool:
         """True once the controller raised (the fixed upper bound rules from then on)."""
-        return self.controller.failed
+        return self.guard.failed
+
+    @property
+    def controller(self) -> Controller:
+        """The controller deciding gamma (behind :attr:`guard`, its fallback)."""
+        return self.guard.controller
+
+    @controller.setter
+    def controller(self, controller: Controller) -> None:
+        # Benchmarks swap controllers between repetitions; each gets a fresh fallback guard.
+        self.guard = GuardedController(controller, self.max_gamma, self._metrics)
 
     # ---- decision ---------------------------------------------------------------------
     def decide(self, batch_size: int) -> int:
@@ -105,18 +116,22 @@ class SchedulerHook:
             # say, so it is not asked (its feedback still arrives, with next_gamma=0).
             self._decided = 0
             return 0
-        gamma = self.controller.decide(batch_size, self.token_budget)
+        gamma = self.guard.decide(batch_size, self.token_budget)
         self._decided = gamma
         return gamma
 
     # ---- schedule ---------------------------------------------------------------------
-    @contextmanager
-    def scheduling(self) -> Iterator[None]:
-        """Around one ``Scheduler.schedule()`` call: sticky draft discard, refill hold."""
+    def before_schedule(self) -> None:
+        """Sticky bookkeeping before the scheduler runs (finished requests, void drafts)."""
         self._decided = None
         sched = self.scheduler
         self.sticky.before_schedule(sched.finished_req_ids, sched.requests)
-        with self.refill.admission(sched):
+
+    @contextmanager
+    def scheduling(self) -> Iterator[None]:
+        """Around one ``Scheduler.schedule()`` call: sticky draft discard, refill hold."""
+        self.before_schedule()
+        with self.refill.admission(self.scheduler):
             yield
 
     def after_schedule(self, out: Any) -> None:
@@ -130,7 +145,7 @@ class SchedulerHook:
             self.adaptive
             and self.mode == "sticky"
             and decided == 0
-            and (self.sticky.pinned() or self.controller.settled())
+            and (self.sticky.pinned() or self.guard.settled())
         )
         if skip:
             setattr(out, SKIP_ATTR, True)
@@ -194,9 +209,9 @@ class SchedulerHook:
             idle = self._idle = not self.scheduler.has_unfinished_requests()
             self.step += 1
             if feedback is not None:
-                self.controller.observe(feedback)
+                self.guard.observe(feedback)
             telemetry = self.telemetry
-            telemetry.step(drafted, accepted, committed, idle, self.controller)
+            telemetry.step(drafted, accepted, committed, idle, self.guard)
             if telemetry.trace is not None:
                 telemetry.record(TraceRecord(
                     t=time.time(), step=self.step, batch=len(drafted), gamma=record.verified,
@@ -204,7 +219,7 @@ class SchedulerHook:
                     committed=decode_committed, tokens=committed, interval_s=interval,
                     reward=decode_committed / interval, steady=record.steady,
                     admitted=record.admitted, waiting=record.waiting, held=record.held,
-                    skip=record.skip, fallback=self.controller.failed,
+                    skip=record.skip, fallback=self.guard.failed,
                 ), idle)
 
         return finish
@@ -214,7 +229,7 @@ class SchedulerHook:
         if self.closed:
             return
         self.closed = True
-        self.telemetry.close(self.controller)
+        self.telemetry.close(self.guard)
 
 
 def _noop() -> None:
