@@ -110,6 +110,17 @@ def test_refill_holds_until_enough_slots_and_never_longer_than_bound() -> None:
     assert held == REFILL_MAX_HOLD_STEPS  # then released (no starvation)
 
 
+def test_no_refill_hold_while_a_sticky_zero_is_pinned() -> None:
+    sched = FakeScheduler(running=3, waiting=5)  # 1 free slot, refill 4: would hold
+    hook = _hook(sched, Ctrl(gamma=0), adaptive_refill_batch=4, adaptive_gamma0_mode="sticky")
+    hook.sticky.skip({"r0": 1, "r1": 1, "r2": 1})  # a pinned cohort: speculation is off
+    with hook.scheduling():
+        assert sched.max_num_active_reqs == 4 and not hook.refill.held
+    hook.sticky.members.clear()  # the cohort ended: holding forms the next one again
+    with hook.scheduling():
+        assert sched.max_num_active_reqs == 0 and hook.refill.held
+
+
 def test_an_exception_inside_the_hold_cannot_leave_admissions_at_zero() -> None:
     sched = FakeScheduler(running=3, waiting=5)
     hook = _hook(sched, Ctrl(), adaptive_refill_batch=4)

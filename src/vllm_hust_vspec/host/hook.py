@@ -131,7 +131,7 @@ class SchedulerHook:
     def scheduling(self) -> Iterator[None]:
         """Around one ``Scheduler.schedule()`` call: sticky draft discard, refill hold."""
         self.before_schedule()
-        with self.refill.admission(self.scheduler):
+        with self.refill.admission(self.scheduler, speculating=not self.sticky.pinned()):
             yield
 
     def after_schedule(self, out: Any) -> None:

@@ -153,11 +153,15 @@ class RefillAdmission:
         return free < min(self.batch, waiting) and self._hold_steps < REFILL_MAX_HOLD_STEPS
 
     @contextmanager
-    def admission(self, scheduler: Any) -> Iterator[bool]:
+    def admission(self, scheduler: Any, *, speculating: bool = True) -> Iterator[bool]:
         """Around one ``schedule()``: admit nobody while holding (the WAITING loop reads
         ``max_num_active_reqs``). The limit is restored however the block exits, and it is
-        changed only inside the ``try``, so no exception can leave it at zero."""
-        self.held = self._should_hold(scheduler)
+        changed only inside the ``try``, so no exception can leave it at zero.
+
+        ``speculating=False`` (a pinned sticky zero: no speculation until the cohort ends)
+        never holds: cohorts are formed for speculation, and holding then only delays
+        requests."""
+        self.held = speculating and self._should_hold(scheduler)
         if not self.held:
             self._hold_steps = 0
             yield False
