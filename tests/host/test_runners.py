@@ -127,3 +127,16 @@ def test_relaxed_acceptance_and_vllms_fly_acceptance_exclude_each_other() -> Non
     relaxed = Settings(method="eagle", eagle_relaxed_accept_topk=2)
     assert any("FLy" in e for e in runners.plan(relaxed, runners.V1, cfg).errors)
     assert not runners.plan(Settings(method="eagle"), runners.V1, cfg).errors
+
+
+def test_async_scheduling_refuses_the_confidence_stop_and_downgrades_the_fast_path() -> None:
+    cfg = config()
+    cfg.scheduler_config = SimpleNamespace(async_scheduling=True)
+    stop = Settings(method="eagle", adaptive_entropy_stop=True)
+    result = runners.plan(stop, runners.V1, cfg)
+    assert any("async scheduling" in e and "confidence stop" in e for e in result.errors)
+    plain = runners.plan(Settings(method="eagle"), runners.V1, cfg)
+    assert not plain.errors and plain.settings.adaptive_zero_fast_path is False
+    assert any("fast path" in w for w in plain.warnings)
+    cfg.scheduler_config.async_scheduling = False
+    assert runners.plan(stop, runners.V1, cfg).errors == ()

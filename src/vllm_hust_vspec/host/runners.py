@@ -153,8 +153,34 @@ def plan(settings: Settings, runner: str, vllm_config: Any = None) -> RunnerPlan
         else:
             errors.append(f"{feature.name}: {why}")
     if vllm_config is not None:
+        settings = _async_scheduling(settings, vllm_config, warnings, errors)
         errors += _engine_errors(settings, runner, vllm_config)
     return RunnerPlan(runner, settings, tuple(warnings), tuple(errors))
+
+
+def _async_scheduling(settings: Settings, vllm_config: Any, warnings: list[str],
+                      errors: list[str]) -> Settings:
+    """Under async scheduling the drafts are consumed on the device a step ahead: the
+    confidence stop (which truncates them on the host) cannot apply, and the zero fast path
+    (which needs to know no draft is in flight) steps aside."""
+    scheduler = getattr(vllm_config, "scheduler_config", None)
+    if not bool(getattr(scheduler, "async_scheduling", False)):
+        return settings
+    if settings.adaptive_entropy_stop:
+        errors.append(
+            "the confidence stop (--adaptive-entropy-stop) with async scheduling: it truncates "
+            "drafts on the host before the scheduler reads them, which async scheduling skips; "
+            "use --no-async-scheduling or drop the stop"
+        )
+    if (settings.adaptive_speculation and settings.adaptive_gamma0_mode == "sticky"
+            and settings.adaptive_zero_fast_path):
+        warnings.append(
+            "the zero-draft fast path is not available with async scheduling (draft "
+            "placeholders are in flight); sticky gamma-0 steps keep the speculative path "
+            "(same outputs)"
+        )
+        settings = dataclasses.replace(settings, adaptive_zero_fast_path=False)
+    return settings
 
 
 def _engine_errors(settings: Settings, runner: str, vllm_config: Any) -> list[str]:
