@@ -56,6 +56,19 @@ def read_ids_file(path: str | Path) -> list[int]:
     return ids
 
 
+def ids_in_range(path: str | Path, vocab_size: int, role: str) -> list[int]:
+    """The ids of ``path`` deduplicated in file order; an id outside ``[0, vocab_size)`` is
+    an error naming the file and the ``role``'s vocabulary ("draft", "target")."""
+    seen: dict[int, None] = {}
+    for t in read_ids_file(path):
+        if not 0 <= t < vocab_size:
+            raise ActiveVocabError(
+                f"{path}: token id {t} is outside the {role} vocabulary [0, {vocab_size})"
+            )
+        seen.setdefault(t, None)
+    return list(seen)
+
+
 def active_ids(
     vocab_size: int, size: int | None = None, path: str | Path | None = None
 ) -> list[int]:
@@ -65,14 +78,7 @@ def active_ids(
     Ids outside ``[0, vocab_size)`` are errors naming the file.
     """
     if path is not None:
-        seen: dict[int, None] = {}
-        for t in read_ids_file(path):
-            if not 0 <= t < vocab_size:
-                raise ActiveVocabError(
-                    f"{path}: token id {t} is outside the draft vocabulary [0, {vocab_size})"
-                )
-            seen.setdefault(t, None)
-        ids = list(seen)
+        ids = ids_in_range(path, vocab_size, "draft")
         if size is not None:
             ids = ids[:size]
     elif size is not None:

@@ -19,22 +19,16 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from vllm_hust_vspec.backends.draft_head import ActiveVocabError, read_ids_file
+from vllm_hust_vspec.backends.draft_head import ActiveVocabError, ids_in_range
 
 
 def target_ids(path: str | Path, vocab_size: int) -> list[int]:
     """The active target ids of ``path`` (draft active-vocab file format), deduplicated in
     file order. Ids outside ``[0, vocab_size)`` and an empty file are errors naming it."""
-    seen: dict[int, None] = {}
-    for t in read_ids_file(path):
-        if not 0 <= t < vocab_size:
-            raise ActiveVocabError(
-                f"{path}: token id {t} is outside the target vocabulary [0, {vocab_size})"
-            )
-        seen.setdefault(t, None)
-    if not seen:
+    ids = ids_in_range(path, vocab_size, "target")
+    if not ids:
         raise ActiveVocabError(f"{path}: the target active vocabulary file has no ids")
-    return list(seen)
+    return ids
 
 
 class TargetHead:
