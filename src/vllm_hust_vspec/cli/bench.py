@@ -328,7 +328,8 @@ def protocol_main(args: Sequence[str]) -> int:
     from vllm_hust_vspec.settings import SettingsError
 
     ns = build_protocol_parser().parse_args(list(args))
-    try:
+
+    def run() -> int:
         env, _ = with_checkout_model_dir(os.environ)
         plan = pr.plan_protocol(
             ns.method, dataset_path=ns.dataset_path, output_root=ns.output_dir, env=env,
@@ -358,18 +359,12 @@ def protocol_main(args: Sequence[str]) -> int:
         prog.start(f"ARC-Easy {ns.method}")
         out = run_once(plan.target, plan.load, backend=backend, workdir=plan.out_dir,
                        name=pr.RESULT_NAME, progress=prog.requests, log=prog.message)
-    except (DatasetError, SettingsError, ValueError) as exc:
-        _err(str(exc))
-        return EXIT_USAGE
-    except (BenchError, ServerStartError, OSError) as exc:
-        _err(str(exc))
-        return EXIT_ERROR
-    except KeyboardInterrupt:
-        _err("interrupted")
-        return 130
-    print(run_summary(out.result))
-    print(f"result: {out.path}")
-    return 0
+        print(run_summary(out.result))
+        print(f"result: {out.path}")
+        return 0
+
+    return _exit_status(run, (DatasetError, SettingsError, ValueError),
+                        (BenchError, ServerStartError, OSError))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -386,15 +381,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     if passthrough and ns.mode != "pair":
         _err("arguments after '--' are only for 'pair' (they go to vllm serve)")
         return EXIT_USAGE
-    try:
+
+    def run() -> int:
         load = _load(ns)
         if ns.mode == "run":
             return _main_run(ns, load)
         return _main_pair(ns, load, passthrough)
-    except (DatasetError, SettingsError, ModelNotFoundError, ValueError) as exc:
+
+    return _exit_status(run, (DatasetError, SettingsError, ModelNotFoundError, ValueError),
+                        (BenchError, ServerStartError, OSError))
+
+
+def _exit_status(run: Callable[[], int], usage: tuple[type[BaseException], ...],
+                 errors: tuple[type[BaseException], ...]) -> int:
+    """``run()``'s status; a usage error exits 2, a run failure 3, ^C 130 (one line each)."""
+    try:
+        return run()
+    except usage as exc:
         _err(str(exc))
         return EXIT_USAGE
-    except (BenchError, ServerStartError, OSError) as exc:
+    except errors as exc:
         _err(str(exc))
         return EXIT_ERROR
     except KeyboardInterrupt:
