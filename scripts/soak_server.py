@@ -31,6 +31,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from vllm_hust_vspec.bench.metrics import Sample, parse_prometheus, scrape, total  # noqa: E402
 from vllm_hust_vspec.bench.server import ServerProcess, free_port  # noqa: E402
 from vllm_hust_vspec.launch.command import ServeCommand  # noqa: E402
 
@@ -201,25 +203,10 @@ def default_prom_dir(port: int) -> Path:
     return Path(tempfile.gettempdir()) / f"vllm-hust-vspec-prometheus-{port}"
 
 
-def vspec_samples(text: str) -> dict[str, float]:
-    """Sum every ``vspec_*`` counter in Prometheus text over its label sets."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    sums: Counter[str] = Counter()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name.startswith("vspec_") and sample.name.endswith("_total"):
-                sums[sample.name] += sample.value
-    return dict(sums)
-
-
-def metrics_text(port: int) -> str:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        conn.request("GET", "/metrics")
-        return conn.getresponse().read().decode()
-    finally:
-        conn.close()
+def vspec_counters(samples: Mapping[Sample, float]) -> dict[str, float]:
+    """Every ``vspec_*`` counter summed over its label sets."""
+    names = {n for n, _ in samples if n.startswith("vspec_") and n.endswith("_total")}
+    return {n: total(samples, n) for n in sorted(names)}
 
 
 def post_mortem_metrics(folder: Path) -> dict[str, float]:
@@ -229,7 +216,7 @@ def post_mortem_metrics(folder: Path) -> dict[str, float]:
 
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=str(folder))
-    return vspec_samples(generate_latest(registry).decode())
+    return vspec_counters(parse_prometheus(generate_latest(registry).decode()))
 
 
 def check_trace(path: Path) -> dict[str, Any]:
@@ -291,9 +278,10 @@ def main(argv: list[str] | None = None) -> int:
                 tally.sent += 1
                 pool.submit(one_request, port, random.Random(seeds[i]), tally, 300.0)
         summary["traffic_seconds"] = round(time.monotonic() - t0, 1)
-        live = vspec_samples(metrics_text(port))
+        base = f"http://127.0.0.1:{port}"
+        live = vspec_counters(scrape(base))
         summary["second_launch"] = second_launch(port, None)
-        summary["metrics_kept"] = vspec_samples(metrics_text(port)).get(
+        summary["metrics_kept"] = vspec_counters(scrape(base)).get(
             "vspec_gamma_steps_total", 0.0) >= live.get("vspec_gamma_steps_total", 0.0) > 0
         # the SIGTERM wave: long requests in flight, then the signal to the server's pid
         wave = ThreadPoolExecutor(args.wave)
