@@ -37,9 +37,15 @@ def _classes() -> tuple[Any, Any, Any]:
     return LogitsProcessor, InputProcessor, GPUModelRunner
 
 
+ASKED = Settings(eagle_target_active_vocab_ids="/ids.json")  # read at KV-cache setup only
+
+
 def test_apply_patches_the_three_points_and_undo_restores() -> None:
     lp, ip, runner = _classes()
-    host.apply(Settings())
+    host.apply(Settings())  # not asked: nothing on the request and step paths
+    assert not is_patched(lp, "_get_logits") and not is_patched(ip, "_validate_params")
+    host.undo()
+    host.apply(ASKED)
     assert is_patched(lp, "_get_logits") and is_patched(ip, "_validate_params")
     assert is_patched(runner, "initialize_kv_cache")
     host.undo()
@@ -73,7 +79,7 @@ def _make_lp(lp_cls: Any, vocab: int) -> Any:
 
 def test_attach_restricts_the_real_logits_processor(tmp_path: Path) -> None:
     lp_cls, _, _ = _classes()
-    host.apply(Settings())
+    host.apply(ASKED)
     model = _Model(lp_cls)
     h = torch.randn(4, 8)
     full = model.compute_logits(h)
@@ -92,7 +98,7 @@ def test_attach_restricts_the_real_logits_processor(tmp_path: Path) -> None:
 
 def test_attach_fails_closed(tmp_path: Path) -> None:
     lp_cls, _, _ = _classes()
-    host.apply(Settings())
+    host.apply(ASKED)
     (tmp_path / "ids.json").write_text("[1, 2]")
     model = _Model(lp_cls)
     model.lm_head.tp_size = 2

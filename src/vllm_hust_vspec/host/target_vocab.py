@@ -238,12 +238,14 @@ def _make_kv_cache_wrapper(
 
 def install_target_vocab(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
     """Patch the request validation, the target runner and the logits processor for
-    ``eagle_target_active_vocab_ids`` (always installed when vSpec is enabled, like the
-    draft-side patches: without the option each wrapper is one attribute or settings read).
-    Fails closed on vLLM-Ascend, whose runner computes logits on its own path."""
+    ``eagle_target_active_vocab_ids``, only when the option is set (nothing is added to the
+    per-request and per-step paths otherwise). Fails closed on vLLM-Ascend, whose runner
+    computes logits on its own path."""
     from vllm_hust_vspec.host import ascend
 
-    if _active_path(get_settings) is not None and ascend.is_ascend_platform():
+    if _active_path(get_settings) is None:
+        return
+    if ascend.is_ascend_platform():
         raise TargetVocabError(
             f"vSpec {OPTION} is implemented for upstream vLLM's V1 runner only, not for "
             "vLLM-Ascend; unset it"
