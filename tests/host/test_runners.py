@@ -23,6 +23,11 @@ WORKER_OPTIONS: dict[str, Any] = {
     "eagle_draft_lm_head_quant": "w8a8",
     "confidence_accept_margin": 0.2,
     "eagle_relaxed_accept_topk": 2,
+    "eagle_draft_trace": True,
+    "eagle_draft_io_trace_dir": "/tmp/io",
+    "eagle_target_hidden_trace_dir": "/tmp/hidden",
+    "eagle_target_argmax_trace_path": "/tmp/argmax.jsonl",
+    "eagle_target_active_vocab_ids": "/tmp/ids.json",
 }
 
 

@@ -93,6 +93,18 @@ FEATURES: tuple[RunnerFeature, ...] = (
         {V2: _V2_DRAFTING},
     ),
     RunnerFeature(
+        "the diagnostic traces (--eagle-draft-trace, --eagle-*-trace-dir/-path)",
+        lambda s: bool(s.eagle_draft_trace or s.eagle_draft_io_trace_dir
+                       or s.eagle_target_hidden_trace_dir or s.eagle_target_argmax_trace_path),
+        {V2: "they wrap the V1 proposers and runner bookkeeping; " + _V2_DRAFTING},
+    ),
+    RunnerFeature(
+        "the target active vocabulary (--eagle-target-active-vocab-ids)",
+        lambda s: s.eagle_target_active_vocab_ids is not None,
+        {V2: "the restricted head is attached by the V1 runner's initialize_kv_cache, which "
+             "V2 does not have"},
+    ),
+    RunnerFeature(
         "relaxed acceptance (--confidence-accept-margin, --eagle-relaxed-accept-topk)",
         lambda s: s.relaxed_acceptance(),
         {V2: "V2 verifies in its own spec_decode/rejection_sampler.py, which vSpec does not "
