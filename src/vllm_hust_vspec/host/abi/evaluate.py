@@ -108,6 +108,8 @@ def probe(resolver: Resolver, p: Probe) -> ProbeResult:
 
 def run_check(resolver: Resolver, check: Check) -> CheckResult:
     """Evaluate every alternative; the first whose probes are all found wins."""
+    if check.applies_if and not resolver.has_module(check.applies_if):
+        return CheckResult(check, True, f"not applicable: no {check.applies_if}", ())
     results: list[ProbeResult] = []
     winner: int | None = None
     for i, alternative in enumerate(check.alternatives):

