@@ -37,7 +37,9 @@ from vllm_hust_vspec.sim.policies import BASELINES  # noqa: E402
 from vllm_hust_vspec.sim.runner import seeds_for  # noqa: E402
 
 COLUMNS = ["online", "profile", "oracle", *BASELINES]
-SHORT = {"vllm-batch-schedule": "vllm-bs", "sglang-adaptive": "sglang", "hf-heuristic": "hf"}
+SHORT = {"vllm-batch-schedule": "vllm-bs", "sglang-adaptive": "sglang", "hf-heuristic": "hf",
+         "vllm-acceptance-adaptive-k": "acc-k", "vllm-dflash-adaptive-k": "dflash",
+         "sglang-per-batch-ema": "sgl-bs", "nightjar-bandit": "nghtjar"}
 TARGET_STATIONARY = 0.97
 TARGET_NONSTATIONARY = 1.05
 TARGET_COST_US = 20.0
@@ -120,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"vSpec controller benchmark: {len(scenarios)} scenarios, every policy x {args.seeds} "
           f"seeds: {len(tasks)} simulations in {sim_seconds:.1f} s with {args.jobs} jobs")
+    print("columns: " + ", ".join(f"{short} = {name}" for name, short in SHORT.items()))
     print_ratio_table(reports, "ratio_to_best_fixed",
                       "goodput / best fixed gamma in hindsight (mean over seeds, paired)")
     print_ratio_table(reports, "ratio_to_oracle", "goodput / oracle (mean over seeds, paired)")

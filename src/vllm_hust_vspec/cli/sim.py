@@ -25,8 +25,9 @@ examples:
 
 Policies: fixed:K (every K in min_gamma..max_gamma), online and profile (vSpec's
 controllers), oracle (knows the true acceptance), and the published baselines
-vllm-batch-schedule, sglang-adaptive, hf-heuristic, ucb1. Goodput is committed tokens per
-busy second. Scenario schema and trace format: docs/simulator.md.
+vllm-batch-schedule, sglang-adaptive, hf-heuristic, ucb1, vllm-acceptance-adaptive-k,
+vllm-dflash-adaptive-k, sglang-per-batch-ema, nightjar-bandit. Goodput is committed tokens
+per busy second. Scenario schema and trace format: docs/simulator.md.
 """
 
 

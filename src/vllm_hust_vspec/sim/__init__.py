@@ -8,6 +8,8 @@ See docs/simulator.md.
 from ._strict import ScenarioError
 from .acceptance import ACCEPTANCE_PRESETS, AcceptanceSpec, unconditional_to_conditional
 from .baselines import FixedGamma, HfHeuristic, SglangAdaptive, Ucb1, VllmBatchSchedule
+from .baselines_per_batch import NightjarBandit, SglangPerBatchEma
+from .baselines_vllm import AcceptanceAdaptiveK, DflashAdaptiveK
 from .cost import COST_PRESETS, LinearCost, TableCost
 from .engine import RunResult, Simulation, simulate
 from .oracle import Oracle
@@ -37,10 +39,13 @@ from .scenario import (
 __all__ = [
     "ACCEPTANCE_PRESETS",
     "COST_PRESETS",
+    "AcceptanceAdaptiveK",
     "AcceptanceSpec",
+    "DflashAdaptiveK",
     "FixedGamma",
     "HfHeuristic",
     "LinearCost",
+    "NightjarBandit",
     "Oracle",
     "PolicyError",
     "PolicySummary",
@@ -49,6 +54,7 @@ __all__ = [
     "ScenarioError",
     "ScenarioReport",
     "SglangAdaptive",
+    "SglangPerBatchEma",
     "Simulation",
     "TableCost",
     "TraceRecord",

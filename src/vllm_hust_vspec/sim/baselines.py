@@ -10,6 +10,10 @@ These re-implement the *ideas* of published policies from their descriptions (no
 * ``HfHeuristic`` -- Hugging Face assisted generation's "heuristic" schedule: +2 after a fully
   accepted draft, -1 otherwise, never below 1.
 * ``Ucb1`` -- plain UCB1 over gamma arms, reward = committed tokens / step time.
+
+Policies from current upstream (vLLM's acceptance-adaptive K and DFlash adaptive K, SGLang's
+per-batch-size EMA, a Nightjar-style bandit) live in :mod:`.baselines_vllm` and
+:mod:`.baselines_per_batch`.
 """
 
 from __future__ import annotations

@@ -2,18 +2,24 @@
 
 Names: ``fixed:K``, ``online`` and ``profile`` (ours, from the adaptive package), ``oracle``,
 and the published baselines ``vllm-batch-schedule``, ``sglang-adaptive``, ``hf-heuristic``,
-``ucb1``.
+``ucb1`` (:mod:`.baselines`) and, from current upstream, ``vllm-acceptance-adaptive-k``,
+``vllm-dflash-adaptive-k``, ``sglang-per-batch-ema``, ``nightjar-bandit``
+(:mod:`.baselines_vllm`, :mod:`.baselines_per_batch`).
 """
 
 from __future__ import annotations
 
 from ..adaptive.feedback import Controller
 from .baselines import FixedGamma, HfHeuristic, SglangAdaptive, Ucb1, VllmBatchSchedule
+from .baselines_per_batch import NightjarBandit, SglangPerBatchEma
+from .baselines_vllm import AcceptanceAdaptiveK, DflashAdaptiveK
 from .oracle import Oracle
 from .scenario import Scenario
 
 OURS = ("online", "profile")
-BASELINES = ("vllm-batch-schedule", "sglang-adaptive", "hf-heuristic", "ucb1")
+BASELINES = ("vllm-batch-schedule", "sglang-adaptive", "hf-heuristic", "ucb1",
+             "vllm-acceptance-adaptive-k", "vllm-dflash-adaptive-k", "sglang-per-batch-ema",
+             "nightjar-bandit")
 REFERENCE = ("oracle",)
 
 
@@ -58,6 +64,14 @@ def make_controller(name: str, scenario: Scenario) -> Controller:
         return HfHeuristic(lo, hi)
     if name == "ucb1":
         return Ucb1(lo, hi)
+    if name == "vllm-acceptance-adaptive-k":
+        return AcceptanceAdaptiveK(lo, hi)
+    if name == "vllm-dflash-adaptive-k":
+        return DflashAdaptiveK(lo, hi)
+    if name == "sglang-per-batch-ema":
+        return SglangPerBatchEma(lo, hi)
+    if name == "nightjar-bandit":
+        return NightjarBandit(lo, hi)
     if name in OURS:
         from .adaptive_glue import build_ours  # noqa: PLC0415 - needs the adaptive package
 
