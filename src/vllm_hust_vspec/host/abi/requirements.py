@@ -29,6 +29,7 @@ METHODS = ("draft", "eagle", "eagle3", "mtp")
 # --- upstream vLLM names --------------------------------------------------------------------
 SCHED_OUT_MOD = "vllm.v1.core.sched.output"
 SCHED_MOD = "vllm.v1.core.sched.scheduler"
+ASYNC_SCHED_MOD = "vllm.v1.core.sched.async_scheduler"
 ENGINE_CORE_MOD = "vllm.v1.engine.core"
 WORKER_MOD = "vllm.v1.worker.gpu_worker"
 BASE_PROPOSER_MOD = "vllm.v1.spec_decode.llm_base_proposer"
@@ -110,6 +111,12 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                      "1 + max K)",
                      _p(SOURCE, SCHED_MOD, "Scheduler", "__init__", "dynamic_sd_lookup"),
                      _p(SOURCE, SCHED_MOD, "Scheduler", "schedule", "dynamic_sd_lookup")),
+            Check.of("vllm.async_k", VLLM,
+                     "under async scheduling the scheduler sizes each step's draft "
+                     "placeholders from the step's gamma",
+                     _p(SOURCE, ASYNC_SCHED_MOD, "AsyncScheduler", "_update_after_schedule",
+                        "num_spec_tokens_to_schedule"),
+                     applies_if=ASYNC_SCHED_MOD),
             Check.of("vllm.finished_ids", VLLM,
                      "a sticky gamma-0 cohort ends when its last request is freed: "
                      "Scheduler._free_request records it in finished_req_ids",
