@@ -26,7 +26,12 @@ class CostModel(Protocol):
         num_drafting: int,
         prefill_tokens: int,
         context_tokens: int,
-    ) -> float: ...
+        *,
+        zero_pass: bool = False,
+    ) -> float:
+        """Seconds for one step; ``zero_pass``: at ``gamma_draft == 0`` the drafter still
+        runs its first pass over the step's tokens (the host's sync gamma 0)."""
+        ...
 
     def steady_time(self, batch: int, gamma: int, context_tokens: int) -> float:
         """Time of a decode-only step at ``batch`` verifying and drafting ``gamma``."""
@@ -41,7 +46,9 @@ class LinearCost:
              + target_per_ctx_ktoken_ms * context tokens / 1000
     draft:   when gamma > 0: spec_overhead_ms + gamma * (per_gamma_ms + draft_step_ms
              + draft_per_token_ms * drafting requests)
-             + draft_ingest_per_token_ms * scheduled tokens
+             + draft_ingest_per_token_ms * scheduled tokens;
+             at gamma 0 nothing, unless the drafter still runs its first pass (``zero_pass``,
+             the host's sync zero): the same with one pass
     A serial draft model pays ``draft_ingest_per_token_ms`` (it must run over every verified and
     prefilled token to keep its own KV cache); an in-model MTP/EAGLE head reuses the target's
     hidden states and leaves it at 0.
@@ -64,6 +71,8 @@ class LinearCost:
         num_drafting: int,
         prefill_tokens: int,
         context_tokens: int,
+        *,
+        zero_pass: bool = False,
     ) -> float:
         """Seconds for one step."""
         tokens = num_decode + verify_tokens + prefill_tokens
@@ -72,8 +81,9 @@ class LinearCost:
             + self.target_per_token_ms * tokens
             + self.target_per_ctx_ktoken_ms * context_tokens * 1e-3
         )
-        if gamma_draft > 0 and num_drafting > 0:
-            ms += self.spec_overhead_ms + gamma_draft * (
+        passes = gamma_draft if gamma_draft > 0 else (1 if zero_pass else 0)
+        if passes and num_drafting > 0:
+            ms += self.spec_overhead_ms + passes * (
                 self.per_gamma_ms + self.draft_step_ms + self.draft_per_token_ms * num_drafting
             )
             ms += self.draft_ingest_per_token_ms * tokens
@@ -109,7 +119,8 @@ class TableCost:
     than the smallest measured value, and batches below the first row use the first row). A
     step verifying g_v and drafting g_d uses the table at gamma (g_v + g_d) / 2: the table was
     measured at steady state where both are equal, and verify and draft cost are both roughly
-    linear in gamma. Prefill adds ``prefill_per_token_ms`` per prompt token.
+    linear in gamma. Prefill adds ``prefill_per_token_ms`` per prompt token. The table's gamma-0
+    column is whatever the measured host did at gamma 0 (``zero_pass`` does not change it).
     """
 
     batches: tuple[float, ...]
@@ -140,6 +151,8 @@ class TableCost:
         num_drafting: int,
         prefill_tokens: int,
         context_tokens: int,
+        *,
+        zero_pass: bool = False,
     ) -> float:
         """Seconds for one step."""
         g_verify = verify_tokens / num_decode if num_decode else 0.0

@@ -10,6 +10,12 @@ Each loop iteration is one engine step:
    length; a request whose prefill completes commits its first token;
 4. price the step with the cost model, advance time, call ``controller.observe`` with the
    feedback a host would send (``gamma`` = the gamma verified in this step).
+
+The scenario's ``gamma0`` says what a gamma-0 step is: ``free`` (no drafter cost, an ideal
+host), ``sync`` (the drafter still runs its first pass, as vLLM does at K=0) or ``sticky``
+(vSpec's host, host/hook.py: a settled zero pins the running cohort at 0 without asking the
+controller until the cohort has finished, skips the drafter meanwhile, and the requests
+scheduled in a skipped step never draft again).
 """
 
 from __future__ import annotations
@@ -158,6 +164,14 @@ class Simulation:
         controller = self.controller
         decide, observe = controller.decide, controller.observe
 
+        mode = sc.gamma0
+        sticky = mode == "sticky"
+        zero_pass = mode != "free"
+        settled = getattr(controller, "settled", None)
+        pinned: set[int] = set()  # the cohort a sticky zero holds at 0
+        tainted: set[int] = set()  # requests whose drafter was skipped: never draft again
+        skip = False
+
         waiting: deque[_Req] = deque()
         running: list[_Req] = []
         next_spec = 0
@@ -229,8 +243,17 @@ class Simulation:
             # 2. decide (for drafts made after this step)
             self.batch = decode + [p[0] for p in prefill]
             self.batch_context = ctx
-            g = int(decide(len(self.batch), max_tokens))
-            g = min_g if g < min_g else (max_g if g > max_g else g)
+            if sticky and pinned:
+                g = 0  # the host does not ask the controller while a cohort is pinned
+            else:
+                g = int(decide(len(self.batch), max_tokens))
+                g = min_g if g < min_g else (max_g if g > max_g else g)
+            skip = sticky and g == 0 and (bool(pinned) or (callable(settled) and settled()))
+            if skip:
+                ids = {r.rid for r in self.batch}
+                tainted |= ids
+                if not pinned:
+                    pinned = ids
 
             # 3. verify
             committed = 0
@@ -269,11 +292,15 @@ class Simulation:
                         done_now = True
             for r in self.batch:
                 if r.decoding and not r.finished:
-                    r.pending = g
-                    num_drafting += 1
+                    if skip or r.rid in tainted:
+                        r.pending = 0
+                    else:
+                        r.pending = g
+                        num_drafting += 1
 
             # 4. time and feedback
-            dt = cost.step_time(len(decode), verify, g, num_drafting, pre_tokens, ctx)
+            dt = cost.step_time(len(decode), verify, g, num_drafting, pre_tokens, ctx,
+                                zero_pass=zero_pass)
             if noise is not None:
                 dt *= noise.factor(t)
             t += dt
@@ -293,6 +320,8 @@ class Simulation:
                         r.finish_t = t
                         finished.append(r)
                         released += 1
+                        pinned.discard(r.rid)
+                        tainted.discard(r.rid)
                     else:
                         keep.append(r)
                 running = keep
@@ -310,6 +339,8 @@ class Simulation:
                     interval_s=dt,
                     token_budget=max_tokens,
                     steady=pre_tokens == 0,
+                    drafter_ran=not skip,
+                    next_gamma=g,
                 )
                 observe(fb)
                 if self.want_trace:

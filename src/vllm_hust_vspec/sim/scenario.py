@@ -21,6 +21,14 @@ from .workload import Workload, parse_workload
 
 SCHEMA_VERSION = 1
 KNOWN_TAGS = ("stationary", "non-stationary")
+# What a gamma-0 step is on the simulated host (docs/simulator.md):
+# "free"   -- the drafter costs nothing at gamma 0 and nothing is pinned (an ideal host);
+# "sync"   -- the drafter still runs its first pass (vLLM's K=0), nothing is pinned;
+# "sticky" -- vSpec's host: a settled gamma-0 decision pins the running cohort at 0 until it
+#             has finished, the drafter is skipped meanwhile, and the requests scheduled in a
+#             skipped step never draft again (their draft KV has holes); unsettled zeros are
+#             sync zeros.
+GAMMA0_MODES = ("free", "sync", "sticky")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +47,7 @@ class Scenario:
     tags: tuple[str, ...] = ()
     description: str = ""
     timing_noise: TimingNoise = field(default_factory=TimingNoise)
+    gamma0: str = "free"
     source: str = field(default="<memory>", compare=False)
 
     @property
@@ -91,6 +100,7 @@ def parse_scenario(data: Any, source: str) -> Scenario:
         timing_noise=(parse_noise(top.child("timing_noise")) if top.has("timing_noise")
                       else TimingNoise()),
         description=top.string("description", ""),
+        gamma0=top.string("gamma0", "free", choices=GAMMA0_MODES),
         source=source,
     )
     top.finish()
