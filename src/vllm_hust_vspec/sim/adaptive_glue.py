@@ -29,7 +29,9 @@ def build_ours(name: str, scenario: Scenario) -> Controller:
     """``online`` or ``profile`` for ``scenario``'s gamma range."""
     lo, hi = scenario.min_gamma, scenario.max_gamma
     if name == "online":
-        return build_controller("online", min_gamma=lo, max_gamma=hi)
+        # as host/controller_factory.py builds it: on a sticky host arm 0 skips the drafter
+        return build_controller("online", min_gamma=lo, max_gamma=hi,
+                                zero_skips_drafter=scenario.gamma0 == "sticky")
     path = profile_path_for(scenario)
     return build_controller("profile", min_gamma=lo, max_gamma=hi, profile_path=str(path))
 
