@@ -281,8 +281,21 @@ V2_TREE = {
     "vllm/v1/worker/gpu/model_runner.py": """
         class GPUModelRunner:
             def execute_model(self, scheduler_output): ...
+            def sample(self, hidden_states, input_batch, grammar_output): ...
             def sample_tokens(self, grammar_output):
                 return self.speculator.propose(num_speculative_tokens=self.k)
+    """,
+    "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py": """
+        def rejection_sample(target_logits, draft_logits, draft_sampled, cu_num_logits, pos,
+                             idx_mapping, expanded_idx_mapping, expanded_local_pos,
+                             temperature, seed, num_speculative_steps,
+                             synthetic_conditional_rates=None): ...
+    """,
+    "vllm/v1/worker/gpu/spec_decode/rejection_sampler.py": """
+        from vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils import rejection_sample
+        class RejectionSampler:
+            def _verify(self, logits):
+                return rejection_sample(logits)
     """,
     "vllm/v1/worker/gpu/spec_decode/speculator.py": """
         class DraftModelSpeculator:

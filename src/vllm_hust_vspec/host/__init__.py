@@ -99,6 +99,7 @@ def _apply_methods(patcher: Patcher, ref: SettingsRef, registered: list[str]) ->
     a later failure can unregister them."""
     from vllm_hust_vspec.host import ascend, models
     from vllm_hust_vspec.host.acceptance import install_acceptance
+    from vllm_hust_vspec.host.acceptance_v2 import install_acceptance_v2
     from vllm_hust_vspec.host.cpu_expand import install_cpu_expand_fix
     from vllm_hust_vspec.host.diagnostics import install_diagnostics
     from vllm_hust_vspec.host.drafting import install_drafting
@@ -113,6 +114,7 @@ def _apply_methods(patcher: Patcher, ref: SettingsRef, registered: list[str]) ->
     install_target_vocab(patcher, ref.get)
     if not ascend.is_ascend_platform():  # vllm-ascend's rejection path has its own patch
         install_acceptance(patcher, ref.get)
+        install_acceptance_v2(patcher, ref.get)
 
 
 def _apply_ascend(patcher: Patcher, ref: SettingsRef) -> None:

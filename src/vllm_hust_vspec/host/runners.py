@@ -5,7 +5,8 @@ Upstream vLLM has two GPU runners: the V1 ``gpu_model_runner.GPUModelRunner`` (w
 default since 0.32 (``VllmConfig.use_v2_model_runner``: V2 unless ``VLLM_USE_V2_MODEL_RUNNER=0``,
 no Triton, or an unsupported feature). vLLM-Ascend has its own ``NPUModelRunner``. Most of
 vSpec's worker-side patches target the V1 classes; on V2 it patches gamma for the draft model,
-the sticky drafter skip and the padded-vocabulary guard (host/runner_v2.py), and it declares
+the sticky drafter skip and the padded-vocabulary guard (host/runner_v2.py) and relaxed
+acceptance (host/acceptance_v2.py), and it declares
 its gamma range to vLLM so V2 captures graphs per verify width (host/schedule.py). Each
 feature below says, per runner, why it cannot apply there. One table, read in two places: the
 worker checks it before the model loads (failing closed) and the scheduler hook at attach
@@ -103,8 +104,7 @@ FEATURES: tuple[RunnerFeature, ...] = (
     RunnerFeature(
         "relaxed acceptance (--confidence-accept-margin, --eagle-relaxed-accept-topk)",
         lambda s: s.relaxed_acceptance(),
-        {V2: "V2 verifies in its own spec_decode/rejection_sampler.py, which vSpec does not "
-             "patch (outputs would stay strict while the launch says relaxed)"},
+        {},  # V2: host/acceptance_v2.py relaxes the greedy rows of V2's rejection_sample
     ),
 )
 

@@ -42,6 +42,8 @@ V2_SPEC_MOD = "vllm.v1.worker.gpu.spec_decode.speculator"
 V2_STANDALONE_MOD = "vllm.v1.worker.gpu.spec_decode.standalone_ar.speculator"
 V2_TARGET_DEP_MOD = "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator"
 V2_MULTI_MTP_MOD = "vllm.v1.worker.gpu.spec_decode.multi_module_mtp.speculator"
+V2_REJ_MOD = "vllm.v1.worker.gpu.spec_decode.rejection_sampler"
+V2_REJ_UTILS_MOD = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
 
 # --- vllm-ascend names ----------------------------------------------------------------------
 A_SPEC_PKG = "vllm_ascend.spec_decode"
@@ -185,6 +187,16 @@ def v2_checks() -> list[Check]:
                     "hidden_states"),
                  _p(SOURCE, V2_SPEC_MOD, "DraftModelSpeculator", "sample_draft",
                     "compute_draft_logits"),
+                 applies_if=V2_RUNNER_MOD),
+        Check.of("vllm.v2_rejection", VLLM,
+                 "relaxed acceptance wraps the rejection_sample that RejectionSampler._verify "
+                 "calls by name, inside GPUModelRunner.sample (the greedy rows' layout: "
+                 "rows cu[r]..cu[r+1]-1, drafts one row ahead)",
+                 _p(FUNCTION, V2_REJ_UTILS_MOD, None, "rejection_sample", "target_logits",
+                    "draft_sampled", "cu_num_logits", "pos", "idx_mapping", "temperature",
+                    "num_speculative_steps", "synthetic_conditional_rates"),
+                 _p(SOURCE, V2_REJ_MOD, "RejectionSampler", "_verify", "rejection_sample"),
+                 _p(METHOD, V2_RUNNER_MOD, "GPUModelRunner", "sample", "input_batch"),
                  applies_if=V2_RUNNER_MOD),
     ]
 
