@@ -27,10 +27,14 @@ pytestmark = pytest.mark.vllm
 MAX_REQS, MAX_K, HIDDEN = 4, 4, 8
 
 
+SETTINGS = {"now": Settings(method="draft")}
+
+
 @pytest.fixture()
 def patched() -> Any:
     patcher = Patcher("test-runner-v2")
-    assert runner_v2.install(patcher)
+    SETTINGS["now"] = Settings(method="draft")
+    assert runner_v2.install(patcher, lambda: SETTINGS["now"])
     yield patcher
     patcher.undo()
 
@@ -220,6 +224,51 @@ def test_unpatched_v2_proposes_ids_past_the_target_vocabulary() -> None:
     ids = [int(spec.sample_draft(torch.zeros(2, HIDDEN), None, None, None, None, None, None)
                .max()) for _ in range(12)]
     assert max(ids) >= 10
+
+
+def _with_lm_head(spec: Any, weight: torch.Tensor) -> Any:
+    """Give the speculator a draft model whose logits are ``hidden @ weight.T``."""
+
+    class Head:
+        pass
+
+    head = Head()
+    head.weight = weight
+
+    class Model:
+        lm_head = head
+
+        def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+            return hidden @ weight.t()
+
+    spec.model = Model()
+    return spec
+
+
+@pytest.mark.parametrize("quant", ["none", "w8a16"])
+def test_the_draft_lm_head_options_restrict_v2_drafts(patched: Any, quant: str) -> None:
+    torch.manual_seed(0)
+    weight = torch.randn(16, HIDDEN)
+    hidden = torch.randn(6, HIDDEN)
+    SETTINGS["now"] = Settings(method="draft", eagle_draft_active_vocab_size=5,
+                               eagle_draft_lm_head_quant=quant)
+    spec = _with_lm_head(_standalone(draft_vocab=16, target_vocab=16), weight)
+    ids = spec.sample_draft(hidden, None, None, None, None, None, None)
+    expected = (hidden @ weight[:5].t()).argmax(-1)
+    assert ids.tolist() == expected.tolist()
+    assert (hidden @ weight.t()).argmax(-1).max() >= 5  # unrestricted, some row leaves the set
+    logits = spec.compute_draft_logits(hidden, 0)
+    assert logits.shape == (6, 16) and torch.isinf(logits[:, 5:]).all()
+
+
+def test_without_head_options_v2_keeps_vllms_head(patched: Any) -> None:
+    torch.manual_seed(0)
+    weight = torch.randn(16, HIDDEN)
+    hidden = torch.randn(6, HIDDEN)
+    spec = _with_lm_head(_standalone(draft_vocab=16, target_vocab=16), weight)
+    ids = spec.sample_draft(hidden, None, None, None, None, None, None)
+    assert ids.tolist() == (hidden @ weight.t()).argmax(-1).tolist()
+    assert getattr(spec, runner_v2.HEAD_ATTR) is None
 
 
 # ---- the declared schedule, read by vLLM's own code ---------------------------------------

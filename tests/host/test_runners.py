@@ -31,7 +31,8 @@ WORKER_OPTIONS: dict[str, Any] = {
 }
 # Options Model Runner V2 honours through host/runner_v2.py (tests/host/test_runner_v2.py runs
 # those patches on V2's real classes).
-NATIVE_ON_V2 = {"adaptive_gamma0_mode", "confidence_accept_margin", "eagle_relaxed_accept_topk"}
+NATIVE_ON_V2 = {"adaptive_gamma0_mode", "confidence_accept_margin", "eagle_relaxed_accept_topk",
+                "eagle_draft_active_vocab_size", "eagle_draft_lm_head_quant"}
 
 
 def config(v2: bool | None = False, dp: int = 1, draft_vocab: int = 10,
@@ -106,6 +107,19 @@ def test_multi_module_mtp_on_v2_warns_that_gamma_only_trims_verification() -> No
     assert not runners.plan(s, runners.V1, cfg).warnings
     fixed = Settings(method="mtp", adaptive_speculation=False)
     assert not runners.plan(fixed, runners.V2, cfg).warnings
+
+
+def test_draft_head_options_on_v2_refuse_the_drafters_that_bypass_them() -> None:
+    head = Settings(method="mtp", eagle_draft_active_vocab_size=100,
+                    adaptive_zero_fast_path=False)
+    cfg = config(v2=True)
+    assert not runners.plan(head, runners.V2, cfg).errors
+    cfg.speculative_config.use_multi_module_mtp = lambda: True
+    assert any("MultiModuleMTPSpeculator" in e for e in runners.plan(head, runners.V2, cfg).errors)
+    cfg = config(v2=True)
+    cfg.speculative_config.use_local_argmax_reduction = True
+    assert any("local-argmax" in e for e in runners.plan(head, runners.V2, cfg).errors)
+    assert not runners.plan(head, runners.V1, cfg).errors
 
 
 def test_vllms_adaptive_verification_excludes_adaptive_gamma_on_v2() -> None:

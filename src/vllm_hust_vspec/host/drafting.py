@@ -128,7 +128,9 @@ def _target_vocab(proposer: Any) -> int | None:
         return None
 
 
-def _lm_head_weight(proposer: Any) -> Any:
+def lm_head_weight(proposer: Any) -> Any:
+    """The draft's unquantized LM-head rows on one rank (a V1 proposer or a V2 speculator);
+    raises :class:`DraftSideError` naming what the options need."""
     model = proposer.model
     head = getattr(model, "lm_head", None)
     weight = getattr(head, "weight", None)
@@ -181,7 +183,7 @@ def _build_state(proposer: Any, config: DraftSideConfig) -> ProposerState:
     if config.head_changed:
         from vllm_hust_vspec.backends.draft_head import DraftHead, active_ids
 
-        weight = _lm_head_weight(proposer)
+        weight = lm_head_weight(proposer)
         vocab = int(weight.shape[0])
         if tv is not None:
             vocab = min(vocab, tv)  # never propose an id the target does not have
@@ -329,5 +331,6 @@ __all__ = [
     "ProposerState",
     "draft_config",
     "install_drafting",
+    "lm_head_weight",
     "state_of",
 ]

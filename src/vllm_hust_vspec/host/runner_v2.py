@@ -1,5 +1,5 @@
 """Model Runner V2 patches (``vllm/v1/worker/gpu/``): the sticky drafter skip, gamma honoured
-by the separate draft model, and the padded-vocabulary draft guard.
+by the separate draft model, the padded-vocabulary draft guard and the draft LM-head options.
 
 How a step's drafts are made on V2 (vLLM 0.32 / 0.33 ``gpu/model_runner.py``):
 ``execute_model(scheduler_output)`` keeps ``num_spec_tokens_to_schedule`` in its
@@ -28,6 +28,12 @@ the scheduler. So:
   have to -inf, so no such id is ever proposed. It is plain tensor code, so a captured draft
   graph contains it. ``use_local_argmax_reduction`` bypasses those logits (the runner table
   refuses it with a padded draft).
+* **The draft LM-head options** (active vocabulary, int8): the same wrapper computes the
+  logits with vSpec's :class:`~vllm_hust_vspec.backends.draft_head.DraftHead` over the
+  active rows and scatters them into a full-vocabulary row of -inf, so greedy argmax and
+  Gumbel sampling (whose cached draft logits the rejection sampler reads) both see the
+  restricted distribution. The head is built at the first draft, from the draft's
+  ``lm_head.weight`` (one rank, unquantized, as on the V1 runner).
 
 EAGLE / EAGLE-3 / MTP (``TargetDependentARSpeculator``) already draft exactly K; multi-module
 MTP drafts its fixed width in one pass (the runner table says so). Nothing here runs on the
@@ -38,10 +44,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_hust_vspec.host.hook import SKIP_ATTR
 from vllm_hust_vspec.host.patching import Patcher, resolve
+
+if TYPE_CHECKING:
+    from vllm_hust_vspec.host.drafting import DraftSideConfig
+    from vllm_hust_vspec.settings import Settings
 
 logger = logging.getLogger("vllm_hust_vspec.host")
 
@@ -62,6 +72,8 @@ PENDING_ATTR = "_vspec_skip_pending"
 ARMED_ATTR = "_vspec_skip_armed"
 # On the speculator: the first draft id the target lacks (None: nothing to mask), decided once.
 MASK_ATTR = "_vspec_mask_from"
+# On the speculator: its DraftHead (None: vLLM's own LM head), built once.
+HEAD_ATTR = "_vspec_draft_head"
 
 
 def available() -> bool:
@@ -144,21 +156,67 @@ def mask_from(speculator: Any) -> int | None:
     return value
 
 
-def _make_draft_logits_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
-    def compute_draft_logits(self: Any, *args: Any, **kwargs: Any) -> Any:
-        logits = orig(self, *args, **kwargs)
-        start = mask_from(self)
-        if start is not None:
-            logits[..., start:] = float("-inf")
-        return logits
+def draft_head(speculator: Any, config: DraftSideConfig) -> Any:
+    """The speculator's :class:`DraftHead` when the options ask for one (else None)."""
+    if hasattr(speculator, HEAD_ATTR):
+        return getattr(speculator, HEAD_ATTR)
+    head = None
+    if config.head_changed:
+        from vllm_hust_vspec.backends.draft_head import DraftHead, active_ids
+        from vllm_hust_vspec.host.drafting import lm_head_weight
 
-    return compute_draft_logits
+        weight = lm_head_weight(speculator)
+        vocab = int(weight.shape[0])
+        target = mask_from(speculator)
+        if target is not None:
+            vocab = min(vocab, target)  # never propose an id the target does not have
+        ids = active_ids(vocab, config.active_vocab_size, config.active_vocab_file)
+        head = DraftHead.build(weight, ids, config.lm_head_quant)
+        logger.info("vSpec: draft LM head over %d of %d token ids (quant %s; Model Runner V2)",
+                    head.size, int(weight.shape[0]), config.lm_head_quant)
+    setattr(speculator, HEAD_ATTR, head)
+    return head
 
 
-def install(patcher: Patcher) -> bool:
+def _head_logits(head: Any, hidden: Any, vocab: int) -> Any:
+    import torch
+
+    part = head.logits(hidden)
+    full = torch.full((hidden.shape[0], vocab), float("-inf"), dtype=part.dtype,
+                      device=part.device)
+    full[:, head.ids] = part
+    return full
+
+
+def _make_draft_logits_wrapper(
+    get_config: Callable[[], DraftSideConfig],
+) -> Callable[[Callable[..., Any]], Any]:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def compute_draft_logits(self: Any, hidden_states: Any, *args: Any,
+                                 **kwargs: Any) -> Any:
+            head = draft_head(self, get_config())
+            if head is not None:
+                return _head_logits(head, hidden_states, int(self.vocab_size))
+            logits = orig(self, hidden_states, *args, **kwargs)
+            start = mask_from(self)
+            if start is not None:
+                logits[..., start:] = float("-inf")
+            return logits
+
+        return compute_draft_logits
+
+    return make
+
+
+def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> bool:
     """Patch Model Runner V2 when this vLLM has it; returns whether it did."""
     if not available():
         return False
+    from vllm_hust_vspec.host.drafting import draft_config
+
+    def get_config() -> DraftSideConfig:
+        return draft_config(get_settings())
+
     runner_cls = resolve(*V2_RUNNER)
     patcher.wrap(runner_cls, "execute_model", _make_execute_wrapper)
     patcher.wrap(runner_cls, "sample_tokens", _make_sample_wrapper)
@@ -166,17 +224,19 @@ def install(patcher: Patcher) -> bool:
         patcher.wrap(resolve(*target), "propose",
                      _make_propose_wrapper(cap_steps=target == V2_STANDALONE))
     patcher.wrap(resolve(*V2_BASE_SPECULATOR), "compute_draft_logits",
-                 _make_draft_logits_wrapper)
+                 _make_draft_logits_wrapper(get_config))
     return True
 
 
 __all__ = [
     "ARMED_ATTR",
+    "HEAD_ATTR",
     "MASK_ATTR",
     "PENDING_ATTR",
     "V2_RUNNER",
     "V2_SPECULATORS",
     "available",
+    "draft_head",
     "install",
     "mask_from",
     "skipped_drafts",

@@ -5,8 +5,8 @@ Upstream vLLM has two GPU runners: the V1 ``gpu_model_runner.GPUModelRunner`` (w
 default since 0.32 (``VllmConfig.use_v2_model_runner``: V2 unless ``VLLM_USE_V2_MODEL_RUNNER=0``,
 no Triton, or an unsupported feature). vLLM-Ascend has its own ``NPUModelRunner``. Most of
 vSpec's worker-side patches target the V1 classes; on V2 it patches gamma for the draft model,
-the sticky drafter skip and the padded-vocabulary guard (host/runner_v2.py) and relaxed
-acceptance (host/acceptance_v2.py), and it declares
+the sticky drafter skip, the padded-vocabulary guard and the draft LM-head options
+(host/runner_v2.py) and relaxed acceptance (host/acceptance_v2.py), and it declares
 its gamma range to vLLM so V2 captures graphs per verify width (host/schedule.py). Each
 feature below says, per runner, why it cannot apply there. One table, read in two places: the
 worker checks it before the model loads (failing closed) and the scheduler hook at attach
@@ -87,7 +87,7 @@ FEATURES: tuple[RunnerFeature, ...] = (
     RunnerFeature(
         "the draft LM-head options (--eagle-draft-active-vocab-*, --eagle-draft-lm-head-quant)",
         lambda s: s.draft_head_changed(),
-        {V2: _V2_DRAFTING},
+        {},  # V2: host/runner_v2.py computes DraftModelSpeculator.compute_draft_logits
     ),
     RunnerFeature(
         "the diagnostic traces (--eagle-draft-trace, --eagle-*-trace-dir/-path)",
@@ -217,6 +217,20 @@ def _engine_errors(settings: Settings, runner: str, vllm_config: Any) -> list[st
             "use_local_argmax_reduction: the V2 draft guard masks the draft logits, which "
             "local-argmax reduction never materializes; drop use_local_argmax_reduction"
         )
+    if runner == V2 and settings.draft_head_changed():
+        multi_module = getattr(spec, "use_multi_module_mtp", None)
+        if callable(multi_module) and bool(multi_module()):
+            out.append(
+                "the draft LM-head options with a multi-module MTP drafter on Model Runner V2: "
+                "MultiModuleMTPSpeculator computes its own per-step logits, which vSpec does "
+                "not patch; drop the options"
+            )
+        if bool(getattr(spec, "use_local_argmax_reduction", False)):
+            out.append(
+                "the draft LM-head options with use_local_argmax_reduction on Model Runner "
+                "V2: local-argmax reduction never computes the draft logits the options "
+                "replace; drop one of the two"
+            )
     if (runner == V2 and settings.adaptive_speculation
             and bool(getattr(spec, "enable_adaptive_verification", False))):
         out.append(

@@ -42,10 +42,8 @@ logger = logging.getLogger("vllm_hust_vspec.host")
 
 HOOK_ATTR = "_vspec_hook"
 # Methods whose proposer drafts exactly the K it is given. suffix asserts K == configured K
-# and custom_class ignores it, so neither can be driven per step.
-SUPPORTED_METHODS = frozenset(
-    {"draft_model", "eagle", "eagle3", "mtp", "ngram", "ngram_gpu", "medusa"}
-)
+# and custom_class ignores it, so neither can be driven per step; medusa is gone in vLLM 0.33.
+SUPPORTED_METHODS = frozenset({"draft_model", "eagle", "eagle3", "mtp", "ngram", "ngram_gpu"})
 
 
 class VSpecHostError(RuntimeError):
@@ -234,7 +232,7 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
     patcher.wrap(runner_cls, "propose_draft_token_ids", _make_propose_wrapper)
     patcher.wrap(resolve(*WORKER), "load_model", _make_load_model_wrapper(get_settings))
     schedule.install(patcher, get_settings)
-    runner_v2.install(patcher)
+    runner_v2.install(patcher, get_settings)
 
     def fast_on() -> bool:
         return get_settings().adaptive_zero_fast_path
