@@ -338,3 +338,73 @@ def test_vllm_builds_its_config_with_the_declared_schedule() -> None:
                            num_speculative_tokens_per_batch_size=[(1, 8, 2)])
     assert [tuple(e) for e in users.speculative_config.num_speculative_tokens_per_batch_size] \
         == [(1, 8, 2)]
+
+
+def test_the_confidence_stop_cuts_each_requests_drafts_after_its_first_uncertain_position(
+    patched: Any,
+) -> None:
+    SETTINGS["now"] = Settings(method="draft", adaptive_entropy_stop=True)
+    spec = _standalone(draft_vocab=16, target_vocab=16)
+    calls = iter(range(100))
+
+    class Model:
+        def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+            step = next(calls)
+            logits = torch.zeros(hidden.shape[0], 16)
+            logits[:, 3] = 20.0  # confident everywhere ...
+            if step == 1:  # ... except request 0 at draft position 1: five-way tie
+                logits[0, :] = 0.0
+                logits[0, :5] = 20.0
+            return logits
+
+    spec.model = Model()
+
+    def prefill(input_batch: Any, *args: Any) -> None:  # the real prefill samples position 0
+        n = input_batch.num_reqs
+        spec.draft_tokens[:n, 0] = spec.sample_draft(torch.zeros(n, HIDDEN), None, None, None,
+                                                     None, None, None)
+
+    def decode(input_batch: Any, num_rejected: Any, num_reqs: int, *args: Any) -> None:
+        for step in range(1, spec.num_speculative_steps):  # as the real loop, eager
+            spec.draft_tokens[:num_reqs, step] = spec.sample_draft(
+                torch.zeros(num_reqs, HIDDEN), None, None, None, None, None, None)
+
+    spec._prefill = prefill
+    spec._multi_step_decode = decode
+    spec.propose(*_args(), num_speculative_tokens=3)
+
+    class Runner:
+        speculator = spec
+
+        def take_draft_token_ids(self) -> Any:
+            return SimpleNamespace(req_ids=["a", "b"], draft_token_ids=[[-1] * 3, [-1] * 3])
+
+    from vllm_hust_vspec.host.drafting import draft_config
+
+    take = runner_v2._make_take_wrapper(lambda: draft_config(SETTINGS["now"]))(
+        Runner.take_draft_token_ids)
+    out = take(Runner())
+    # kept up to and including the first uncertain position (adaptive/confidence.py)
+    assert [len(d) for d in out.draft_token_ids] == [2, 3]
+    assert getattr(spec, runner_v2.PENDING_STEPS_ATTR) is None  # consumed once
+    assert [len(d) for d in take(Runner()).draft_token_ids] == [3, 3]
+
+
+def test_the_confidence_stop_leaves_drafts_uncut_when_positions_went_unrecorded(
+    patched: Any,
+) -> None:
+    spec = _standalone()
+    setattr(spec, runner_v2.PENDING_STEPS_ATTR, ([torch.ones(2, 4)], 3))  # 1 of 3 positions
+
+    class Runner:
+        speculator = spec
+
+        def take_draft_token_ids(self) -> Any:
+            return SimpleNamespace(req_ids=["a", "b"], draft_token_ids=[[-1] * 3, [-1] * 3])
+
+    from vllm_hust_vspec.host.drafting import draft_config
+
+    take = runner_v2._make_take_wrapper(
+        lambda: draft_config(Settings(method="draft", adaptive_entropy_stop=True)))(
+            Runner.take_draft_token_ids)
+    assert [len(d) for d in take(Runner()).draft_token_ids] == [3, 3]

@@ -32,7 +32,8 @@ WORKER_OPTIONS: dict[str, Any] = {
 # Options Model Runner V2 honours through host/runner_v2.py (tests/host/test_runner_v2.py runs
 # those patches on V2's real classes).
 NATIVE_ON_V2 = {"adaptive_gamma0_mode", "confidence_accept_margin", "eagle_relaxed_accept_topk",
-                "eagle_draft_active_vocab_size", "eagle_draft_lm_head_quant"}
+                "eagle_draft_active_vocab_size", "eagle_draft_lm_head_quant",
+                "adaptive_entropy_stop"}
 
 
 def config(v2: bool | None = False, dp: int = 1, draft_vocab: int = 10,
@@ -79,7 +80,7 @@ def test_what_v2_honours_natively_is_kept(name: str) -> None:
 
 
 def test_v2_keeps_sticky_and_refuses_what_it_cannot_honour() -> None:
-    s = Settings(method="eagle", eagle_relaxed_accept_topk=2, adaptive_entropy_stop=True)
+    s = Settings(method="eagle", eagle_relaxed_accept_topk=2, eagle_draft_trace=True)
     result = runners.plan(s, runners.V2)
     assert result.settings.adaptive_gamma0_mode == "sticky"
     assert not any("sticky gamma 0" in w for w in result.warnings)
@@ -88,7 +89,25 @@ def test_v2_keeps_sticky_and_refuses_what_it_cannot_honour() -> None:
         result.raise_errors()
     text = str(err.value)
     assert "Model Runner V2" in text and "relaxed acceptance" not in text
-    assert "confidence stop" in text and "VLLM_USE_V2_MODEL_RUNNER=0" in text
+    assert "diagnostic traces" in text and "VLLM_USE_V2_MODEL_RUNNER=0" in text
+
+
+def test_the_confidence_stop_on_v2_needs_eager_drafting_except_for_a_draft_model() -> None:
+    stop = Settings(method="eagle", adaptive_entropy_stop=True)
+    graphs = config(v2=True)
+    graphs.speculative_config.method = "eagle"
+    graphs.compilation_config = SimpleNamespace(cudagraph_mode=SimpleNamespace(name="FULL"))
+    graphs.model_config.enforce_eager = False
+    assert any("draft CUDA graphs" in e for e in runners.plan(stop, runners.V2, graphs).errors)
+    assert not runners.plan(stop, runners.V1, graphs).errors
+    graphs.model_config.enforce_eager = True
+    assert not runners.plan(stop, runners.V2, graphs).errors
+    graphs.model_config.enforce_eager = False
+    graphs.speculative_config.method = "draft_model"  # StandaloneAR captures no draft graph
+    assert not runners.plan(stop, runners.V2, graphs).errors
+    graphs.speculative_config.use_multi_module_mtp = lambda: True
+    assert any("MultiModuleMTPSpeculator" in e
+               for e in runners.plan(stop, runners.V2, graphs).errors)
 
 
 def test_draft_model_gamma_applies_on_v2() -> None:
@@ -160,9 +179,9 @@ def test_padded_draft_vocabulary_is_refused_on_v2_only_without_its_logits() -> N
 def test_the_worker_stops_before_its_model_loads() -> None:
     loaded: list[bool] = []
     wrapped = _make_load_model_wrapper(lambda: Settings(method="eagle",
-                                                        adaptive_entropy_stop=True))(
+                                                        eagle_draft_trace=True))(
         lambda self: loaded.append(True))
-    with pytest.raises(runners.RunnerFeatureError, match="confidence stop"):
+    with pytest.raises(runners.RunnerFeatureError, match="diagnostic traces"):
         wrapped(SimpleNamespace(vllm_config=config(v2=True)))
     assert loaded == []
     wrapped(SimpleNamespace(vllm_config=config(v2=False)))

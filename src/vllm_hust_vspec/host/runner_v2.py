@@ -34,6 +34,14 @@ the scheduler. So:
   Gumbel sampling (whose cached draft logits the rejection sampler reads) both see the
   restricted distribution. The head is built at the first draft, from the draft's
   ``lm_head.weight`` (one rank, unquantized, as on the V1 runner).
+* **The confidence stop** (synchronous scheduling, eager drafting): the wrapped ``propose``
+  opens a recording, the ``compute_draft_logits`` wrapper appends each draft position's top-k
+  probabilities (rows = the batch's requests, in ``input_batch.req_ids`` order), and the
+  wrapped ``GPUModelRunner.take_draft_token_ids`` cuts each request's list (placeholders in
+  sync mode, the draft ids with structured outputs) at its first uncertain position. The
+  scheduler then schedules ragged drafts and V2 reads that many of the device drafts. A
+  captured draft graph replays without Python, so the runner table refuses the stop where
+  EAGLE/MTP draft graphs are captured; the standalone draft model never captures any.
 
 EAGLE / EAGLE-3 / MTP (``TargetDependentARSpeculator``) already draft exactly K; multi-module
 MTP drafts its fixed width in one pass (the runner table says so). Nothing here runs on the
@@ -74,6 +82,10 @@ ARMED_ATTR = "_vspec_skip_armed"
 MASK_ATTR = "_vspec_mask_from"
 # On the speculator: its DraftHead (None: vLLM's own LM head), built once.
 HEAD_ATTR = "_vspec_draft_head"
+# On the speculator: top-k probabilities per draft position of the propose in progress, and
+# those of the last propose (with its K), waiting for take_draft_token_ids.
+STEPS_ATTR = "_vspec_conf_steps"
+PENDING_STEPS_ATTR = "_vspec_conf_pending"
 
 
 def available() -> bool:
@@ -116,26 +128,45 @@ def skipped_drafts(speculator: Any, num_reqs: int) -> Any:
     return drafts
 
 
-def _make_propose_wrapper(cap_steps: bool) -> Callable[[Callable[..., Any]], Any]:
+def _make_propose_wrapper(
+    cap_steps: bool, get_config: Callable[[], DraftSideConfig],
+) -> Callable[[Callable[..., Any]], Any]:
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
         def propose(self: Any, input_batch: Any, *args: Any, **kwargs: Any) -> Any:
-            if getattr(self, ARMED_ATTR, False) and not kwargs.get("dummy_run", False):
+            dummy = bool(kwargs.get("dummy_run", False))
+            setattr(self, PENDING_STEPS_ATTR, None)
+            if getattr(self, ARMED_ATTR, False) and not dummy:
                 return skipped_drafts(self, int(input_batch.num_reqs))
             k = kwargs.get("num_speculative_tokens")
-            steps = int(self.num_speculative_steps)
-            if not cap_steps or k is None or int(k) >= steps:
-                return orig(self, input_batch, *args, **kwargs)
-            # The decode loop reads the step count; K = 0 keeps the prefill pass (sync zero).
-            self.num_speculative_steps = max(int(k), 1)
+            record = not dummy and get_config().entropy_stop
+            setattr(self, STEPS_ATTR, [] if record else None)
             try:
-                orig(self, input_batch, *args, **kwargs)
+                drafts = _propose_to_k(orig, self, input_batch, cap_steps, k, args, kwargs)
             finally:
-                self.num_speculative_steps = steps
-            return self.draft_tokens[: int(input_batch.num_reqs)]
+                recorded = getattr(self, STEPS_ATTR, None)
+                setattr(self, STEPS_ATTR, None)
+            if recorded:
+                width = int(self.num_speculative_steps) if k is None else int(k)
+                setattr(self, PENDING_STEPS_ATTR, (recorded, width))
+            return drafts
 
         return propose
 
     return make
+
+
+def _propose_to_k(orig: Callable[..., Any], spec: Any, input_batch: Any, cap_steps: bool,
+                  k: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    steps = int(spec.num_speculative_steps)
+    if not cap_steps or k is None or int(k) >= steps:
+        return orig(spec, input_batch, *args, **kwargs)
+    # The decode loop reads the step count; K = 0 keeps the prefill pass (sync zero).
+    spec.num_speculative_steps = max(int(k), 1)
+    try:
+        orig(spec, input_batch, *args, **kwargs)
+    finally:
+        spec.num_speculative_steps = steps
+    return spec.draft_tokens[: int(input_batch.num_reqs)]
 
 
 def mask_from(speculator: Any) -> int | None:
@@ -201,9 +232,50 @@ def _make_draft_logits_wrapper(
             start = mask_from(self)
             if start is not None:
                 logits[..., start:] = float("-inf")
+            steps = getattr(self, STEPS_ATTR, None)
+            if steps is not None:
+                from vllm_hust_vspec.backends.confidence import topk_probs
+
+                steps.append(topk_probs(logits, get_config().entropy_topk))
             return logits
 
         return compute_draft_logits
+
+    return make
+
+
+def _make_take_wrapper(
+    get_config: Callable[[], DraftSideConfig],
+) -> Callable[[Callable[..., Any]], Any]:
+    warned: list[bool] = []
+
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def take_draft_token_ids(self: Any) -> Any:
+            out = orig(self)
+            speculator = getattr(self, "speculator", None)
+            pending = getattr(speculator, PENDING_STEPS_ATTR, None)
+            if pending is None:
+                return out
+            setattr(speculator, PENDING_STEPS_ATTR, None)
+            steps, width = pending
+            if out is None or width <= 0:
+                return out
+            rows = len(out.req_ids)
+            if len(steps) < width or any(int(s.shape[0]) < rows for s in steps[:width]):
+                if not warned:  # a replayed draft graph recorded nothing (table refuses it)
+                    warned.append(True)
+                    logger.warning("vSpec: the confidence stop saw %d of %d draft positions; "
+                                   "drafts are left uncut", len(steps), width)
+                return out
+            from vllm_hust_vspec.backends.confidence import keep_counts, truncate
+
+            cfg = get_config()
+            keep = keep_counts([s[:rows] for s in steps[:width]], rule=cfg.entropy_rule,
+                               threshold=cfg.entropy_threshold)
+            out.draft_token_ids = truncate(out.draft_token_ids, keep)
+            return out
+
+        return take_draft_token_ids
 
     return make
 
@@ -220,9 +292,10 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> bool:
     runner_cls = resolve(*V2_RUNNER)
     patcher.wrap(runner_cls, "execute_model", _make_execute_wrapper)
     patcher.wrap(runner_cls, "sample_tokens", _make_sample_wrapper)
+    patcher.wrap(runner_cls, "take_draft_token_ids", _make_take_wrapper(get_config))
     for target in V2_SPECULATORS:
         patcher.wrap(resolve(*target), "propose",
-                     _make_propose_wrapper(cap_steps=target == V2_STANDALONE))
+                     _make_propose_wrapper(target == V2_STANDALONE, get_config))
     patcher.wrap(resolve(*V2_BASE_SPECULATOR), "compute_draft_logits",
                  _make_draft_logits_wrapper(get_config))
     return True
@@ -231,6 +304,8 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> bool:
 __all__ = [
     "ARMED_ATTR",
     "HEAD_ATTR",
+    "PENDING_STEPS_ATTR",
+    "STEPS_ATTR",
     "MASK_ATTR",
     "PENDING_ATTR",
     "V2_RUNNER",

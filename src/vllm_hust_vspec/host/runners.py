@@ -5,8 +5,8 @@ Upstream vLLM has two GPU runners: the V1 ``gpu_model_runner.GPUModelRunner`` (w
 default since 0.32 (``VllmConfig.use_v2_model_runner``: V2 unless ``VLLM_USE_V2_MODEL_RUNNER=0``,
 no Triton, or an unsupported feature). vLLM-Ascend has its own ``NPUModelRunner``. Most of
 vSpec's worker-side patches target the V1 classes; on V2 it patches gamma for the draft model,
-the sticky drafter skip, the padded-vocabulary guard and the draft LM-head options
-(host/runner_v2.py) and relaxed acceptance (host/acceptance_v2.py), and it declares
+the sticky drafter skip, the padded-vocabulary guard, the draft LM-head options and the
+confidence stop (host/runner_v2.py) and relaxed acceptance (host/acceptance_v2.py), and it declares
 its gamma range to vLLM so V2 captures graphs per verify width (host/schedule.py). Each
 feature below says, per runner, why it cannot apply there. One table, read in two places: the
 worker checks it before the model loads (failing closed) and the scheduler hook at attach
@@ -35,10 +35,6 @@ RUNNER_NAMES = {
     V2: "Model Runner V2 (vllm/v1/worker/gpu/model_runner.py)",
     ASCEND: "vLLM-Ascend's NPUModelRunner",
 }
-_V2_DRAFTING = ("V2 drafts inside its speculators (spec_decode/*/speculator.py), whose draft "
-                "loops vSpec patches only for gamma, the sticky skip and the vocabulary guard "
-                "(host/runner_v2.py)")
-
 
 class RunnerFeatureError(RuntimeError):
     """A feature the settings ask for cannot apply on the runner this engine builds."""
@@ -82,7 +78,7 @@ FEATURES: tuple[RunnerFeature, ...] = (
     RunnerFeature(
         "the confidence stop (--adaptive-entropy-stop)",
         lambda s: s.adaptive_entropy_stop,
-        {V2: _V2_DRAFTING},
+        {},  # V2: host/runner_v2.py records in compute_draft_logits (eager drafting only)
     ),
     RunnerFeature(
         "the draft LM-head options (--eagle-draft-active-vocab-*, --eagle-draft-lm-head-quant)",
@@ -93,7 +89,8 @@ FEATURES: tuple[RunnerFeature, ...] = (
         "the diagnostic traces (--eagle-draft-trace, --eagle-*-trace-dir/-path)",
         lambda s: bool(s.eagle_draft_trace or s.eagle_draft_io_trace_dir
                        or s.eagle_target_hidden_trace_dir or s.eagle_target_argmax_trace_path),
-        {V2: "they wrap the V1 proposers and runner bookkeeping; " + _V2_DRAFTING},
+        {V2: "they wrap the V1 proposers and runner bookkeeping, which Model Runner V2 does "
+             "not have (its drafting lives in spec_decode/*/speculator.py)"},
     ),
     RunnerFeature(
         "the target active vocabulary (--eagle-target-active-vocab-ids)",
@@ -217,6 +214,8 @@ def _engine_errors(settings: Settings, runner: str, vllm_config: Any) -> list[st
             "use_local_argmax_reduction: the V2 draft guard masks the draft logits, which "
             "local-argmax reduction never materializes; drop use_local_argmax_reduction"
         )
+    if runner == V2 and settings.adaptive_entropy_stop:
+        out += _v2_confidence_stop_errors(spec, vllm_config)
     if runner == V2 and settings.draft_head_changed():
         multi_module = getattr(spec, "use_multi_module_mtp", None)
         if callable(multi_module) and bool(multi_module()):
@@ -237,6 +236,33 @@ def _engine_errors(settings: Settings, runner: str, vllm_config: Any) -> list[st
             "adaptive gamma with vLLM's adaptive verification (speculative_config."
             "enable_adaptive_verification): both choose each step's verify lengths; "
             "configure one of the two"
+        )
+    return out
+
+
+def _draft_graphs(vllm_config: Any) -> bool:
+    """True when the engine may capture CUDA graphs (of the drafter too)."""
+    model = getattr(vllm_config, "model_config", None)
+    if bool(getattr(model, "enforce_eager", False)):
+        return False
+    mode = getattr(getattr(vllm_config, "compilation_config", None), "cudagraph_mode", None)
+    return mode is not None and getattr(mode, "name", str(mode)) != "NONE"
+
+
+def _v2_confidence_stop_errors(spec: Any, vllm_config: Any) -> list[str]:
+    out = []
+    multi_module = getattr(spec, "use_multi_module_mtp", None)
+    if callable(multi_module) and bool(multi_module()):
+        out.append(
+            "the confidence stop with a multi-module MTP drafter on Model Runner V2: "
+            "MultiModuleMTPSpeculator computes its own per-step logits, which vSpec does not "
+            "record; drop --adaptive-entropy-stop"
+        )
+    elif str(getattr(spec, "method", "")) != "draft_model" and _draft_graphs(vllm_config):
+        out.append(
+            "the confidence stop with EAGLE/MTP draft CUDA graphs on Model Runner V2: the "
+            "per-position recording runs in Python, which a replayed draft graph skips; "
+            "use --enforce-eager (or cudagraph_mode NONE), the V1 runner, or drop the stop"
         )
     return out
 

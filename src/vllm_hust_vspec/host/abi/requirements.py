@@ -168,6 +168,7 @@ def v2_checks() -> list[Check]:
                     "scheduler_output"),
                  _p(CALL_KW, V2_RUNNER_MOD, "GPUModelRunner", "sample_tokens", K_PARAM,
                     callee="propose"),
+                 _p(METHOD, V2_RUNNER_MOD, "GPUModelRunner", "take_draft_token_ids"),
                  applies_if=V2_RUNNER_MOD),
         Check.of("vllm.v2_speculators", VLLM,
                  "the sticky skip returns the speculator's draft buffer from each "
