@@ -1,0 +1,388 @@
+"""Run with the ascend023 environment's python (see scripts/setup_ascend_pair.sh):
+
+    .cache/ascend023/venv/bin/python tests/ascend_pair/_pair_checks.py [imports|graph|runner|all]
+
+Installs the fake NPU (tests/fake_npu), imports vllm-ascend 0.23.0.post1 against vLLM 0.23.0
+and executes vllm-ascend's ACL graph bookkeeping on CPU. Prints one line
+``PAIR_JSON {...}`` with the findings (the pytest side asserts on it).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+TESTS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(TESTS))
+
+# The import order vLLM itself uses: resolve the platform plugin, then the worker module
+# (vllm_ascend.worker.worker imports vllm_ascend.ops first, which breaks the
+# device_op <-> ops import cycle that a cold `import vllm_ascend.worker.model_runner_v1` hits).
+TARGETS = (
+    "vllm_ascend.worker.worker",
+    "vllm_ascend.compilation.acl_graph",
+    "vllm_ascend.worker.model_runner_v1",
+    "vllm_ascend.spec_decode",
+    "vllm_ascend.spec_decode.llm_base_proposer",
+    "vllm_ascend.spec_decode.eagle_proposer",
+    "vllm_ascend.spec_decode.draft_proposer",
+    "vllm_ascend.spec_decode.step3p5",
+    "vllm_ascend.sample.rejection_sampler",
+)
+
+
+def check_imports() -> dict[str, Any]:
+    import torch
+    import vllm
+    import vllm_ascend
+    from vllm.platforms import current_platform
+
+    out: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "vllm": vllm.__version__,
+        "vllm_file": vllm.__file__,
+        "vllm_ascend_file": vllm_ascend.__file__,
+        "platform": type(current_platform).__qualname__,
+        "platform_module": type(current_platform).__module__,
+        "imported": {},
+    }
+    try:
+        from vllm_ascend import _version
+
+        out["vllm_ascend"] = _version.version
+    except ImportError:
+        out["vllm_ascend"] = None
+    for name in TARGETS:
+        try:
+            importlib.import_module(name)
+            out["imported"][name] = None
+        except Exception as exc:  # report, don't stop: the test names the failing module
+            out["imported"][name] = f"{type(exc).__name__}: {exc}"
+    from vllm.triton_utils import HAS_TRITON
+
+    out["has_triton"] = HAS_TRITON
+    sd = sys.modules.get("vllm_ascend.spec_decode")
+    if sd is not None:
+        out["proposers"] = sorted(n for n in dir(sd) if n.startswith("Ascend"))
+    runner = sys.modules.get("vllm_ascend.worker.model_runner_v1")
+    if runner is not None:
+        cls = runner.NPUModelRunner
+        out["runner_mro"] = [c.__name__ for c in cls.__mro__[:3]]
+        out["runner_has"] = {m: hasattr(cls, m) for m in (
+            "capture_model", "_capture_aclgraphs", "_dummy_run", "propose_draft_token_ids",
+            "_update_full_graph_params_if_needed", "initialize_aclgraph_capture")}
+    return out
+
+
+def check_graph() -> dict[str, Any]:
+    """vllm-ascend's real ACLGraphWrapper and graph-params helpers, on the fake ACL graph."""
+    import torch
+    from vllm.compilation.counter import compilation_counter
+    from vllm.compilation.cuda_graph import CUDAGraphOptions
+    from vllm.config import CompilationConfig, CUDAGraphMode, VllmConfig
+    from vllm.forward_context import BatchDescriptor, set_forward_context
+    from vllm_ascend.compilation import acl_graph as ag
+
+    import fake_npu
+
+    log = fake_npu.graph_log
+    log.clear()
+    out: dict[str, Any] = {}
+    cfg = VllmConfig(compilation_config=CompilationConfig(
+        cudagraph_mode="FULL_DECODE_ONLY", cudagraph_capture_sizes=[1, 2, 4]))
+    out["cudagraph_mode"] = cfg.compilation_config.cudagraph_mode.name
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 8)
+    calls = {"n": 0}
+
+    def body(x: torch.Tensor) -> torch.Tensor:
+        calls["n"] += 1
+        return lin(x).relu()
+
+    runnable = fake_npu.replaying(body)
+    wrapper = ag.ACLGraphWrapper(runnable, cfg, CUDAGraphMode.FULL,
+                                 CUDAGraphOptions(debug_log_enable=False))
+    out["wrapper_pool"] = list(wrapper.graph_pool) if wrapper.graph_pool else None
+
+    # Graph params the runner sets up for its capture sizes (target and draft).
+    ag._graph_params = ag._draft_graph_params = ag._draft_graph_prefill_params = None
+    ag.set_graph_params([1, 2, 4])
+    ag.set_draft_graph_params([1, 2, 4])
+    try:
+        ag.set_graph_params([1, 2, 4])
+        out["double_set_raises"] = False
+    except ValueError:
+        out["double_set_raises"] = True
+
+    captured_before = compilation_counter.num_cudagraph_captured
+    bufs = {n: torch.zeros(n, 8) for n in (2, 4)}  # static input buffers per padded size
+
+    def step(n: int, mode: CUDAGraphMode, fill: float) -> torch.Tensor:
+        bufs[n].fill_(fill)
+        desc = BatchDescriptor(num_tokens=n, num_reqs=n, uniform=True)
+        with set_forward_context(None, cfg, num_tokens=n, cudagraph_runtime_mode=mode,
+                                 batch_descriptor=desc):
+            return wrapper(bufs[n])
+
+    o1 = step(4, CUDAGraphMode.FULL, 1.0)            # capture (4)
+    ag.update_graph_params_workspaces(4, torch.empty(16))
+    ag.update_draft_graph_params_workspaces(2, torch.empty(8))
+    o2 = step(4, CUDAGraphMode.FULL, 2.0)            # replay (4) with new input in place
+    out["replay_returns_captured_output"] = o2 is o1
+    out["replay_output_matches_eager"] = bool(torch.allclose(o2, lin(bufs[4]).relu()))
+    step(2, CUDAGraphMode.FULL, 3.0)                 # capture (2)
+    step(2, CUDAGraphMode.FULL, 4.0)                 # replay (2)
+    step(4, CUDAGraphMode.NONE, 5.0)                 # eager: no graph activity
+    step(4, CUDAGraphMode.PIECEWISE, 6.0)            # mode mismatch: eager
+    out["runnable_calls"] = calls["n"]
+    captured = compilation_counter.num_cudagraph_captured
+    out["num_cudagraph_captured_delta"] = captured - captured_before
+    out["entries"] = sorted(
+        [d.num_tokens, d.num_reqs, d.uniform] for d in wrapper.concrete_aclgraph_entries)
+    out["captures"] = [
+        {"graph": c["graph"], "batch_descriptor": c.get("batch_descriptor"),
+         "runtime_mode": c.get("runtime_mode"), "graph_params": c.get("graph_params")}
+        for c in log.captures]
+    out["replays"] = [{"graph": r["graph"], "captured_for": r["captured_for"]}
+                      for r in log.replays]
+    out["target_workspaces"] = sorted(
+        k for k, v in ag.get_graph_params().workspaces.items() if v is not None)
+
+    # Graph-task bookkeeping as the attention backends use it: during capture a kernel is
+    # wrapped in a task group whose handle is stored per size; before replay the runner
+    # patches it inside graph_task_update_begin/end and records an ExternalEvent.
+    npu = torch.npu
+    upd = npu.Stream()
+    params = ag.get_graph_params()
+
+    def attn_like(x: torch.Tensor) -> torch.Tensor:
+        s = npu.current_stream()
+        ev = npu.ExternalEvent()
+        ev.wait(s)
+        ev.reset(s)
+        npu.graph_task_group_begin(s)
+        y = x * 2
+        handle = npu.graph_task_group_end(s)
+        n = x.shape[0]
+        params.attn_params[n].append(("seq_lens", n))
+        params.handles[n].append(handle)
+        params.events[n].append(ev)
+        return y
+
+    # not wrapped in fake_npu.replaying: the body has bookkeeping side effects, which a real
+    # replay does not repeat (replaying() re-runs Python, so it suits pure tensor bodies only)
+    w2 = ag.ACLGraphWrapper(attn_like, cfg, CUDAGraphMode.FULL,
+                            CUDAGraphOptions(debug_log_enable=False))
+    x = torch.ones(1, 8)
+    desc = BatchDescriptor(num_tokens=1, num_reqs=1, uniform=True)
+    with set_forward_context(None, cfg, num_tokens=1, cudagraph_runtime_mode=CUDAGraphMode.FULL,
+                             batch_descriptor=desc):
+        w2(x)
+        # the update side (update_graph_params): patch each handle, then record its event
+        with npu.stream(upd):
+            for handle, ev in zip(params.handles[1], params.events[1], strict=True):
+                npu.graph_task_update_begin(upd, handle)
+                npu.graph_task_update_end(upd)
+                ev.record(upd)
+        w2(x)
+    out["task_groups"] = [(e["event"], e.get("graph")) for e in log.events
+                          if e["event"].startswith("task_")]
+    out["handle_updates"] = [h.updates for h in params.handles[1]]
+    out["last_capture_graph_params"] = log.captures[-1]["graph_params"]
+
+    # Ops with no CPU equivalent fail loudly and are recorded.
+    import torch_npu
+
+    try:
+        torch_npu.npu_moe_distribute_dispatch(x)
+        out["missing_op_raises"] = None
+    except NotImplementedError as exc:
+        out["missing_op_raises"] = str(exc)
+    out["format_cast_identity"] = torch_npu.npu_format_cast(x, 29) is x
+    out["fia_matches_sdpa"] = _check_fia(torch_npu)
+    return out
+
+
+def _check_fia(torch_npu: Any) -> bool:
+    """The CPU FIA (TND, causal, unpaged and paged) against torch's SDPA per request."""
+    import torch
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(0)
+    lens, n, nkv, d, bs = [3, 5], 4, 2, 8, 4
+    q = torch.randn(sum(lens), n, d, generator=g)
+    k = torch.randn(sum(lens), nkv, d, generator=g)
+    v = torch.randn(sum(lens), nkv, d, generator=g)
+    cum = torch.tensor(lens).cumsum(0).tolist()
+    ref = []
+    for s, e in zip([0, *cum[:-1]], cum, strict=True):
+        qi, ki, vi = (t[s:e].transpose(0, 1) for t in (q, k, v))
+        ki, vi = ki.repeat_interleave(n // nkv, 0), vi.repeat_interleave(n // nkv, 0)
+        ref.append(F.scaled_dot_product_attention(qi, ki, vi, is_causal=True).transpose(0, 1))
+    ref_t = torch.cat(ref)
+    out, _ = torch_npu.npu_fused_infer_attention_score(
+        q, k, v, input_layout="TND", actual_seq_lengths=cum, actual_seq_lengths_kv=cum,
+        num_key_value_heads=nkv, num_heads=n, scale=d ** -0.5, sparse_mode=3)
+    # paged: scatter K/V into a block cache (req 0 -> blocks 2,0; req 1 -> blocks 1,3)
+    kc, vc = torch.zeros(4, bs, nkv, d), torch.zeros(4, bs, nkv, d)
+    table = torch.tensor([[2, 0], [1, 3]])
+    slots = torch.tensor([table[0, i // bs] * bs + i % bs for i in range(lens[0])]
+                         + [table[1, i // bs] * bs + i % bs for i in range(lens[1])])
+    torch_npu._npu_reshape_and_cache(key=k, value=v, key_cache=kc, value_cache=vc,
+                                     slot_indices=slots)
+    paged, _ = torch_npu.npu_fused_infer_attention_score(
+        query=q, key=kc.view(4, bs, -1), value=vc.view(4, bs, -1), block_table=table,
+        input_layout="TND", block_size=bs, actual_seq_lengths=cum, actual_seq_lengths_kv=lens,
+        num_key_value_heads=nkv, num_heads=n, scale=d ** -0.5, sparse_mode=3)
+    return bool(torch.allclose(out, ref_t, atol=1e-5) and torch.allclose(paged, ref_t, atol=1e-5))
+
+
+MODELS = Path(os.environ.get("VSPEC_TEST_MODELS")
+              or Path(__file__).resolve().parents[2] / ".cache" / "models")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def check_runner(k: int = 3) -> dict[str, Any]:
+    """The real NPUModelRunner on CPU: MTP (k draft tokens) + FULL_DECODE_ONLY ACL graphs.
+
+    Builds the engine config from the tiny local MiMo-MTP model, constructs NPUModelRunner,
+    loads target + MTP drafter, sets up the KV cache (which resolves the cudagraph mode and
+    capture sizes and sets the target/draft graph params), runs capture_model() (target graph
+    and merged draft graph per decode size, on the fake ACL graph) and then asks the runner's
+    own dispatch which graph a decode batch with gamma < k draft tokens would use.
+    """
+    importlib.import_module("vllm_ascend.worker.worker")  # production import order (see TARGETS)
+    import numpy as np
+    import torch
+    from vllm.config import CUDAGraphMode, set_current_vllm_config
+    from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.core.kv_cache_utils import get_kv_cache_configs
+    from vllm.v1.worker.workspace import init_workspace_manager
+    from vllm_ascend.compilation import acl_graph as ag
+    from vllm_ascend.distributed.parallel_state import init_ascend_model_parallel
+    from vllm_ascend.worker.model_runner_v1 import NPUModelRunner
+
+    import fake_npu
+
+    model = MODELS / "mtp-target"
+    if not (model / "config.json").exists():
+        return {"skipped": f"tiny model {model} not built (scripts/build_tiny_models.py)"}
+    no_fusions = {k_: False for k_ in ("enable_npugraph_ex", "fuse_norm_quant", "fuse_qknorm_rope",
+                                       "fuse_allreduce_rms", "fuse_muls_add")}
+    args = EngineArgs(
+        model=str(model), dtype="float32", max_model_len=256, max_num_seqs=8,
+        max_num_batched_tokens=256,
+        speculative_config={"method": "mtp", "num_speculative_tokens": k},
+        compilation_config={"cudagraph_mode": "FULL_DECODE_ONLY"},
+        additional_config={"ascend_compilation_config": no_fusions},
+    )
+    cfg = args.create_engine_config()
+    out: dict[str, Any] = {"k": k,
+                           "config_capture_sizes": cfg.compilation_config.cudagraph_capture_sizes}
+    log = fake_npu.graph_log
+    log.clear()
+    missing_before = len(fake_npu.MISSING_CALLS)
+    ag._graph_params = ag._draft_graph_params = ag._draft_graph_prefill_params = None
+    with set_current_vllm_config(cfg):
+        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                     distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+        ensure_model_parallel_initialized(1, 1)
+        init_ascend_model_parallel(cfg.parallel_config)
+        init_workspace_manager(torch.device("cpu"), 1)
+        runner = NPUModelRunner(cfg, torch.device("cpu"))
+        out.update(
+            uniform_decode_query_len=runner.uniform_decode_query_len,
+            use_async_scheduling=runner.use_async_scheduling,
+            use_aclgraph=runner.use_aclgraph,
+            drafter=type(runner.drafter).__name__,
+            drafter_use_cuda_graph=runner.drafter.use_cuda_graph,
+        )
+        runner.load_model()
+        out["model_wrapper"] = type(runner.model).__name__
+        out["draft_runnable"] = type(runner.drafter._runnable).__name__
+        spec = runner.get_kv_cache_spec()
+        kv_cfg = get_kv_cache_configs(cfg, [spec], [64 * 1024 * 1024])[0]
+        runner.initialize_kv_cache(kv_cfg)
+        cc = runner.compilation_config
+        out["cudagraph_mode"] = cc.cudagraph_mode.name
+        out["capture_sizes"] = list(cc.cudagraph_capture_sizes)
+        keys = runner.cudagraph_dispatcher.cudagraph_keys
+        out["full_keys"] = sorted([d.num_tokens, d.num_reqs, d.uniform]
+                                  for d in keys[CUDAGraphMode.FULL])
+        out["piecewise_keys"] = len(keys[CUDAGraphMode.PIECEWISE])
+        out["graph_param_sizes"] = sorted(ag.get_graph_params().workspaces)
+        out["draft_graph_param_sizes"] = sorted(ag.get_draft_graph_params().workspaces)
+        runner.capture_model()
+        out["captures"] = [[c["graph"], (c.get("batch_descriptor") or {}).get("num_tokens"),
+                            (c.get("batch_descriptor") or {}).get("num_reqs")]
+                           for c in log.captures]
+        out["target_attn_params"] = {str(n): len(v) for n, v in
+                                     ag.get_graph_params().attn_params.items()}
+        out["draft_attn_params"] = {str(n): len(v) for n, v in
+                                    ag.get_draft_graph_params().attn_params.items()}
+        out["draft_entries"] = sorted(d.num_tokens for d in
+                                      runner.drafter._runnable.concrete_aclgraph_entries)
+        out["target_entries"] = sorted(d.num_tokens for d in
+                                       runner.model.concrete_aclgraph_entries)
+        # Which graph would a decode step use? gamma draft tokens per request -> 1 + gamma
+        # scheduled tokens each (all requests already past prefill).
+        dispatch: dict[str, Any] = {}
+        for gamma, reqs in ((k, 2), (k, 3), (k - 1, 2), (1, 2), (0, 2)):
+            lens = np.full(reqs, 1 + gamma, dtype=np.int32)
+            runner.input_batch.num_computed_tokens_cpu[:reqs] = 16
+            mode, desc, *_ = runner._determine_batch_execution_and_padding(
+                num_tokens=int(lens.sum()), num_reqs=reqs, num_scheduled_tokens_np=lens,
+                max_num_scheduled_tokens=int(lens.max()), use_cascade_attn=False)
+            # the drafter's first pass dispatches on the target's dispatcher with the
+            # target batch's uniform flag (llm_base_proposer._propose)
+            dmode, ddesc = runner.cudagraph_dispatcher.dispatch(
+                num_tokens=int(lens.sum()), uniform_decode=desc.uniform, has_lora=False)
+            dispatch[f"gamma={gamma},reqs={reqs}"] = {
+                "target": [mode.name, desc.num_tokens, desc.num_reqs, desc.uniform],
+                "draft_first_pass": [dmode.name, ddesc.num_tokens, ddesc.num_reqs]}
+        out["dispatch"] = dispatch
+    out["missing_calls"] = sorted(set(fake_npu.MISSING_CALLS[missing_before:]))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    # vLLM inspects model classes in a subprocess: the env's zzz_fake_npu.pth installs the
+    # fake NPU there too when this is set. Compile cache off: torch 2.13's AOT-autograd cache
+    # rejects vllm-ascend 0.23's compiled graphs (it expects OutputCode; 0.23 pins torch 2.10).
+    os.environ.setdefault("VSPEC_FAKE_NPU", str(TESTS))
+    os.environ.setdefault("VLLM_DISABLE_COMPILE_CACHE", "1")
+    import fake_npu
+
+    fake_npu.install()
+    what = argv[1] if len(argv) > 1 else "all"
+    result: dict[str, Any] = {}
+    try:
+        if what in ("imports", "all"):
+            result["imports"] = check_imports()
+        if what in ("graph", "all"):
+            result["graph"] = check_graph()
+        if what in ("runner", "all"):
+            result["runner"] = check_runner()
+    except Exception:
+        result["error"] = traceback.format_exc()
+    print("PAIR_JSON " + json.dumps(result, default=repr), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
