@@ -194,11 +194,15 @@ def _engine_errors(settings: Settings, runner: str, vllm_config: Any) -> list[st
     parallel = getattr(vllm_config, "parallel_config", None)
     dp = int(getattr(parallel, "data_parallel_size", 1) or 1)
     if settings.adaptive_speculation and dp > 1:
+        # The engine sees data parallel > 1 only where its ranks step in lockstep (MoE data
+        # parallel: DPEngineCoreProc); vLLM runs dense ranks as independent engines with
+        # data parallel size 1, and there one controller per engine is right.
         out.append(
-            f"adaptive gamma with data parallel size {dp}: every data-parallel engine runs its "
-            "own controller, and ranks that step in lockstep but pick different gamma "
-            "deadlock (vLLM disables its own dynamic speculation under data parallel for the "
-            "same reason); use --no-adaptive-speculation or data parallel 1"
+            f"adaptive gamma with data parallel size {dp} in lockstep (an MoE model's "
+            "data-parallel ranks run each step together): every rank runs its own "
+            "controller, and ranks that pick different gamma deadlock (vLLM disables its own "
+            "dynamic speculation under data parallel for the same reason); use "
+            "--no-adaptive-speculation or data parallel 1"
         )
     spec = getattr(vllm_config, "speculative_config", None)
     if settings.relaxed_acceptance() and getattr(spec, "fly_window_size", None) is not None:
