@@ -15,7 +15,9 @@ The scenario's ``gamma0`` says what a gamma-0 step is: ``free`` (no drafter cost
 host), ``sync`` (the drafter still runs its first pass, as vLLM does at K=0) or ``sticky``
 (vSpec's host, host/hook.py: a settled zero pins the running cohort at 0 without asking the
 controller until the cohort has finished, skips the drafter meanwhile, and the requests
-scheduled in a skipped step never draft again).
+scheduled in a skipped step never draft again). ``refill_batch`` holds admissions as the
+host's cohort refill does, and ``path_warmup`` slows the first steps after the drafter is
+switched off or on.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ from .acceptance import StationaryModel, expected_accept_prefix
 from .noise import NoiseSource
 from .scenario import Scenario
 from .workload import RequestSpec, make_requests
+
+
+# The host's longest run of held admission steps (host/hook_parts.py; a test keeps them equal).
+REFILL_MAX_HOLD_STEPS = 16
 
 
 class _Req:
@@ -171,6 +177,10 @@ class Simulation:
         pinned: set[int] = set()  # the cohort a sticky zero holds at 0
         tainted: set[int] = set()  # requests whose drafter was skipped: never draft again
         skip = False
+        refill = sc.refill_batch
+        held_steps = 0
+        warmup = sc.path_warmup if sticky else ()
+        drafter_was_on, since_switch = True, len(warmup)
 
         waiting: deque[_Req] = deque()
         running: list[_Req] = []
@@ -231,7 +241,13 @@ class Simulation:
                     budget -= chunk
                     prefill.append((r, chunk))
                     ctx += r.prefilled + chunk
-            while waiting and len(running) < max_seqs and budget > 0:
+            hold = (
+                refill > 1 and bool(waiting) and bool(running) and not pinned
+                and max_seqs - len(running) < min(refill, len(waiting))
+                and held_steps < REFILL_MAX_HOLD_STEPS
+            )
+            held_steps = held_steps + 1 if hold else 0
+            while not hold and waiting and len(running) < max_seqs and budget > 0:
                 r = waiting.popleft()
                 self._admit(r)
                 running.append(r)
@@ -301,6 +317,12 @@ class Simulation:
             # 4. time and feedback
             dt = cost.step_time(len(decode), verify, g, num_drafting, pre_tokens, ctx,
                                 zero_pass=zero_pass)
+            if warmup:
+                on = not skip
+                since_switch = since_switch + 1 if on == drafter_was_on else 0
+                drafter_was_on = on
+                if since_switch < len(warmup):
+                    dt *= warmup[since_switch]
             if noise is not None:
                 dt *= noise.factor(t)
             t += dt

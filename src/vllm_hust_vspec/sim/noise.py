@@ -27,6 +27,9 @@ class TimingNoise:
       ``load_period_s`` of simulated time and redrawn for the next period.
     * ``spike_prob`` / ``spike_factor``: a step stalls with this probability, taking this many
       times longer.
+    * ``hog_period_s`` / ``hog_factor``: a CPU hog that switches on and off, each state
+      lasting an exponential time of mean ``hog_period_s``; steps take ``hog_factor`` times
+      longer while it is on (a neighbour process on a shared CPU).
     """
 
     jitter_sigma: float = 0.0
@@ -34,23 +37,40 @@ class TimingNoise:
     load_period_s: float = 1.0
     spike_prob: float = 0.0
     spike_factor: float = 1.0
+    hog_period_s: float = 0.0
+    hog_factor: float = 1.0
 
     @property
     def active(self) -> bool:
         """False when every component is off (the engine then skips the noise entirely)."""
-        return bool(self.jitter_sigma or self.load_sigma or self.spike_prob)
+        return bool(self.jitter_sigma or self.load_sigma or self.spike_prob
+                    or (self.hog_period_s and self.hog_factor != 1.0))
 
 
 class NoiseSource:
     """Seeded sampler of one run's noise factors."""
 
-    __slots__ = ("_levels", "_noise", "_rng", "_seed")
+    __slots__ = ("_hog_on", "_hog_rng", "_hog_until", "_levels", "_noise", "_rng", "_seed")
 
     def __init__(self, noise: TimingNoise, seed: int) -> None:
         self._noise = noise
         self._seed = seed
         self._rng = random.Random(f"vspec-jitter/{seed}")
         self._levels: dict[int, float] = {}
+        self._hog_rng = random.Random(f"vspec-hog/{seed}")
+        self._hog_on = False
+        self._hog_until = (self._hog_rng.expovariate(1.0 / noise.hog_period_s)
+                           if noise.hog_period_s else math.inf)
+
+    def hog(self, t: float) -> float:
+        """The hog's slowdown at simulated time ``t`` (a function of time: paired)."""
+        n = self._noise
+        if not n.hog_period_s:
+            return 1.0
+        while t >= self._hog_until:  # times only move forward within one run
+            self._hog_on = not self._hog_on
+            self._hog_until += self._hog_rng.expovariate(1.0 / n.hog_period_s)
+        return n.hog_factor if self._hog_on else 1.0
 
     def load(self, t: float) -> float:
         """Load level at simulated time ``t`` (same for every policy run on this seed)."""
@@ -68,7 +88,7 @@ class NoiseSource:
     def factor(self, t: float) -> float:
         """The multiplier for a step starting at simulated time ``t``."""
         n = self._noise
-        f = self.load(t)
+        f = self.load(t) * self.hog(t)
         if n.jitter_sigma:
             f *= math.exp(n.jitter_sigma * self._rng.gauss(0.0, 1.0))
         if n.spike_prob and self._rng.random() < n.spike_prob:
@@ -84,6 +104,8 @@ def parse_noise(obj: StrictObject) -> TimingNoise:
         load_period_s=obj.number("load_period_s", 1.0, lo=1e-6),
         spike_prob=obj.number("spike_prob", 0.0, lo=0.0, hi=1.0),
         spike_factor=obj.number("spike_factor", 1.0, lo=1.0, hi=100.0),
+        hog_period_s=obj.number("hog_period_s", 0.0, lo=0.0),
+        hog_factor=obj.number("hog_factor", 1.0, lo=1.0, hi=100.0),
     )
     obj.finish()
     return noise
