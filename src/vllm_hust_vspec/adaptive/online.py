@@ -26,13 +26,14 @@ from typing import Any
 
 from ._limits import ZeroProbe, bucket_index, budget_cap, should_switch, step_toward
 from ._validate import require_float, require_int
-from .acceptance import AcceptanceModel, halflife_from_ewma_weight
+from .acceptance import AcceptanceModel
 from .arms import BucketStats
 from .cadence import CadencedPolicy
 from .cost_model import GlobalCost
 from .curves import bound, linear_fill, scaled
 from .feedback import ControllerSnapshot, StepFeedback
 from .load import TimeFilter
+from .policy_config import PolicyConfig
 
 _INF = math.inf
 # Pseudo-count given to a step time borrowed from another bucket or a linear fit: as
@@ -45,17 +46,13 @@ WARMUP_RETURNS: tuple[str, ...] = ("best", "incumbent")
 
 
 @dataclass(frozen=True, slots=True)
-class OnlineConfig:
-    """Knobs of :class:`OnlineController` (defaults suit max_gamma up to ~8)."""
+class OnlineConfig(PolicyConfig):
+    """Knobs of :class:`OnlineController`: the shared ones (:class:`PolicyConfig`; there
+    ``min_observations`` is the steady samples each arm must get in the sweep before arms are
+    compared by their own measurements, and sets ``sweep_samples`` to
+    ``1 + ceil(min_observations / sweep_passes)``: each visit's first decision is a transition
+    step and yields no sample) and these."""
 
-    min_gamma: int = 0
-    max_gamma: int = 4
-    # Decide every ``control_interval`` steps; in between gamma is held (budget still caps it).
-    control_interval: int = 1
-    # A challenger must beat the current arm's score by this relative margin to switch.
-    hysteresis: float = 0.05
-    # Largest gamma change per decision (a budget cap may force a larger drop).
-    max_gamma_step: int = 2
     # Steady samples per arm and bucket kept for reports (measured goodput in snapshot()).
     window: int = 32
     # UCB coefficient, relative to the best estimate of the bucket.
@@ -79,15 +76,6 @@ class OnlineConfig:
     staleness_halflife: float = 256.0
     # p[0] assumed before any verify feedback (deeper positions continue geometrically).
     prior_acceptance: float = 0.6
-    # Acceptance discount half-life in requests, clamped to the step range below.
-    acceptance_halflife_requests: float = 256.0
-    acceptance_min_halflife_steps: float = 4.0
-    acceptance_max_halflife_steps: float = 64.0
-    # While at gamma 0 no acceptance is observed: every ``probe_interval`` decisions draft one
-    # token once to re-measure it; the interval doubles (up to ``max_probe_interval``) each
-    # time the probe does not turn speculation back on. 0 disables probing.
-    probe_interval: int = 16
-    max_probe_interval: int = 512
     # Prior growth per step of the load level's variance, in units of the measurement noise
     # (how fast the load estimate follows the machine), until it is measured (adaptive/load.py).
     load_drift: float = 1.0
@@ -104,45 +92,23 @@ class OnlineConfig:
     zero_recheck_band: float = 0.5
     # First gamma (None: max_gamma); the first sweep pass walks down from it, then up.
     initial_gamma: int | None = None
-    # The predecessor's knobs (None / 'best': the values above decide). min_observations:
-    # steady samples each arm must get in the sweep before arms are compared by their own
-    # measurements; sets sweep_samples to 1 + ceil(min_observations / sweep_passes) (each
-    # visit's first decision is a transition step and yields no sample).
-    min_observations: int | None = None
-    # Weight of the newest request in the acceptance estimate: replaces
-    # acceptance_halflife_requests by ln(0.5) / ln(1 - ewma_weight) (still step-clamped).
-    ewma_weight: float | None = None
     # After the sweep: 'best' judges from the last swept arm (hysteresis measured from it);
     # 'incumbent' goes back to the initial gamma and judges from there.
     warmup_return: str = "best"
 
     def __post_init__(self) -> None:
-        require_int(self, "min_gamma", 0)
-        require_int(self, "max_gamma", self.min_gamma)
-        require_int(self, "control_interval", 1)
-        require_int(self, "max_gamma_step", 1)
+        self.validate_shared()
         require_int(self, "window", 1)
         require_int(self, "warmup_samples", 0)
         require_int(self, "path_switch_discard", 0)
         require_int(self, "sweep_samples", 1)
         require_int(self, "sweep_passes", 1)
-        require_int(self, "probe_interval", 0)
         require_int(self, "neighbour_check_interval", 0)
-        require_int(self, "max_probe_interval", self.probe_interval)
-        require_float(self, "hysteresis", 0.0, 10.0)
         require_float(self, "exploration", 0.0, 100.0)
         require_float(self, "staleness_halflife", 1e-9, math.inf)
         require_float(self, "prior_acceptance", 0.0, 1.0)
         require_float(self, "load_drift", 0.0, 100.0)
         require_float(self, "zero_recheck_band", 0.0, 1.0)
-        require_float(self, "acceptance_halflife_requests", 1e-9, math.inf)
-        require_float(self, "acceptance_min_halflife_steps", 1e-9, math.inf)
-        require_float(self, "acceptance_max_halflife_steps", self.acceptance_min_halflife_steps,
-                       math.inf)
-        if self.min_observations is not None:
-            require_int(self, "min_observations", 1)
-        if self.ewma_weight is not None:
-            require_float(self, "ewma_weight", 1e-9, 1.0)
         if self.warmup_return not in WARMUP_RETURNS:
             raise ValueError(f"OnlineConfig.warmup_return must be one of "
                              f"{', '.join(WARMUP_RETURNS)}, got {self.warmup_return!r}")
@@ -160,13 +126,6 @@ class OnlineConfig:
         if self.min_observations is None:
             return self.sweep_samples
         return 1 + -(-self.min_observations // self.sweep_passes)
-
-    @property
-    def halflife_requests(self) -> float:
-        """Acceptance discount half-life in requests actually used."""
-        if self.ewma_weight is None:
-            return self.acceptance_halflife_requests
-        return halflife_from_ewma_weight(self.ewma_weight)
 
 
 class OnlineController(CadencedPolicy):

@@ -16,74 +16,41 @@ from typing import Any
 
 from ._limits import ZeroProbe, budget_cap, should_switch, step_toward
 from ._validate import require_float, require_int
-from .acceptance import AcceptanceModel, halflife_from_ewma_weight
+from .acceptance import AcceptanceModel
 from .cadence import CadencedPolicy
 from .feedback import ControllerSnapshot, StepFeedback
+from .policy_config import PolicyConfig
 from .profile import Profile
 
 
 @dataclass(frozen=True, slots=True)
-class ProfileConfig:
-    """Knobs of :class:`ProfilePolicy`."""
+class ProfileConfig(PolicyConfig):
+    """Knobs of :class:`ProfilePolicy`: the shared ones (:class:`PolicyConfig`; there
+    ``min_observations`` is the steady samples an arm needs before its own calibration factor
+    replaces the all-arms one, None: 1) and these."""
 
-    min_gamma: int = 0
-    max_gamma: int = 4
-    control_interval: int = 1
-    hysteresis: float = 0.05
-    max_gamma_step: int = 2
     # How many request-observations the profile's default acceptance is worth.
     acceptance_prior_weight: float = 64.0
-    acceptance_halflife_requests: float = 256.0
-    acceptance_min_halflife_steps: float = 4.0
-    acceptance_max_halflife_steps: float = 64.0
     # EWMA rate of observed/predicted step time, and the clamp of the resulting factor.
     calibration_rate: float = 0.05
     calibration_min: float = 0.5
     calibration_max: float = 2.0
     # The profile's batch_gamma_table (if any) decides until this many steady steps were seen.
     table_steps: int = 32
-    probe_interval: int = 16
-    max_probe_interval: int = 512
-    # The predecessor's knobs. latency_calibration False: the profile's step times are used
-    # as they are (no calibration above). min_observations: steady samples an arm needs
-    # before its own calibration factor replaces the all-arms one (None: 1).
+    # The predecessor's knob. latency_calibration False: the profile's step times are used as
+    # they are (no calibration above).
     latency_calibration: bool = True
-    min_observations: int | None = None
-    # Weight of the newest request in the acceptance estimate: replaces
-    # acceptance_halflife_requests by ln(0.5) / ln(1 - ewma_weight) (still step-clamped).
-    ewma_weight: float | None = None
 
     def __post_init__(self) -> None:
-        require_int(self, "min_gamma", 0)
-        require_int(self, "max_gamma", self.min_gamma)
-        require_int(self, "control_interval", 1)
-        require_int(self, "max_gamma_step", 1)
+        self.validate_shared()
         require_int(self, "table_steps", 0)
-        require_int(self, "probe_interval", 0)
-        require_int(self, "max_probe_interval", self.probe_interval)
-        require_float(self, "hysteresis", 0.0, 10.0)
         require_float(self, "acceptance_prior_weight", 0.0, math.inf)
-        require_float(self, "acceptance_halflife_requests", 1e-9, math.inf)
-        require_float(self, "acceptance_min_halflife_steps", 1e-9, math.inf)
-        require_float(self, "acceptance_max_halflife_steps", self.acceptance_min_halflife_steps,
-                      math.inf)
         require_float(self, "calibration_rate", 0.0, 1.0)
         require_float(self, "calibration_min", 1e-6, 1.0)
         require_float(self, "calibration_max", 1.0, 1e6)
         if not isinstance(self.latency_calibration, bool):
             raise ValueError(f"ProfileConfig.latency_calibration must be a bool, got "
                              f"{self.latency_calibration!r}")
-        if self.min_observations is not None:
-            require_int(self, "min_observations", 1)
-        if self.ewma_weight is not None:
-            require_float(self, "ewma_weight", 1e-9, 1.0)
-
-    @property
-    def halflife_requests(self) -> float:
-        """Acceptance discount half-life in requests actually used."""
-        if self.ewma_weight is None:
-            return self.acceptance_halflife_requests
-        return halflife_from_ewma_weight(self.ewma_weight)
 
 
 class ProfilePolicy(CadencedPolicy):
