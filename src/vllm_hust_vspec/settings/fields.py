@@ -111,8 +111,10 @@ class Settings:
     chunked_prefill: bool | None = _opt(None, "Chunked prefill (default: host's).")
     model_runner: str = _opt(
         "auto", "Worker model runner on GPU hosts: 'auto' leaves vLLM's choice (Model Runner V2"
-        " on CUDA since 0.32), 'v1' / 'v2' set VLLM_USE_V2_MODEL_RUNNER. Features V2 cannot"
-        " honour are downgraded or refused at start (docs/hosts.md).",
+        " on CUDA since 0.32), 'v1' / 'v2' set VLLM_USE_V2_MODEL_RUNNER. v1: every vSpec"
+        " feature, PIECEWISE graphs under adaptive gamma (vLLM's rule); v2: FULL graphs per"
+        " verify width, no diagnostics traces, no target active vocabulary, the confidence stop"
+        " only with eager drafting (docs/hosts.md).",
         choices=("auto", "v1", "v2"),
     )
     shutdown_timeout: int | None = _opt(
