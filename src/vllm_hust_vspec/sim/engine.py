@@ -33,7 +33,6 @@ from .noise import NoiseSource
 from .scenario import Scenario
 from .workload import RequestSpec, make_requests
 
-
 # The host's longest run of held admission steps (host/hook_parts.py; a test keeps them equal).
 REFILL_MAX_HOLD_STEPS = 16
 
