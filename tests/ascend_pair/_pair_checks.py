@@ -1,6 +1,7 @@
 """Run with the ascend023 environment's python (see scripts/setup_ascend_pair.sh):
 
     .cache/ascend023/venv/bin/python tests/ascend_pair/_pair_checks.py [imports|graph|runner|all]
+    .cache/ascend023/venv/bin/python tests/ascend_pair/_pair_checks.py vspec
 
 Installs the fake NPU (tests/fake_npu), imports vllm-ascend 0.23.0.post1 against vLLM 0.23.0
 and executes vllm-ascend's ACL graph bookkeeping on CPU. Prints one line
@@ -9,6 +10,7 @@ and executes vllm-ascend's ACL graph bookkeeping on CPU. Prints one line
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -256,6 +258,37 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _engine_config(engine_args: Any, model: Path, k: int, max_num_seqs: int,
+                   capture_sizes: list[int] | None = None,
+                   graph_mode: str = "FULL_DECODE_ONLY") -> Any:
+    no_fusions = {k_: False for k_ in ("enable_npugraph_ex", "fuse_norm_quant", "fuse_qknorm_rope",
+                                       "fuse_allreduce_rms", "fuse_muls_add")}
+    compilation: dict[str, Any] = {"cudagraph_mode": graph_mode}
+    if capture_sizes:
+        compilation["cudagraph_capture_sizes"] = capture_sizes
+    args = engine_args(
+        model=str(model), dtype="float32", max_model_len=256, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=256,
+        speculative_config={"method": "mtp", "num_speculative_tokens": k},
+        compilation_config=compilation,
+        additional_config={"ascend_compilation_config": no_fusions},
+    )
+    return args.create_engine_config()
+
+
+def _init_parallel(cfg: Any) -> None:
+    import torch
+    from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
+    from vllm.v1.worker.workspace import init_workspace_manager
+    from vllm_ascend.distributed.parallel_state import init_ascend_model_parallel
+
+    init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                 distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+    ensure_model_parallel_initialized(1, 1)
+    init_ascend_model_parallel(cfg.parallel_config)
+    init_workspace_manager(torch.device("cpu"), 1)
+
+
 def check_runner(k: int = 3) -> dict[str, Any]:
     """The real NPUModelRunner on CPU: MTP (k draft tokens) + FULL_DECODE_ONLY ACL graphs.
 
@@ -269,12 +302,9 @@ def check_runner(k: int = 3) -> dict[str, Any]:
     import numpy as np
     import torch
     from vllm.config import CUDAGraphMode, set_current_vllm_config
-    from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
     from vllm.engine.arg_utils import EngineArgs
     from vllm.v1.core.kv_cache_utils import get_kv_cache_configs
-    from vllm.v1.worker.workspace import init_workspace_manager
     from vllm_ascend.compilation import acl_graph as ag
-    from vllm_ascend.distributed.parallel_state import init_ascend_model_parallel
     from vllm_ascend.worker.model_runner_v1 import NPUModelRunner
 
     import fake_npu
@@ -282,16 +312,7 @@ def check_runner(k: int = 3) -> dict[str, Any]:
     model = MODELS / "mtp-target"
     if not (model / "config.json").exists():
         return {"skipped": f"tiny model {model} not built (scripts/build_tiny_models.py)"}
-    no_fusions = {k_: False for k_ in ("enable_npugraph_ex", "fuse_norm_quant", "fuse_qknorm_rope",
-                                       "fuse_allreduce_rms", "fuse_muls_add")}
-    args = EngineArgs(
-        model=str(model), dtype="float32", max_model_len=256, max_num_seqs=8,
-        max_num_batched_tokens=256,
-        speculative_config={"method": "mtp", "num_speculative_tokens": k},
-        compilation_config={"cudagraph_mode": "FULL_DECODE_ONLY"},
-        additional_config={"ascend_compilation_config": no_fusions},
-    )
-    cfg = args.create_engine_config()
+    cfg = _engine_config(EngineArgs, model, k, max_num_seqs=8)
     out: dict[str, Any] = {"k": k,
                            "config_capture_sizes": cfg.compilation_config.cudagraph_capture_sizes}
     log = fake_npu.graph_log
@@ -299,11 +320,7 @@ def check_runner(k: int = 3) -> dict[str, Any]:
     missing_before = len(fake_npu.MISSING_CALLS)
     ag._graph_params = ag._draft_graph_params = ag._draft_graph_prefill_params = None
     with set_current_vllm_config(cfg):
-        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                     distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
-        ensure_model_parallel_initialized(1, 1)
-        init_ascend_model_parallel(cfg.parallel_config)
-        init_workspace_manager(torch.device("cpu"), 1)
+        _init_parallel(cfg)
         runner = NPUModelRunner(cfg, torch.device("cpu"))
         out.update(
             uniform_decode_query_len=runner.uniform_decode_query_len,
@@ -360,6 +377,332 @@ def check_runner(k: int = 3) -> dict[str, Any]:
     return out
 
 
+# The vSpec graph-per-gamma check: k = 3, 4 sequences, candidate gammas 0..3, the config's
+# capture sizes = the launcher's batch x (1 + gamma) for batch 1..4 with 9 (3 x width 3) left
+# out (as vllm-ascend's platform may cut the list), so that 3
+# requests at gamma 2 pad to the 12-token width-3 graph (4 requests), and 16 (4 x width 4)
+# left out, so that 4 requests at gamma 3 miss their graph and mtp_strict_graph has to fire.
+VSPEC_K = 3
+VSPEC_SEQS = 4
+VSPEC_GAMMAS = (0, 1, 2, 3)
+VSPEC_SIZES = [1, 2, 3, 4, 6, 8, 12]
+
+
+def _desc(d: Any) -> list[Any] | None:
+    return None if d is None else [d.num_tokens, d.num_reqs, d.uniform]
+
+
+def check_vspec_graphs(graph_mode: str = "FULL_DECODE_ONLY") -> dict[str, Any]:
+    """vSpec's graph-per-gamma patches on the real NPUModelRunner (fake NPU).
+
+    Applies vSpec's host/ascend install() (K backport + graph_widths) through a Patcher with
+    launch-like settings, builds the runner, runs the real
+    capture_model(), then: the keys, captures and graph params per width / gamma; the runner's
+    own dispatch for every gamma and batch (target and the drafter's first pass, steady and
+    switching frames); a replay per width through _dummy_run (target graph + merged draft
+    graph replayed, each updating only its own graph params); mtp_strict_graph.
+    """
+    importlib.import_module("vllm_ascend.worker.worker")
+    import numpy as np
+    import torch
+    from vllm.config import CUDAGraphMode, set_current_vllm_config
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.core.kv_cache_utils import get_kv_cache_configs
+    from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
+    from vllm_ascend.compilation import acl_graph as ag
+    from vllm_ascend.worker.model_runner_v1 import NPUModelRunner
+
+    import fake_npu
+    from vllm_hust_vspec.host import abi, ascend
+    from vllm_hust_vspec.host.ascend import graph_widths as gw
+    from vllm_hust_vspec.host.ascend.graphs import MtpStrictGraphError
+    from vllm_hust_vspec.host.patching import Patcher
+    from vllm_hust_vspec.settings import Settings
+
+    model = MODELS / "mtp-target"
+    if not (model / "config.json").exists():
+        return {"skipped": f"tiny model {model} not built (scripts/build_tiny_models.py)"}
+    out: dict[str, Any] = {"k": VSPEC_K, "gammas": list(VSPEC_GAMMAS), "plan_sizes": VSPEC_SIZES}
+
+    # the doctor's live tier on this pair, for the Ascend graph checks this patch relies on
+    report = abi.check_live("mtp", True, hosts=(abi.ASCEND,),
+                            features=("graph_per_gamma", "mtp_strict_graph"))
+    out["abi"] = {r.check.id: {"ok": r.passed, "missing": [p.missing for p in r.results
+                                                            if not p.found]}
+                  for t in report.tiers for r in t.results if r.check.id.startswith("ascend.")}
+
+    # vSpec's own Ascend install() with the settings a launch would have: adaptive MTP, K 3,
+    # gamma 0..3, FULL decode graphs, capture plan "exact" for 4 sequences (its sizes are
+    # batch x (1 + gamma) for batch 1..4; the config below keeps all but 9 and 16, and the
+    # per-width sizes are the plan's sizes the config kept)
+    settings = {"now": Settings(
+        method="mtp", gamma=VSPEC_K, adaptive_speculation=True, adaptive_min_gamma=0,
+        graph_mode="full-decode-only" if graph_mode == "FULL_DECODE_ONLY" else "full",
+        max_num_seqs=VSPEC_SEQS, capture_policy="exact", mtp_strict_graph=False)}
+    out["plan_gammas"] = list(gw.plan_from_settings(settings["now"]).gammas)
+    out["plan_settings_sizes"] = list(gw.plan_from_settings(settings["now"]).sizes)
+    patcher = Patcher("pair-graph-widths")
+    plan = ascend.install(patcher, lambda: settings["now"])
+    out["k_channel"] = plan.k_channel
+    out["plan_graph_widths"] = list(plan.graph_widths)
+    out["patched"] = sorted(r.label for r in patcher.records)
+    cfg = _engine_config(EngineArgs, model, VSPEC_K, VSPEC_SEQS, capture_sizes=VSPEC_SIZES,
+                         graph_mode=graph_mode)
+    out["cudagraph_mode"] = cfg.compilation_config.cudagraph_mode.name
+    log = fake_npu.graph_log
+    log.clear()
+    missing_before = len(fake_npu.MISSING_CALLS)
+    ag._graph_params = ag._draft_graph_params = ag._draft_graph_prefill_params = None
+    try:
+        with set_current_vllm_config(cfg):
+            _init_parallel(cfg)
+            runner = NPUModelRunner(cfg, torch.device("cpu"))
+            runner.load_model()
+            spec = runner.get_kv_cache_spec()
+            kv_cfg = get_kv_cache_configs(cfg, [spec], [64 * 1024 * 1024])[0]
+            runner.initialize_kv_cache(kv_cfg)
+            st = runner.__dict__[gw.STATE_ATTR]
+            out["widths"] = list(st.widths)
+            out["sizes"] = {str(w): v for w, v in st.sizes.items()}
+            out["draft_gammas"] = list(st.draft_gammas)
+            out["capture_sizes"] = list(runner.compilation_config.cudagraph_capture_sizes)
+            keys = runner.cudagraph_dispatcher.cudagraph_keys[CUDAGraphMode.FULL]
+            out["full_keys"] = sorted(_desc(d) for d in keys)
+            target_params = ag.get_graph_params()
+            draft_params = ag.get_draft_graph_params()
+            out["target_params_type"] = type(target_params).__name__
+            out["target_param_sizes"] = {str(w): sorted(p.workspaces)
+                                         for w, p in target_params.by_key.items()}
+            out["draft_param_sizes"] = {str(g): sorted(p.workspaces)
+                                        for g, p in draft_params.by_key.items()}
+            drafter = runner.drafter
+            graphs = drafter.__dict__[gw.GAMMA_RUNNABLES_ATTR]
+            out["draft_runnable"] = type(drafter._runnable).__name__
+            out["draft_graph_wrappers"] = {str(g): type(w).__name__ for g, w in graphs.items()}
+            out["draft_wrappers_distinct"] = len({id(w) for w in graphs.values()}) == len(graphs)
+
+            runner.capture_model()
+            captures = [{"graph": c["graph"], "desc": _desc_dict(c.get("batch_descriptor"))}
+                        for c in log.captures]
+            out["num_captures"] = len(captures)
+            by_mode: dict[str, int] = {}
+            for c in log.captures:
+                by_mode[str(c.get("runtime_mode"))] = by_mode.get(str(c.get("runtime_mode")), 0) + 1
+            out["captures_by_mode"] = by_mode
+            target_graph = {tuple(_desc(d)): e.aclgraph.id
+                            for d, e in runner.model.concrete_aclgraph_entries.items()}
+            draft_graph = {(g, *_desc(d)): e.aclgraph.id
+                           for g, w in graphs.items()
+                           for d, e in w.concrete_aclgraph_entries.items()}
+            out["target_entries"] = sorted(list(k_) for k_ in target_graph)
+            out["draft_entries"] = sorted(list(k_) for k_ in draft_graph)
+            out["graph_ids_unique"] = (
+                len(set(target_graph.values()) | set(draft_graph.values()))
+                == len(target_graph) + len(draft_graph) == by_mode.get("FULL"))
+            out["target_attn_params"] = {
+                str(w): {str(n): len(v) for n, v in p.attn_params.items()}
+                for w, p in target_params.by_key.items()}
+            out["draft_attn_params"] = {
+                str(g): {str(n): len(v) for n, v in p.attn_params.items()}
+                for g, p in draft_params.by_key.items()}
+            # the same token count captured at different widths: different handle objects
+            shared = {}
+            for n in (4, 6, 8, 12):
+                owners = [w for w, p in target_params.by_key.items() if p.handles.get(n)]
+                ids = [id(h) for w in owners for h in target_params.by_key[w].handles[n]]
+                shared[str(n)] = {"widths": owners, "handles_distinct": len(ids) == len(set(ids))}
+            out["same_tokens_isolated"] = shared
+
+            # dispatch: the runner's own decision for each gamma / batch, then the drafter's
+            # first pass under that target descriptor (steady: gamma drafted = width - 1;
+            # switching: the controller changed gamma, drafts differ from the verify width)
+            dispatch: dict[str, Any] = {}
+            for gamma in VSPEC_GAMMAS:
+                for reqs in range(1, VSPEC_SEQS + 1):
+                    lens = np.full(reqs, 1 + gamma, dtype=np.int32)
+                    dispatch[f"gamma={gamma},reqs={reqs}"] = _dispatch(runner, gw, lens)
+            dispatch["mixed"] = _dispatch(runner, gw, np.array([2, 1, 2], dtype=np.int32))
+            dispatch["prefill"] = _dispatch(runner, gw, np.array([2, 2], dtype=np.int32),
+                                            computed=0)
+            out["dispatch"] = dispatch
+            switching: dict[str, Any] = {}
+            for width, gamma in ((4, 1), (4, 2), (2, 3), (1, 1), (3, 2)):
+                reqs = 2
+                lens = np.full(reqs, width, dtype=np.int32)
+                switching[f"width={width},draft_gamma={gamma}"] = _dispatch(
+                    runner, gw, lens, draft_gamma=gamma)
+            out["switching"] = switching
+            out["eager_frames"] = list(st.eager_frames)
+
+            # replay per width: target graph + merged draft graph of gamma = width - 1
+            replays: dict[str, Any] = {}
+            for w in st.widths:
+                for n in st.sizes[w]:
+                    desc_key = (n, n // w, True)
+                    before = _handle_updates(target_params, draft_params)
+                    log.clear()
+                    with gw.as_width(runner, w):
+                        runner._dummy_run(n, cudagraph_runtime_mode=CUDAGraphMode.FULL,
+                                          uniform_decode=True)
+                    after = _handle_updates(target_params, draft_params)
+                    replayed = [r["graph"] for r in log.replays]
+                    expect = [target_graph[desc_key]]
+                    if w > 1:
+                        expect.append(draft_graph[(w - 1, *desc_key)])
+                    changed = sorted({k_[:3] for k_ in after if after[k_] != before.get(k_)})
+                    replays[f"{w}x{n}"] = {"replayed": replayed, "expected": expect,
+                                           "captures": len(log.captures),
+                                           "updated_params": [list(c) for c in changed]}
+            out["replays"] = replays
+
+            # the real drafting call: the K backport's _propose on the real proposer, the step's
+            # gamma from the scheduler output, under the target batch descriptor of the step
+            proposes: dict[str, Any] = {}
+            for width, gamma in ((2, 1), (3, 2), (4, 3), (4, 1), (2, 3)):
+                key = f"width={width},gamma={gamma}"
+                try:
+                    proposes[key] = _propose(runner, gw, width, gamma, target_params,
+                                             draft_params, draft_graph, log)
+                except Exception:  # report, the test names the frame
+                    proposes[key] = {"error": traceback.format_exc()[-3000:]}
+            out["proposes"] = proposes
+
+            # mtp_strict_graph: 4 requests at gamma 3 (16 tokens: no width-4 graph of that size)
+            settings["now"] = dataclasses.replace(settings["now"], mtp_strict_graph=True)
+            strict_out: dict[str, Any] = {}
+            for gamma, reqs in ((3, 4), (3, 3), (1, 4), (0, 4)):
+                lens = np.full(reqs, 1 + gamma, dtype=np.int32)
+                try:
+                    res = _dispatch(runner, gw, lens)
+                    strict_out[f"gamma={gamma},reqs={reqs}"] = {"ok": res["target"]}
+                except MtpStrictGraphError as exc:
+                    strict_out[f"gamma={gamma},reqs={reqs}"] = {"error": str(exc)}
+            settings["now"] = dataclasses.replace(settings["now"], mtp_strict_graph=False)
+            out["strict"] = strict_out
+    finally:
+        patcher.undo()
+    out["undone"] = not any(hasattr(fn, "__vspec_original__") for fn in (
+        NPUModelRunner._determine_batch_execution_and_padding, NPUModelRunner._warmup_and_capture,
+        CudagraphDispatcher.dispatch))
+    out["missing_calls"] = sorted(set(fake_npu.MISSING_CALLS[missing_before:]))
+    return out
+
+
+def _propose(runner: Any, gw: Any, width: int, gamma: int, target_params: Any,
+             draft_params: Any, draft_graph: dict[Any, int], log: Any) -> dict[str, Any]:
+    """One drafting call as propose_draft_token_ids makes it after a decode step of 2
+    requests x ``width`` tokens, with ``gamma`` drafts asked for by the scheduler output."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import torch
+    from vllm_ascend.attention.utils import AscendCommonAttentionMetadata
+
+    reqs = 2
+    n = reqs * width
+    lens = np.full(reqs, width, dtype=np.int32)
+    runner.input_batch.num_computed_tokens_cpu[:reqs] = 16
+    mode, desc, *_ = runner._determine_batch_execution_and_padding(
+        num_tokens=n, num_reqs=reqs, num_scheduled_tokens_np=lens,
+        max_num_scheduled_tokens=width, use_cascade_attn=False)
+    qsl = runner.query_start_loc
+    qsl.cpu[: reqs + 1] = torch.arange(0, (reqs + 1) * width, width, dtype=torch.int32)
+    qsl.gpu[: reqs + 1] = qsl.cpu[: reqs + 1]
+    runner.optimistic_seq_lens_cpu[:reqs] = 16 + width
+    runner.optimistic_seq_lens_cpu[reqs:] = 0
+    runner.seq_lens[:reqs] = 16 + width
+    block_table = runner.input_batch.block_table[0]
+    block_table.slot_mapping.gpu[:n] = torch.arange(n) + 64
+    cad = AscendCommonAttentionMetadata(
+        query_start_loc=qsl.gpu[: reqs + 1], query_start_loc_cpu=qsl.cpu[: reqs + 1],
+        seq_lens_cpu=runner.optimistic_seq_lens_cpu, _seq_lens_cpu=runner.optimistic_seq_lens_cpu,
+        seq_lens_cpu_upper_bound=runner.optimistic_seq_lens_cpu,
+        seq_lens=runner.seq_lens[:reqs], num_reqs=reqs, num_actual_tokens=n,
+        num_input_tokens=n, max_query_len=width,
+        num_computed_tokens_cpu=runner.input_batch.num_computed_tokens_cpu_tensor[:reqs],
+        actual_seq_lengths_q=runner.actual_seq_lengths_q,
+        block_table_tensor=block_table.get_device_tensor()[:reqs],
+        slot_mapping=block_table.slot_mapping.gpu[:n], positions=runner.positions,
+        attn_state=runner.attn_state, decode_token_per_req=runner.decode_token_per_req,
+        is_prefilling=torch.zeros(reqs, dtype=torch.bool), max_seq_len=16 + width)
+    hidden = runner.model_config.get_hidden_size()
+    before = _handle_updates(target_params, draft_params)
+    log.clear()
+    drafter = runner.drafter
+    # the runner's execute_model / sample_tokens run under inference mode (so does capture)
+    with torch.inference_mode(), gw.drafting(runner, desc):
+        drafts = drafter._propose(
+            target_token_ids=torch.ones(n, dtype=torch.int32),
+            target_positions=torch.arange(n, dtype=torch.int64) + 16,
+            target_hidden_states=torch.zeros(n, hidden),
+            next_token_ids=torch.ones(reqs, dtype=torch.int32), token_indices_to_sample=None,
+            common_attn_metadata=cad, target_model_batch_desc=desc, sampling_metadata=None,
+            scheduler_output=SimpleNamespace(num_spec_tokens_to_schedule=gamma))
+    after = _handle_updates(target_params, draft_params)
+    return {"target": [mode.name, *_desc(desc)],
+            "drafts_shape": list(drafts.shape),
+            "num_speculative_tokens_after": drafter.num_speculative_tokens,
+            "replayed": [r["graph"] for r in log.replays],
+            "expected": [draft_graph[(gamma, *_desc(desc))]]
+            if (gamma, *_desc(desc)) in draft_graph else [],
+            "captures": len(log.captures),
+            "updated_params": sorted({k_[:3] for k_ in after if after[k_] != before.get(k_)})}
+
+
+def _desc_dict(d: Any) -> list[Any] | None:
+    if not d:
+        return None
+    return [d.get("num_tokens"), d.get("num_reqs"), d.get("uniform")]
+
+
+def _handle_updates(target: Any, draft: Any) -> dict[tuple[Any, ...], int]:
+    out: dict[tuple[Any, ...], int] = {}
+    for label, router in (("target", target), ("draft", draft)):
+        for key, params in router.by_key.items():
+            for n, handles in params.handles.items():
+                for i, h in enumerate(handles):
+                    out[(label, key, n, i)] = h.updates
+    return out
+
+
+def _dispatch(runner: Any, gw: Any, lens: Any, computed: int = 16,
+              draft_gamma: int | None = None) -> dict[str, Any]:
+    import numpy as np
+
+    reqs = len(lens)
+    runner.input_batch.num_computed_tokens_cpu[:reqs] = computed
+    mode, desc, *_ = runner._determine_batch_execution_and_padding(
+        num_tokens=int(lens.sum()), num_reqs=reqs, num_scheduled_tokens_np=lens,
+        max_num_scheduled_tokens=int(lens.max()), use_cascade_attn=False)
+    res: dict[str, Any] = {"target": [mode.name, *_desc(desc)]}
+    if mode.name == "FULL" and desc.num_reqs > reqs:
+        # execute_model pads query_start_loc for the dummy requests of the padded graph
+        qsl = runner.query_start_loc
+        qsl.np[0] = 0
+        qsl.np[1:reqs + 1] = np.cumsum(lens)
+        padded = runner._pad_query_start_loc_for_fia(qsl, desc.num_tokens, desc.num_reqs, reqs,
+                                                     mode, desc.num_reqs)
+        res["fia_query_start_loc"] = [int(x) for x in qsl.np[:padded + 1]]
+    gamma = int(lens.max()) - 1 if draft_gamma is None else draft_gamma
+    if gamma >= 1:
+        # what _propose asks the runner's dispatcher (twice, as it does), with the
+        # drafter's num_speculative_tokens set to the step's gamma as the K backport does
+        drafter = runner.drafter
+        saved = drafter.num_speculative_tokens
+        drafter.num_speculative_tokens = gamma
+        try:
+            with gw.drafting(runner, desc):
+                dmode, ddesc = runner.cudagraph_dispatcher.dispatch(
+                    num_tokens=int(lens.sum()), uniform_decode=desc.uniform, has_lora=False)
+                dmode2, ddesc2 = runner.cudagraph_dispatcher.dispatch(
+                    num_tokens=ddesc.num_tokens, uniform_decode=desc.uniform, has_lora=False)
+        finally:
+            drafter.num_speculative_tokens = saved
+        res["draft_first_pass"] = [dmode.name, *_desc(ddesc)]
+        res["draft_second_dispatch"] = [dmode2.name, *_desc(ddesc2)]
+    return res
+
+
 def main(argv: list[str]) -> int:
     # vLLM inspects model classes in a subprocess: the env's zzz_fake_npu.pth installs the
     # fake NPU there too when this is set. Compile cache off: torch 2.13's AOT-autograd cache
@@ -378,6 +721,10 @@ def main(argv: list[str]) -> int:
             result["graph"] = check_graph()
         if what in ("runner", "all"):
             result["runner"] = check_runner()
+        if what == "vspec":
+            result["vspec"] = check_vspec_graphs()
+        if what == "vspec-full-and-piecewise":
+            result["vspec"] = check_vspec_graphs("FULL_AND_PIECEWISE")
     except Exception:
         result["error"] = traceback.format_exc()
     print("PAIR_JSON " + json.dumps(result, default=repr), flush=True)

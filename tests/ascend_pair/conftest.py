@@ -45,18 +45,33 @@ def pair_python() -> Path:
     return PAIR_PY
 
 
-@pytest.fixture(scope="session")
-def pair_findings(pair_python: Path) -> dict[str, Any]:
-    """imports + graph + runner findings from one subprocess run (~30 s on 2 cores)."""
+def _run_checks(pair_python: Path, what: str) -> dict[str, Any]:
     env = {**os.environ, "VLLM_CACHE_ROOT": str(PAIR / "vllm-cache"),
            "VSPEC_FAKE_NPU": str(ROOT / "tests"), "VLLM_DISABLE_COMPILE_CACHE": "1"}
     models = _models_dir()
     if models:
         env["VSPEC_TEST_MODELS"] = models
-    proc = subprocess.run(["nice", "-n", "10", str(pair_python), str(CHECKS), "all"],
+    proc = subprocess.run(["nice", "-n", "10", str(pair_python), str(CHECKS), what],
                           capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("PAIR_JSON ")), None)
     assert line, f"pair checks produced no result (rc={proc.returncode}):\n{proc.stderr[-4000:]}"
     found = json.loads(line[len("PAIR_JSON "):])
     assert "error" not in found, f"pair checks failed:\n{found['error']}\n{proc.stderr[-3000:]}"
+    return found
+
+
+@pytest.fixture(scope="session")
+def pair_findings(pair_python: Path) -> dict[str, Any]:
+    """imports + graph + runner findings from one subprocess run (~30 s on 2 cores)."""
+    return _run_checks(pair_python, "all")
+
+
+@pytest.fixture(scope="session", params=["FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"])
+def pair_vspec(request: pytest.FixtureRequest, pair_python: Path) -> dict[str, Any]:
+    """vSpec's graph-per-gamma patches on the real runner, one subprocess per graph mode
+    (~20 s each)."""
+    what = "vspec" if request.param == "FULL_DECODE_ONLY" else "vspec-full-and-piecewise"
+    found = _run_checks(pair_python, what)["vspec"]
+    if "skipped" in found:
+        pytest.skip(found["skipped"])
     return found

@@ -60,6 +60,9 @@ A_RUNNER = "NPUModelRunner"
 A_REJ_MOD = "vllm_ascend.sample.rejection_sampler"
 A_REJ = "AscendRejectionSampler"
 A_GRAPH_MOD = "vllm_ascend.compilation.acl_graph"
+# vLLM's graph dispatcher, which the NPU runner uses: graph-per-gamma patches it on Ascend.
+A_DISPATCHER_MOD = "vllm.v1.cudagraph_dispatcher"
+A_DISPATCHER = "CudagraphDispatcher"
 
 # The parameter a K-aware _propose takes first, and the one the backport reads gamma through.
 K_PARAM = "num_speculative_tokens"
@@ -281,10 +284,64 @@ def ascend_checks(method: str, adaptive: bool, features: tuple[str, ...] = ()) -
     if "graph_per_gamma" in features:
         out.append(Check.of(
             "ascend.draft_graph_params", ASCEND,
-            "per-gamma draft graphs need their own graph parameters",
+            "per-gamma draft graphs need their own graph parameters: the module globals that "
+            "get_graph_params / get_draft_graph_params return are replaced by one GraphParams "
+            "per verify width / gamma",
             _p(FUNCTION, A_GRAPH_MOD, None, "set_draft_graph_params"),
             _p(FUNCTION, A_GRAPH_MOD, None, "get_draft_graph_params"),
             _p(FUNCTION, A_GRAPH_MOD, None, "update_full_graph_params"),
+            _p(FIELD, A_GRAPH_MOD, "GraphParams", "attn_params"),
+            _p(FIELD, A_GRAPH_MOD, "GraphParams", "handles"),
+            _p(FUNCTION, A_GRAPH_MOD, None, "get_graph_params"),
+        ))
+        out.append(Check.of(
+            "ascend.graph_widths", ASCEND,
+            "target decode graphs per verify width: the runner resolves its graph mode and "
+            "sizes in _check_and_update_cudagraph_mode, captures each key through "
+            "_warmup_and_capture -> _dummy_run (shaped by uniform_decode_query_len), pads FIA "
+            "query_start_loc by it, and vLLM's dispatcher pads and keys by it",
+            _p(METHOD, A_RUNNER_MOD, A_RUNNER, "_check_and_update_cudagraph_mode",
+               "attention_backends", "kv_cache_groups"),
+            _p(SOURCE, A_RUNNER_MOD, A_RUNNER, "_check_and_update_cudagraph_mode",
+               "set_graph_params"),
+            _p(METHOD, A_RUNNER_MOD, A_RUNNER, "_warmup_and_capture", "desc",
+               "cudagraph_runtime_mode"),
+            _p(METHOD, A_RUNNER_MOD, A_RUNNER, "_dummy_run", "num_tokens",
+               "cudagraph_runtime_mode", "uniform_decode"),
+            _p(SOURCE, A_RUNNER_MOD, A_RUNNER, "_dummy_run", "uniform_decode_query_len"),
+            _p(SOURCE, A_RUNNER_MOD, A_RUNNER, "_determine_batch_execution_and_padding",
+               "uniform_decode_query_len"),
+            _p(METHOD, A_RUNNER_MOD, A_RUNNER, "_pad_query_start_loc_for_fia",
+               "query_start_loc", "num_tokens_padded", "num_reqs_padded", "num_reqs"),
+            _p(SOURCE, A_RUNNER_MOD, A_RUNNER, "_pad_query_start_loc_for_fia",
+               "uniform_decode_query_len"),
+            _p(METHOD, A_RUNNER_MOD, A_RUNNER, "propose_draft_token_ids", "scheduler_output",
+               "target_model_batch_desc"),
+            _p(METHOD, A_DISPATCHER_MOD, A_DISPATCHER, "dispatch", "num_tokens",
+               "uniform_decode", "has_lora"),
+            _p(METHOD, A_DISPATCHER_MOD, A_DISPATCHER, "_create_padded_batch_descriptor",
+               "num_tokens", "uniform_decode", "has_lora"),
+            _p(SOURCE, A_DISPATCHER_MOD, A_DISPATCHER, "_create_padded_batch_descriptor",
+               "_bs_to_padded_graph_size"),
+            _p(SOURCE, A_DISPATCHER_MOD, A_DISPATCHER, "_create_padded_batch_descriptor",
+               "uniform_decode_query_len"),
+            _p(METHOD, A_DISPATCHER_MOD, A_DISPATCHER, "add_cudagraph_key", "runtime_mode",
+               "batch_descriptor"),
+            _p(METHOD, A_DISPATCHER_MOD, A_DISPATCHER, "_get_lora_cases"),
+            _p(SELF_ATTR, A_DISPATCHER_MOD, A_DISPATCHER, "cudagraph_keys"),
+        ))
+        out.append(Check.of(
+            "ascend.draft_graph_per_gamma", ASCEND,
+            "one merged draft graph per gamma: the proposer's _runnable is an "
+            "ACLGraphWrapper around _run_merged_draft whose step loop and capture shape "
+            "follow num_speculative_tokens",
+            _p(METHOD, A_GRAPH_MOD, "ACLGraphWrapper", "__init__", "runnable", "vllm_config",
+               "runtime_mode", "use_eagle", "enable_enpu"),
+            _p(METHOD, A_BASE_MOD, A_BASE, "_run_merged_draft", "num_input_tokens",
+               "batch_size", "multi_steps_attn_metadata"),
+            _p(SOURCE, A_BASE_MOD, A_BASE, "_run_merged_draft", "num_speculative_tokens"),
+            _p(SOURCE, A_BASE_MOD, A_BASE, "dummy_run", "num_speculative_tokens"),
+            _p(SOURCE, A_BASE_MOD, A_BASE, "_propose", "cudagraph_dispatcher"),
         ))
     if "isolate_shared_modules" in features:
         out.append(Check.of(

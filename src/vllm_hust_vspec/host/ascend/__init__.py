@@ -7,6 +7,9 @@ shared; this package adds what the NPU worker side needs:
   ``AscendSpecDecodeBaseProposer._propose`` takes no ``num_speculative_tokens`` (v0.18..v0.26,
   vLLM-Ascend-HUST); nothing on lines that take K (0.30+ / main).
 * ``graphs``: ``mtp_strict_graph`` (stop instead of silently running eager).
+* ``graph_widths``: graph-per-gamma: target FULL decode graphs per verify width and one
+  merged draft graph per gamma, each with its own graph params (``mtp_strict_graph`` is
+  checked in the same wrapper then).
 * ``rejection``: relaxed acceptance modes on ``AscendRejectionSampler``'s path (strict is the
   host's own behaviour: nothing patched).
 
@@ -38,6 +41,8 @@ class AscendPlan:
     k_channel: str  # "native" | "backport" | "off" (adaptive off)
     strict_graph: bool
     relaxed_acceptance: bool
+    # verify widths that get their own FULL decode graphs (graph_per_gamma); () when off
+    graph_widths: tuple[int, ...] = ()
 
 
 def is_ascend_platform() -> bool:
@@ -80,13 +85,40 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> AscendPla
         k_channel = install_proposer(patcher, base, gamma0_mode, extra)
 
     strict_graph = bool(settings.mtp_strict_graph) and method == "mtp"
-    if strict_graph:
+
+    def strict_on() -> bool:
+        s = get_settings()
+        return bool(s.mtp_strict_graph) and s.method == "mtp"
+
+    graph_widths: tuple[int, ...] = ()
+    if "graph_per_gamma" in features_for(settings):
+        from vllm_hust_vspec.host.ascend.graph_widths import (
+            GraphWidthsError,
+            install_graph_widths,
+            plan_from_settings,
+        )
+
+        if k_channel != "backport":
+            # The per-gamma draft graph is chosen by the drafter's num_speculative_tokens,
+            # which the backport sets per step; a host that takes K natively is not built.
+            raise GraphWidthsError(
+                f"vSpec graph-per-gamma on vLLM-Ascend needs the K backport (vllm-ascend "
+                f"0.18..0.26 lines); this host's K channel is '{k_channel}', for which "
+                f"per-gamma ACL graphs are not built. Use --graph-mode piecewise, or "
+                f"--no-adaptive-speculation")
+
+        runner = resolve(req.A_RUNNER_MOD, req.A_RUNNER)
+        dispatcher = resolve(req.A_DISPATCHER_MOD, req.A_DISPATCHER)
+        plan = plan_from_settings(settings)
+        install_graph_widths(
+            patcher, runner, dispatcher, lambda: plan_from_settings(get_settings()), strict_on
+        )
+        graph_widths = plan.widths
+    elif strict_graph:
         from vllm_hust_vspec.host.ascend.graphs import install_strict_graph
 
         runner = resolve(req.A_RUNNER_MOD, req.A_RUNNER)
-        install_strict_graph(
-            patcher, runner, lambda: bool(get_settings().mtp_strict_graph)
-        )
+        install_strict_graph(patcher, runner, strict_on)
 
     relaxed = False
     if not _acceptance(settings).strict:
@@ -97,9 +129,10 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> AscendPla
         module = importlib.import_module(req.A_REJ_MOD)
         relaxed = install_rejection(patcher, module, lambda: _acceptance(get_settings()))
 
-    plan = AscendPlan(k_channel=k_channel, strict_graph=strict_graph, relaxed_acceptance=relaxed)
-    logger.info("vSpec: vllm-ascend adapter installed: %s", plan)
-    return plan
+    result = AscendPlan(k_channel=k_channel, strict_graph=strict_graph,
+                        relaxed_acceptance=relaxed, graph_widths=graph_widths)
+    logger.info("vSpec: vllm-ascend adapter installed: %s", result)
+    return result
 
 
 def features_for(settings: Settings) -> tuple[str, ...]:

@@ -52,7 +52,17 @@ def mode_name(mode: Any) -> str:
     return str(getattr(mode, "name", mode)).rsplit(".", 1)[-1]
 
 
-def check_strict(shape: BatchShape, mode: Any, capture_sizes: Any = None) -> None:
+def describe_descriptor(desc: Any) -> str:
+    """``BatchDescriptor(num_tokens=8, num_reqs=4, uniform=True, ...)`` without vLLM."""
+    if desc is None:
+        return "none"
+    names = ("num_tokens", "num_reqs", "uniform", "has_lora", "num_active_loras")
+    fields = [f"{n}={getattr(desc, n)!r}" for n in names if hasattr(desc, n)]
+    return f"{type(desc).__name__}({', '.join(fields)})" if fields else repr(desc)
+
+
+def check_strict(shape: BatchShape, mode: Any, capture_sizes: Any = None,
+                 batch_descriptor: Any = None) -> None:
     """Raise :class:`MtpStrictGraphError` when a decode batch misses its full graph."""
     if not shape.is_decode or mode_name(mode) == "FULL":
         return
@@ -60,7 +70,8 @@ def check_strict(shape: BatchShape, mode: Any, capture_sizes: Any = None) -> Non
     raise MtpStrictGraphError(
         f"vSpec mtp_strict_graph: an MTP decode batch of {shape.num_reqs} requests x width "
         f"{shape.max_query_len} (gamma {shape.gamma}, {shape.num_tokens} tokens) would run "
-        f"{mode_name(mode)} instead of a FULL graph. Capture sizes: {sizes}. Capture every "
+        f"{mode_name(mode)} instead of a FULL graph (dispatched batch descriptor "
+        f"{describe_descriptor(batch_descriptor)}). Capture sizes: {sizes}. Capture every "
         f"verify width the controller may pick (--graph-mode full-decode-only with "
         f"--capture-policy exact, or narrow --adaptive-min-gamma/--gamma), or pass "
         f"--no-mtp-strict-graph to allow eager fallback (results then mix graph and eager)."
@@ -102,7 +113,7 @@ def make_strict_dispatch_wrapper(
             max_query_len=int(a["max_num_scheduled_tokens"]),
             all_decode=_all_decode(self, num_reqs),
         )
-        check_strict(shape, result[0], _capture_sizes(self))
+        check_strict(shape, result[0], _capture_sizes(self), batch_descriptor=result[1])
         return result
 
     return wrapper
@@ -125,6 +136,7 @@ __all__ = [
     "BatchShape",
     "MtpStrictGraphError",
     "check_strict",
+    "describe_descriptor",
     "install_strict_graph",
     "make_strict_dispatch_wrapper",
     "mode_name",

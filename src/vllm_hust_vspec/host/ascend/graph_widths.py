@@ -1,0 +1,580 @@
+"""ACL graphs per verify width (target) and per gamma (merged draft) on vllm-ascend.
+
+vllm-ascend (checked: 0.23.0.post1 on vLLM 0.23.0) captures FULL decode graphs for one query
+width only, ``uniform_decode_query_len = 1 + K``: the dispatcher keys, its padding table and
+``_dummy_run``'s capture shape use that width, the graph parameters of the attention kernels
+(``acl_graph._graph_params`` / ``_draft_graph_params``) are keyed by token count only, and the
+merged draft graph (``ACLGraphWrapper(_run_merged_draft)``) bakes ``range(K - 1)`` in. A decode
+step with gamma < K drafts per request (width ``1 + gamma``) therefore runs eager, target and
+drafter. With graph-per-gamma on, this module makes every candidate width a first-class graph:
+
+* **Target**: for each width ``w = 1 + gamma`` (gamma from the launcher's candidate set) FULL
+  decode keys ``BatchDescriptor(num_tokens=s, num_reqs=s // w, uniform=True)`` at the capture
+  sizes ``s`` that are multiples of ``w`` (``w <= s <= w * max_num_seqs``), captured by the
+  host's own ``capture_model`` with ``_dummy_run`` shaped for ``w``. Widths sharing a token
+  count differ in ``num_reqs``, so the ACL graph entries never collide; each width gets its own
+  padding table (a batch of width ``w`` pads to the next multiple-of-``w`` size) and its own
+  ``GraphParams`` (the target graph params become a router keyed by the width of the forward
+  context's batch descriptor), so replay patches the kernels of the graph that is replayed.
+* **Draft**: one merged draft ``ACLGraphWrapper`` per candidate gamma >= 1, captured inside the
+  target capture of width ``1 + gamma`` with ``num_speculative_tokens = gamma`` and its own
+  draft ``GraphParams`` (router keyed by the drafter's ``num_speculative_tokens``); the
+  proposer's ``_runnable`` becomes :class:`GammaDraftGraphs`, which calls the wrapper of the
+  step's gamma (the K backport sets ``num_speculative_tokens`` to it).
+* **Switching frames**: a step whose drafted gamma differs from its verify width - 1 (the frame
+  where the controller changed gamma: the target verifies the previous step's drafts) replays
+  the target graph of its width but drafts eager (no graph was captured for that pair); a
+  batch that is not a uniform decode, or larger than its width's largest capture size, runs
+  as the host runs it (eager; piecewise under FULL_AND_PIECEWISE). Each eager draft frame is
+  counted in :attr:`WidthState.eager_frames` and logged once per (width, gamma) pair.
+* ``mtp_strict_graph`` is checked in the same wrapper (a decode batch that misses its graph
+  stops with the batch descriptor in the message).
+
+Anything this cannot do correctly fails closed (``GraphWidthsError``): at launch a host whose
+``_propose`` takes K natively (``host/ascend/__init__.py``); at KV-cache setup a resolved graph
+mode other than FULL decode graphs with a separate routine (FULL_DECODE_ONLY,
+FULL_AND_PIECEWISE), a candidate gamma above K, a candidate width without any capture size, or
+``acl_graph.get_graph_params()`` not returning the module global. Verified on the vllm-ascend
+0.23 pair with a fake NPU (tests/ascend_pair/test_vspec_graph_widths.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import sys
+from collections.abc import Callable, Iterator, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm_hust_vspec.host.ascend.graphs import (
+    BatchShape,
+    _all_decode,
+    check_strict,
+    make_strict_dispatch_wrapper,
+    mode_name,
+)
+from vllm_hust_vspec.host.ascend.proposer import GAMMA_RUNNABLES_ATTR
+from vllm_hust_vspec.host.patching import Patcher
+
+logger = logging.getLogger("vllm_hust_vspec.host.ascend")
+
+STATE_ATTR = "_vspec_graph_widths"  # on the runner and on its cudagraph dispatcher
+
+
+class GraphWidthsError(RuntimeError):
+    """Per-width / per-gamma ACL graphs cannot be set up correctly on this host or config."""
+
+
+@dataclass(frozen=True)
+class WidthPlan:
+    """What to capture: the candidate gammas and the capture sizes (the launcher's plan)."""
+
+    gammas: tuple[int, ...]
+    # the launcher's capture sizes; intersected with the config's sizes before vLLM's rounding
+    # (empty: those config sizes alone)
+    sizes: tuple[int, ...] = ()
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        return tuple(sorted({1 + g for g in self.gammas}))
+
+
+def plan_from_settings(settings: Any) -> WidthPlan:
+    """The launcher's capture plan (same function the launcher uses for the capture sizes)."""
+    from vllm_hust_vspec.launch.capture import capture_plan
+
+    plan = capture_plan(settings)
+    return WidthPlan(gammas=tuple(plan.gammas), sizes=tuple(plan.sizes))
+
+
+def width_of(desc: Any) -> int | None:
+    """Query width of a uniform batch descriptor (``num_tokens // num_reqs``), else None."""
+    if desc is None or not getattr(desc, "uniform", False):
+        return None
+    reqs = getattr(desc, "num_reqs", None)
+    if not reqs:
+        return None
+    return int(desc.num_tokens) // int(reqs)
+
+
+def sizes_for_width(width: int, base: list[int], max_num_seqs: int, max_tokens: int) -> list[int]:
+    """Capture sizes of width ``width``: multiples of it, ``width .. width * max_num_seqs``."""
+    top = min(width * max_num_seqs, max_tokens)
+    return sorted({s for s in base if s % width == 0 and width <= s <= top})
+
+
+def padding_table(sizes: list[int], max_size: int) -> list[int]:
+    """``table[n]``: the smallest size >= n (n itself beyond the largest: no graph)."""
+    table = list(range(max_size + 1))
+    ordered = sorted(sizes)
+    j = 0
+    for n in range(max_size + 1):
+        while j < len(ordered) and ordered[j] < n:
+            j += 1
+        if j < len(ordered):
+            table[n] = ordered[j]
+    return table
+
+
+# -- graph params routed per width / per gamma --------------------------------------------------
+class _FieldView(MutableMapping):
+    """One ``GraphParams`` field (``attn_params``, ``handles``, ...) of the routed key."""
+
+    def __init__(self, router: RoutedGraphParams, name: str) -> None:
+        self._router = router
+        self._name = name
+
+    def _target(self, strict: bool) -> dict[Any, Any]:
+        params = self._router.current(strict=strict)
+        return {} if params is None else getattr(params, self._name)
+
+    def __getitem__(self, k: Any) -> Any:
+        return self._target(True)[k]
+
+    def __setitem__(self, k: Any, v: Any) -> None:
+        self._target(True)[k] = v
+
+    def __delitem__(self, k: Any) -> None:
+        del self._target(True)[k]
+
+    def __iter__(self) -> Iterator[Any]:  # weak_ref_workspaces iterates after every capture
+        return iter(list(self._target(False)))
+
+    def __len__(self) -> int:
+        return len(self._target(False))
+
+
+class RoutedGraphParams:
+    """Stands in for vllm-ascend's ``GraphParams``: one real ``GraphParams`` per key.
+
+    ``get_graph_params()`` / ``get_draft_graph_params()`` return the module global this
+    replaces, so every reader (attention capture, ``update_graph_params``, workspace weak-refs)
+    sees the ``GraphParams`` of the key ``key_fn()`` names at that moment.
+    """
+
+    FIELDS = ("events", "workspaces", "handles", "attn_params")
+
+    def __init__(self, label: str, by_key: dict[Any, Any], key_fn: Callable[[], Any]) -> None:
+        self.label = label
+        self.by_key = by_key
+        self.key_fn = key_fn
+        for name in self.FIELDS:
+            setattr(self, name, _FieldView(self, name))
+
+    def current(self, strict: bool = True) -> Any:
+        key = self.key_fn()
+        params = self.by_key.get(key)
+        if params is None and strict:
+            raise GraphWidthsError(
+                f"vSpec graph widths: {self.label} graph params requested for key {key!r}, but "
+                f"graphs were captured only for {sorted(self.by_key)}; a graph of that shape "
+                f"was never set up (this is a vSpec bug: please report it with the config)")
+        return params
+
+    def __repr__(self) -> str:
+        return f"RoutedGraphParams({self.label}, keys={sorted(self.by_key)})"
+
+
+def _forward_context_width() -> int | None:
+    fc_mod = sys.modules.get("vllm.forward_context")
+    if fc_mod is None or not fc_mod.is_forward_context_available():
+        return None
+    return width_of(getattr(fc_mod.get_forward_context(), "batch_descriptor", None))
+
+
+# -- the per-runner state -----------------------------------------------------------------------
+@dataclass
+class WidthState:
+    """What was set up for one runner, and the per-step width context."""
+
+    max_k: int
+    widths: tuple[int, ...]
+    sizes: dict[int, list[int]]
+    tables: dict[int, list[int]]
+    draft_gammas: tuple[int, ...] = ()
+    drafter: Any = None
+    strict: Callable[[], bool] = lambda: False
+    width: int | None = None  # width of the batch being dispatched / captured
+    drafting: bool = False
+    drafting_width: int | None = None  # verify width of the step being drafted for
+    capturing: int | None = None  # width whose graphs capture_model is capturing
+    eager_frames: list[dict[str, Any]] = field(default_factory=list)
+    logged_pairs: set[tuple[int | None, int]] = field(default_factory=set)
+
+    def draft_gamma(self) -> int:
+        return int(getattr(self.drafter, "num_speculative_tokens", self.max_k))
+
+
+def _state(obj: Any) -> WidthState | None:
+    return obj.__dict__.get(STATE_ATTR) if hasattr(obj, "__dict__") else None
+
+
+@contextlib.contextmanager
+def _swapped(obj: Any, **values: Any) -> Iterator[None]:
+    saved = {k: obj.__dict__[k] for k in values if k in obj.__dict__}
+    missing = [k for k in values if k not in obj.__dict__]
+    for k, v in values.items():
+        setattr(obj, k, v)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(obj, k, v)
+        for k in missing:
+            obj.__dict__.pop(k, None)
+
+
+@contextlib.contextmanager
+def as_width(runner: Any, width: int) -> Iterator[WidthState]:
+    """Run the runner's dummy/capture path shaped for query width ``width`` (drafter at
+    ``width - 1`` tokens; no draft pass for width 1, where the drafter does not run)."""
+    st = _state(runner)
+    if st is None:
+        raise GraphWidthsError("vSpec graph widths are not set up on this runner")
+    prev = (st.width, st.capturing)
+    st.width = st.capturing = width
+    drafter = getattr(runner, "drafter", None)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_swapped(runner, uniform_decode_query_len=width))
+        if drafter is not None:
+            if width - 1 in st.draft_gammas or width == st.max_k + 1:
+                stack.enter_context(_swapped(drafter, num_speculative_tokens=width - 1))
+            else:  # width 1 (no draft pass), or a gamma without its own draft graph
+                stack.enter_context(_swapped(runner, drafter=None))
+        try:
+            yield st
+        finally:
+            st.width, st.capturing = prev
+
+
+# -- the merged draft graph per gamma --------------------------------------------------------
+class GammaDraftGraphs:
+    """The proposer's ``_runnable``: the merged draft graph of the current gamma."""
+
+    def __init__(self, proposer: Any, graphs: dict[int, Any], eager: Callable[..., Any]):
+        self._proposer = proposer
+        self.graphs = graphs
+        self.eager = eager
+
+    def select(self) -> Any:
+        gamma = int(self._proposer.num_speculative_tokens)
+        graph = self.graphs.get(gamma)
+        if graph is not None:
+            return graph
+        fc_mod = sys.modules.get("vllm.forward_context")
+        if fc_mod is not None and fc_mod.is_forward_context_available():
+            mode = mode_name(getattr(fc_mod.get_forward_context(), "cudagraph_runtime_mode", ""))
+            if mode == "FULL":
+                raise GraphWidthsError(
+                    f"vSpec graph widths: the drafter was dispatched FULL at gamma {gamma}, which "
+                    f"has no draft graph (captured: {sorted(self.graphs)})")
+        return self.eager
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.select()(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.graphs[max(self.graphs)], name)
+
+
+# -- setup: after the host resolved its graph mode and sizes -----------------------------------
+def setup_widths(runner: Any, plan: WidthPlan, pre_sizes: list[int],
+                 strict: Callable[[], bool]) -> WidthState | None:
+    """Add the per-width keys, padding tables, graph params and per-gamma draft graphs."""
+    from vllm.config import CUDAGraphMode
+    from vllm_ascend.compilation import acl_graph as ag
+
+    cc = runner.compilation_config
+    mode = cc.cudagraph_mode
+    if mode == CUDAGraphMode.NONE or not getattr(runner, "use_aclgraph", True):
+        logger.info("vSpec graph widths: graphs are off (%s); nothing to capture", mode_name(mode))
+        return None
+    if not (mode.decode_mode() == CUDAGraphMode.FULL and mode.separate_routine()):
+        raise GraphWidthsError(
+            f"vSpec graph-per-gamma on vLLM-Ascend: the resolved cudagraph_mode is "
+            f"{mode_name(mode)}; per-width target decode graphs need FULL decode graphs with a "
+            f"separate decode routine (FULL_DECODE_ONLY or FULL_AND_PIECEWISE). Combined FULL "
+            f"(shared target graph params) is not built; use --graph-mode full-decode-only or "
+            f"turn adaptive speculation / FULL graphs off")
+    disp = runner.cudagraph_dispatcher
+    max_k = int(runner.uniform_decode_query_len) - 1
+    max_seqs = int(runner.scheduler_config.max_num_seqs)
+    max_tokens = int(runner.scheduler_config.max_num_batched_tokens)
+    host_sizes = sorted({d.num_tokens for d in disp.cudagraph_keys[CUDAGraphMode.FULL]
+                         if d.uniform})
+    too_big = [g for g in plan.gammas if g > max_k or g < 0]
+    if too_big:
+        raise GraphWidthsError(
+            f"vSpec graph widths: candidate gamma(s) {too_big} outside 0..K = {max_k} "
+            f"(num_speculative_tokens)")
+    # the host's own width 1 + K always stays (its keys, its draft graph)
+    gammas = tuple(sorted({*plan.gammas, max_k}))
+    widths = tuple(sorted({1 + g for g in gammas}))
+    # the plan's sizes that the host kept (vllm-ascend's platform may cut the configured list
+    # to its ACL graph budget before this point), else whichever of the two exists
+    if plan.sizes and pre_sizes:
+        base = sorted(set(plan.sizes) & set(pre_sizes))
+    else:
+        base = sorted(set(plan.sizes or pre_sizes))
+    sizes: dict[int, list[int]] = {}
+    for w in widths:
+        own = sizes_for_width(w, base, max_seqs, max_tokens)
+        sizes[w] = sorted(set(own) | set(host_sizes)) if w == max_k + 1 else own
+    empty = [w for w in widths if not sizes[w]]
+    if empty:
+        raise GraphWidthsError(
+            f"vSpec graph widths: no capture size is a multiple of verify width(s) {empty} "
+            f"(<= width x max_num_seqs {max_seqs}); capture sizes {base}. Use the launcher's "
+            f"capture plan (--capture-policy) or add sizes batch x (1 + gamma)")
+    union = sorted(set(cc.cudagraph_capture_sizes or []) | {s for v in sizes.values() for s in v})
+    cc.cudagraph_capture_sizes = union
+    cc.max_cudagraph_capture_size = union[-1]
+    tables = {w: padding_table(sizes[w], union[-1]) for w in widths}
+    st = WidthState(max_k=max_k, widths=widths, sizes=sizes, tables=tables, strict=strict)
+
+    # dispatcher: the host's own table stays the default (mixed / non-uniform batches pad to
+    # the host's sizes, as before), extended with "no graph" up to the new largest size
+    host_table = list(disp._bs_to_padded_graph_size)
+    disp._bs_to_padded_graph_size = host_table + list(range(len(host_table), union[-1] + 1))
+    lora_cases = disp._get_lora_cases()
+    for w in widths:
+        with _swapped(disp, uniform_decode_query_len=w, _bs_to_padded_graph_size=tables[w]):
+            for s in sizes[w]:
+                for loras in lora_cases:
+                    desc = disp._create_padded_batch_descriptor(s, True, loras > 0, loras)
+                    if width_of(desc) != w:
+                        raise GraphWidthsError(
+                            f"vSpec graph widths: the dispatcher made {desc} for width {w}, "
+                            f"size {s} (expected num_reqs {s // w})")
+                    disp.add_cudagraph_key(CUDAGraphMode.FULL, desc)
+    disp.__dict__[STATE_ATTR] = st
+    runner.__dict__[STATE_ATTR] = st
+
+    # target graph params: one GraphParams per width
+    def make(sz: list[int]) -> Any:
+        return ag.GraphParams({s: [] for s in sz}, {s: None for s in sz},
+                              {s: [] for s in sz}, {s: [] for s in sz})
+
+    ag._graph_params = RoutedGraphParams(
+        "target", {w: make(sizes[w]) for w in widths}, _forward_context_width)
+    if ag.get_graph_params() is not ag._graph_params:
+        raise GraphWidthsError(
+            "vSpec graph widths: vllm_ascend.compilation.acl_graph.get_graph_params() does not "
+            "return the module global _graph_params; per-width graph params cannot be set")
+
+    # drafter: a merged draft graph per gamma >= 1, with its own draft graph params
+    drafter = getattr(runner, "drafter", None)
+    st.drafter = drafter
+    runnable = getattr(drafter, "_runnable", None)
+    if drafter is not None and isinstance(runnable, ag.ACLGraphWrapper):
+        draft_gammas = tuple(g for g in gammas if g >= 1)
+        owner = next((c for c in type(drafter).__mro__ if "_propose" in vars(c)), None)
+        if owner is not None and owner.__name__ != "AscendSpecDecodeBaseProposer":
+            # a proposer with its own _propose (Step3p5 MTP) drafts max K whatever the
+            # gamma: only the host's own draft graph (gamma = K) is ever replayed
+            logger.info("vSpec graph widths: %s has its own _propose; draft graph for gamma "
+                        "%s only", owner.__name__, max_k)
+            draft_gammas = (max_k,)
+        graphs: dict[int, Any] = {max_k: runnable} if max_k in draft_gammas else {}
+        for g in draft_gammas:
+            if g not in graphs:
+                graphs[g] = ag.ACLGraphWrapper(
+                    runnable.runnable, runner.vllm_config, runtime_mode=CUDAGraphMode.FULL,
+                    use_eagle=runnable.use_eagle, enable_enpu=runnable.enable_enpu)
+        drafter.__dict__[GAMMA_RUNNABLES_ATTR] = graphs
+        drafter._runnable = GammaDraftGraphs(drafter, graphs, runnable.runnable)
+        st.draft_gammas = draft_gammas
+        ag._draft_graph_params = RoutedGraphParams(
+            "draft", {g: make(sizes[g + 1]) for g in draft_gammas}, st.draft_gamma)
+        if ag.get_draft_graph_params() is not ag._draft_graph_params:
+            raise GraphWidthsError(
+                "vSpec graph widths: acl_graph.get_draft_graph_params() does not return the "
+                "module global _draft_graph_params; per-gamma draft graph params cannot be set")
+    logger.info("vSpec graph widths: target FULL decode graphs for widths %s (sizes %s); "
+                "draft graphs for gamma %s", widths, sizes, st.draft_gammas or "none")
+    return st
+
+
+# -- wrappers ----------------------------------------------------------------------------------
+def make_check_mode_wrapper(original: Callable[..., Any], plan: Callable[[], WidthPlan],
+                            strict: Callable[[], bool]) -> Callable[..., Any]:
+    def _check_and_update_cudagraph_mode(self: Any, *args: Any, **kwargs: Any) -> Any:
+        pre = list(self.compilation_config.cudagraph_capture_sizes or [])
+        out = original(self, *args, **kwargs)
+        setup_widths(self, plan(), pre, strict)
+        return out
+
+    return _check_and_update_cudagraph_mode
+
+
+def make_warmup_capture_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    def _warmup_and_capture(self: Any, desc: Any, *args: Any, **kwargs: Any) -> Any:
+        st = _state(self)
+        w = width_of(desc)
+        if st is None or w is None:
+            return original(self, desc, *args, **kwargs)
+        with as_width(self, w):
+            return original(self, desc, *args, **kwargs)
+
+    return _warmup_and_capture
+
+
+def make_dispatch_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``CudagraphDispatcher.dispatch``: a uniform decode dispatches at the batch's width."""
+    from vllm.config import CUDAGraphMode
+    from vllm.forward_context import BatchDescriptor
+
+    sig = inspect.signature(original)
+
+    def dispatch(self: Any, *args: Any, **kwargs: Any) -> Any:
+        st = _state(self)
+        if st is None:
+            return original(self, *args, **kwargs)
+        a = sig.bind(self, *args, **kwargs).arguments
+        if not a.get("uniform_decode"):
+            return original(self, *args, **kwargs)
+        num_tokens = int(a["num_tokens"])
+        if st.drafting:
+            w, g = st.drafting_width, st.draft_gamma()
+            if w is None or g + 1 != w or g not in st.draft_gammas:
+                if len(st.eager_frames) < 1000:  # a tally for tests/tools, bounded
+                    st.eager_frames.append({"pass": "draft", "width": w, "gamma": g,
+                                            "num_tokens": num_tokens})
+                if (w, g) not in st.logged_pairs:
+                    st.logged_pairs.add((w, g))
+                    logger.info("vSpec graph widths: drafting gamma %s after a verify width %s "
+                                "runs eager (switching frame; no graph for that pair; logged "
+                                "once per pair)", g, w)
+                return CUDAGraphMode.NONE, BatchDescriptor(num_tokens)
+        else:
+            w = st.width or st.max_k + 1
+        with _swapped(self, uniform_decode_query_len=w, _bs_to_padded_graph_size=st.tables[w]):
+            return original(self, *args, **kwargs)
+
+    return dispatch
+
+
+def make_batch_wrapper(original: Callable[..., Any],
+                       strict: Callable[[], bool]) -> Callable[..., Any]:
+    """``_determine_batch_execution_and_padding``: a uniform decode of a candidate width is
+    dispatched at that width; ``mtp_strict_graph`` checked on real steps."""
+    sig = inspect.signature(original)
+    # graphs off on this runner (no state): the plain strict check still applies
+    plain = make_strict_dispatch_wrapper(original, strict)
+
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        st = _state(self)
+        if st is None:
+            return plain(self, *args, **kwargs)
+        a = sig.bind(self, *args, **kwargs).arguments
+        forced = a.get("force_eager") or a.get("force_uniform_decode") is not None
+        num_reqs, num_tokens = int(a["num_reqs"]), int(a["num_tokens"])
+        max_q = int(a["max_num_scheduled_tokens"])
+        if a.get("force_uniform_decode"):
+            width = max_q if max_q in st.widths else None
+        elif a.get("force_uniform_decode") is None and max_q in st.widths and num_reqs > 0 \
+                and num_tokens == max_q * num_reqs and _all_decode(self, num_reqs):
+            width = max_q
+        else:
+            width = None
+        prev = st.width
+        st.width = width
+        try:
+            if width is not None:
+                with _swapped(self, uniform_decode_query_len=width):
+                    result = original(self, *args, **kwargs)
+            else:
+                result = original(self, *args, **kwargs)
+        except BaseException:
+            st.width = prev
+            raise
+        # keep st.width for the rest of the step (_pad_query_start_loc_for_fia reads it)
+        if not forced and st.strict():
+            shape = BatchShape(num_tokens=num_tokens, num_reqs=num_reqs, max_query_len=max_q,
+                               all_decode=_all_decode(self, num_reqs))
+            check_strict(shape, result[0], st.sizes.get(max_q) or sorted(
+                {s for v in st.sizes.values() for s in v}), batch_descriptor=result[1])
+        return result
+
+    return wrapper
+
+
+def make_pad_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``_pad_query_start_loc_for_fia`` pads dummy requests at the batch's width."""
+
+    def _pad_query_start_loc_for_fia(self: Any, *args: Any, **kwargs: Any) -> Any:
+        st = _state(self)
+        w = None if st is None else (st.drafting_width if st.drafting else st.width)
+        if w is None or w == self.uniform_decode_query_len:
+            return original(self, *args, **kwargs)
+        with _swapped(self, uniform_decode_query_len=w):
+            return original(self, *args, **kwargs)
+
+    return _pad_query_start_loc_for_fia
+
+
+def make_propose_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``propose_draft_token_ids``: the drafter's dispatch knows the step's verify width."""
+    sig = inspect.signature(original)
+
+    def propose_draft_token_ids(self: Any, *args: Any, **kwargs: Any) -> Any:
+        st = _state(self)
+        if st is None:
+            return original(self, *args, **kwargs)
+        desc = sig.bind(self, *args, **kwargs).arguments.get("target_model_batch_desc")
+        st.drafting, st.drafting_width = True, width_of(desc)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            st.drafting, st.drafting_width = False, None
+
+    return propose_draft_token_ids
+
+
+@contextlib.contextmanager
+def drafting(runner: Any, target_desc: Any) -> Iterator[WidthState]:
+    """What the wrapped ``propose_draft_token_ids`` sets around the drafter (tests, tools)."""
+    st = _state(runner)
+    if st is None:
+        raise GraphWidthsError("vSpec graph widths are not set up on this runner")
+    st.drafting, st.drafting_width = True, width_of(target_desc)
+    try:
+        yield st
+    finally:
+        st.drafting, st.drafting_width = False, None
+
+
+def install_graph_widths(patcher: Patcher, runner_cls: type, dispatcher_cls: type,
+                         plan: Callable[[], WidthPlan], strict: Callable[[], bool]) -> None:
+    """Patch the NPU runner and vLLM's dispatcher (fail closed on a missing name)."""
+    patcher.wrap(runner_cls, "_check_and_update_cudagraph_mode",
+                 lambda orig: make_check_mode_wrapper(orig, plan, strict))
+    patcher.wrap(runner_cls, "_warmup_and_capture", make_warmup_capture_wrapper)
+    patcher.wrap(runner_cls, "_determine_batch_execution_and_padding",
+                 lambda orig: make_batch_wrapper(orig, strict))
+    patcher.wrap(runner_cls, "_pad_query_start_loc_for_fia", make_pad_wrapper)
+    patcher.wrap(runner_cls, "propose_draft_token_ids", make_propose_wrapper)
+    patcher.wrap(dispatcher_cls, "dispatch", make_dispatch_wrapper)
+
+
+__all__ = [
+    "GAMMA_RUNNABLES_ATTR",
+    "STATE_ATTR",
+    "GammaDraftGraphs",
+    "GraphWidthsError",
+    "RoutedGraphParams",
+    "WidthPlan",
+    "WidthState",
+    "as_width",
+    "drafting",
+    "install_graph_widths",
+    "padding_table",
+    "plan_from_settings",
+    "setup_widths",
+    "sizes_for_width",
+    "width_of",
+]
