@@ -253,3 +253,44 @@ def test_metrics_are_buffered_then_exact_once_the_engine_is_idle(tmp_path: Any) 
     assert trace._pending == []  # handed to the writer when the engine went idle
     hook.close()
     assert len((tmp_path / "trace.jsonl").read_text().splitlines()) == 5
+
+
+def test_requests_admitted_while_the_drafter_was_off_do_not_bring_it_back() -> None:
+    sched = FakeScheduler(running=2, waiting=0)
+    for rid, req in sched.requests.items():
+        req.request_id = rid
+    ctrl = Ctrl(gamma=0)
+    hook = _hook(sched, ctrl, adaptive_gamma0_mode="sticky", adaptive_refill_batch=4)
+    _before_schedule(hook)
+    hook.decide(2)
+    hook.after_schedule(_out({"r0": 1, "r1": 1}, {}))  # pins {r0, r1}
+    admitted = Req()
+    admitted.request_id = "r2"
+    sched.requests["r2"] = admitted
+    sched.running.append(admitted)
+    _before_schedule(hook)
+    hook.decide(3)
+    hook.after_schedule(_out({"r0": 1, "r1": 1, "r2": 1}, {}))  # r2 admitted during the pin
+    sched.finish("r0", "r1")
+    sched.running = [admitted]
+    ctrl.gamma = 3
+    sched.waiting = [object()] * 5  # 3 free slots < refill 4: a speculating host would hold
+    _before_schedule(hook)
+    assert not hook.sticky.pinned()
+    assert not hook.refill.held  # nothing can speculate: admissions are not held
+    sched.waiting = []
+    assert hook.decide(1) == 3  # the controller is asked again ...
+    out = _out({"r2": 1}, {})
+    hook.after_schedule(out)
+    # ... but r2's draft KV has holes: the drafter stays off, the step runs gamma 0
+    assert getattr(out, SKIP_ATTR) is True
+    assert hook.last_decided == 0 and not hook.sticky.pinned()  # no new cohort pinned
+    fresh = Req()
+    fresh.request_id = "r3"
+    sched.requests["r3"] = fresh
+    sched.running.append(fresh)
+    _before_schedule(hook)
+    hook.decide(2)
+    out = _out({"r2": 1, "r3": 1}, {})
+    hook.after_schedule(out)
+    assert not getattr(out, SKIP_ATTR, False) and hook.last_decided == 3  # r3 may draft

@@ -107,3 +107,22 @@ def test_shipped_sticky_scenarios_model_the_vspec_host(name: str) -> None:
     if name != "b8-cpu-sticky-agree":
         assert sc.cost.step_time(8, 0, 0, 0, 0, 0) == pytest.approx(1.65e-3)
         assert sc.cost.step_time(8, 8, 1, 8, 0, 0) == pytest.approx(3.88e-3, rel=0.01)
+
+
+def test_a_batch_of_requests_admitted_while_the_drafter_was_off_keeps_it_off() -> None:
+    # 24 requests of mixed lengths, 8 slots: requests admitted during the pin are tainted.
+    # Drafting resumes with requests admitted after the pin; at the end only a tainted
+    # request runs: the controller still says 4, but the drafter stays off (next_gamma 0)
+    # without pinning a new cohort (the controller keeps being asked)
+    sc = _scenario("sticky", workload__num_requests=24,
+                   workload__output_len={"type": "uniform", "low": 10, "high": 120})
+    ctl = _Script([2, 0, 4], settled=True)
+    simulate(sc, ctl, seed=3)
+    ran = [fb.drafter_ran for fb in ctl.feedback]
+    resumed = ran.index(True)
+    assert any(fb.gamma == 4 and 4 in fb.drafted for fb in ctl.feedback[resumed:])
+    tail = ctl.feedback[len(ran) - ran[::-1].index(True):]  # after the last drafting step
+    assert tail and all(not fb.drafter_ran and fb.next_gamma == 0 for fb in tail)
+    asked_before = ctl.asked
+    # one decision per unpinned step: every tail step consulted the controller
+    assert asked_before >= len(ctl.feedback) - resumed + 1

@@ -131,7 +131,9 @@ class SchedulerHook:
     def scheduling(self) -> Iterator[None]:
         """Around one ``Scheduler.schedule()`` call: sticky draft discard, refill hold."""
         self.before_schedule()
-        with self.refill.admission(self.scheduler, speculating=not self.sticky.pinned()):
+        running = (getattr(r, "request_id", None) for r in self.scheduler.running)
+        speculating = not (self.sticky.pinned() or self.sticky.covers(running))
+        with self.refill.admission(self.scheduler, speculating=speculating):
             yield
 
     def after_schedule(self, out: Any) -> None:
@@ -141,15 +143,18 @@ class SchedulerHook:
         if not num_sched:
             return
         decided = self._decided if self._decided is not None else out.num_spec_tokens_to_schedule
-        skip = (
-            self.adaptive
-            and self.mode == "sticky"
-            and decided == 0
-            and (self.sticky.pinned() or self.guard.settled())
-        )
+        skip = False
+        if self.adaptive and self.mode == "sticky":
+            if decided == 0 and (self.sticky.pinned() or self.guard.settled()):
+                skip = True
+                self.sticky.skip(num_sched)
+            elif decided > 0 and self.sticky.covers(num_sched):
+                # Every scheduled request's draft KV has holes (admitted while the drafter was
+                # off): their drafts would be void, so the drafter stays off and the step runs
+                # gamma 0. No new cohort is pinned: requests admitted from now on may draft.
+                skip, decided = True, 0
         if skip:
             setattr(out, SKIP_ATTR, True)
-            self.sticky.skip(num_sched)
         spec = out.scheduled_spec_decode_tokens
         # Every request scheduled 1 + its drafts (no prefill chunk) <=> the totals agree, as
         # no request is ever scheduled fewer tokens than that.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -122,6 +122,19 @@ class StickyCohort:
             request = requests.get(rid)
             if request is not None and request.spec_token_ids:
                 request.spec_token_ids = []
+
+    def covers(self, ids: Iterable[Any]) -> bool:
+        """True when there are tainted requests and every one of ``ids`` is among them (no
+        request could use a draft)."""
+        tainted = self.tainted
+        if not tainted:
+            return False
+        seen = False
+        for rid in ids:
+            if rid not in tainted:
+                return False
+            seen = True
+        return seen
 
     def skip(self, scheduled: Mapping[str, int]) -> None:
         """The drafter is skipped after this step: its requests are tainted, and the first

@@ -240,8 +240,10 @@ class Simulation:
                     budget -= chunk
                     prefill.append((r, chunk))
                     ctx += r.prefilled + chunk
+            speculating = not pinned and not (
+                tainted and all(r.rid in tainted for r in running))
             hold = (
-                refill > 1 and bool(waiting) and bool(running) and not pinned
+                refill > 1 and bool(waiting) and bool(running) and speculating
                 and max_seqs - len(running) < min(refill, len(waiting))
                 and held_steps < REFILL_MAX_HOLD_STEPS
             )
@@ -269,6 +271,9 @@ class Simulation:
                 tainted |= ids
                 if not pinned:
                     pinned = ids
+            elif sticky and g > 0 and tainted and all(r.rid in tainted for r in self.batch):
+                # as the host: nobody could use a draft, the drafter stays off, no new pin
+                skip, g = True, 0
 
             # 3. verify
             committed = 0
