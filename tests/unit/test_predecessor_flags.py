@@ -120,3 +120,16 @@ def test_contradicting_graph_switches_are_refused() -> None:
         _settings("--adaptive-async", "--no-async-scheduling")
     with pytest.raises(SettingsError, match="merged_full_max_batch"):
         _settings("--merged-full-max-batch", "8")
+
+
+def test_merged_full_is_vllm_ascends_own_graph_under_full_graph_modes() -> None:
+    from vllm_hust_vspec.host import compat
+
+    full = _settings("--method", "eagle", "--graph-mode", "full-decode-only", "--merged-full")
+    assert compat.unsupported(full, ascend=True) == []  # the host's merged draft graph
+    assert any("--merged-full" in e for e in compat.unsupported(full, ascend=False))
+    off = _settings("--method", "eagle", "--graph-mode", "full-decode-only", "--no-merged-full")
+    assert any(e.startswith("--no-merged-full") for e in compat.unsupported(off, ascend=True))
+    assert compat.unsupported(off, ascend=False) == []
+    eager = _settings("--method", "eagle", "--graph-mode", "piecewise", "--merged-full")
+    assert any("FULL graphs" in e for e in compat.unsupported(eager, ascend=True))

@@ -31,10 +31,18 @@ class HostSwitch:
     asked: Callable[[Settings], bool]
     upstream: str
     ascend: str
+    # When the switch cannot apply on vLLM-Ascend, if that differs from ``asked``.
+    ascend_asked: Callable[[Settings], bool] | None = None
+
+    def asked_on(self, settings: Settings, *, ascend: bool) -> bool:
+        """The settings ask for what this host kind cannot honour."""
+        if ascend and self.ascend_asked is not None:
+            return self.ascend_asked(settings)
+        return self.asked(settings)
 
 
-_ASCEND_TODO = ("vSpec implements no such path for vLLM-Ascend yet (the per-gamma graph work "
-                "in docs/hosts.md); unset the switch")
+_ASCEND_TODO = "vSpec implements no such path for vLLM-Ascend; unset the switch"
+_FULL_MODES = ("full", "full-decode-only")
 
 SWITCHES: tuple[HostSwitch, ...] = (
     HostSwitch(
@@ -73,8 +81,17 @@ SWITCHES: tuple[HostSwitch, ...] = (
         "--merged-full", lambda s: bool(s.merged_full),
         "a merged FULL draft graph is vLLM-Ascend's (ACLGraphWrapper(_run_merged_draft)); "
         "upstream vLLM has no merged draft graph",
-        "vllm-ascend's merged FULL draft graph bakes K in (docs/hosts.md, Graphs), so "
-        "vSpec's per-step gamma cannot drive it; " + _ASCEND_TODO,
+        "vllm-ascend captures its merged FULL draft graph only under FULL graphs; use "
+        "--graph-mode full-decode-only (or full)",
+        ascend_asked=lambda s: s.merged_full is True and s.graph_mode not in _FULL_MODES,
+    ),
+    HostSwitch(
+        "--no-merged-full", lambda s: False,
+        "(honoured: upstream vLLM has no merged draft graph to turn off)",
+        "under FULL graphs vllm-ascend always drafts through its merged FULL draft graph (per "
+        "gamma with graph-per-gamma) and has no switch to turn it off; drop --no-merged-full "
+        "or use --graph-mode piecewise",
+        ascend_asked=lambda s: s.merged_full is False and s.graph_mode in _FULL_MODES,
     ),
     HostSwitch(
         "--merged-full-max-batch", lambda s: s.merged_full_max_batch is not None,
@@ -87,7 +104,7 @@ SWITCHES: tuple[HostSwitch, ...] = (
 def unsupported(settings: Settings, *, ascend: bool) -> list[str]:
     """One line per switch the settings ask for that cannot apply on this host."""
     return [f"{sw.flag}: {sw.ascend if ascend else sw.upstream}"
-            for sw in SWITCHES if sw.asked(settings)]
+            for sw in SWITCHES if sw.asked_on(settings, ascend=ascend)]
 
 
 def require_supported(settings: Settings, *, ascend: bool) -> None:
