@@ -126,11 +126,14 @@ def test_sticky_gamma0_skips_drafter_then_resumes(
     # The drafter was not called on skipped steps.
     assert len(calls) == len(records) - len(skipped)
     assert 0 not in calls
-    # The pin lasts exactly while the first cohort runs; the next cohort speculates again.
+    # The pin holds while the first cohort runs; the next cohort speculates again. (Later
+    # skips are steps whose requests were all admitted while the drafter was off: their
+    # drafts would be void, host/hook.py.)
     first_skip = records.index(skipped[0])
-    last_skip = records.index(skipped[-1])
-    assert all(r["skip"] for r in records[first_skip : last_skip + 1])
-    later = records[last_skip + 1 :]
+    pin_end = next((i for i in range(first_skip, len(records)) if not records[i]["skip"]),
+                   len(records))
+    assert pin_end - first_skip >= 2
+    later = records[pin_end:]
     assert any(r["admitted"] for r in records[first_skip + 1 :])
     assert any(r["gamma"] == MAX_K and r["drafted"] > 0 for r in later)
     (ctrl,) = built
