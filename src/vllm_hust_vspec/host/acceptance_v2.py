@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from vllm_hust_vspec.backends.acceptance import AcceptanceParams, greedy_accept
 from vllm_hust_vspec.host.acceptance import acceptance_params, describe, eos_token_ids
 from vllm_hust_vspec.host.patching import Patcher, resolve
+from vllm_hust_vspec.host.runner_v2 import V2_RUNNER, available
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.settings import Settings
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("vllm_hust_vspec.host")
 
 V2_REJECTION_MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler"
-V2_RUNNER = ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner")
 
 
 @dataclass(frozen=True)
@@ -151,13 +151,10 @@ def make_rejection_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
 def install_acceptance_v2(patcher: Patcher, get_settings: Callable[[], Settings]) -> bool:
     """Patch V2's rejection path when a relaxed mode is configured and V2 exists."""
     params = acceptance_params(get_settings())
-    if params.strict:
+    if params.strict or not available():
         return False
-    try:
-        module = importlib.import_module(V2_REJECTION_MODULE)
-        runner_cls = resolve(*V2_RUNNER)
-    except Exception:  # noqa: BLE001 - a vLLM without Model Runner V2
-        return False
+    module = importlib.import_module(V2_REJECTION_MODULE)
+    runner_cls = resolve(*V2_RUNNER)
 
     def get_params() -> AcceptanceParams:
         return acceptance_params(get_settings())

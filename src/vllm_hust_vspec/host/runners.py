@@ -211,8 +211,7 @@ def _engine_errors(settings: Settings, runner: str, vllm_config: Any) -> list[st
             "(speculative_config.fly_window_size, vLLM >= 0.33): vSpec's greedy rows would "
             "replace FLy's result; configure one of the two"
         )
-    if runner == V2 and _draft_vocab_padded(vllm_config) and bool(
-            getattr(spec, "use_local_argmax_reduction", False)):
+    if runner == V2 and _draft_vocab_padded(vllm_config) and _local_argmax(spec):
         out.append(
             "a draft whose vocabulary is padded beyond the target's with "
             "use_local_argmax_reduction: the V2 draft guard masks the draft logits, which "
@@ -221,14 +220,13 @@ def _engine_errors(settings: Settings, runner: str, vllm_config: Any) -> list[st
     if runner == V2 and settings.adaptive_entropy_stop:
         out += _v2_confidence_stop_errors(spec, vllm_config)
     if runner == V2 and settings.draft_head_changed():
-        multi_module = getattr(spec, "use_multi_module_mtp", None)
-        if callable(multi_module) and bool(multi_module()):
+        if _multi_module_mtp(spec):
             out.append(
                 "the draft LM-head options with a multi-module MTP drafter on Model Runner V2: "
                 "MultiModuleMTPSpeculator computes its own per-step logits, which vSpec does "
                 "not patch; drop the options"
             )
-        if bool(getattr(spec, "use_local_argmax_reduction", False)):
+        if _local_argmax(spec):
             out.append(
                 "the draft LM-head options with use_local_argmax_reduction on Model Runner "
                 "V2: local-argmax reduction never computes the draft logits the options "
@@ -244,6 +242,17 @@ def _engine_errors(settings: Settings, runner: str, vllm_config: Any) -> list[st
     return out
 
 
+def _multi_module_mtp(spec: Any) -> bool:
+    """The speculative config drafts with MultiModuleMTPSpeculator on V2."""
+    multi_module = getattr(spec, "use_multi_module_mtp", None)
+    return callable(multi_module) and bool(multi_module())
+
+
+def _local_argmax(spec: Any) -> bool:
+    """Local-argmax reduction: draft logits are never materialized."""
+    return bool(getattr(spec, "use_local_argmax_reduction", False))
+
+
 def _draft_graphs(vllm_config: Any) -> bool:
     """True when the engine may capture CUDA graphs (of the drafter too)."""
     model = getattr(vllm_config, "model_config", None)
@@ -255,8 +264,7 @@ def _draft_graphs(vllm_config: Any) -> bool:
 
 def _v2_confidence_stop_errors(spec: Any, vllm_config: Any) -> list[str]:
     out = []
-    multi_module = getattr(spec, "use_multi_module_mtp", None)
-    if callable(multi_module) and bool(multi_module()):
+    if _multi_module_mtp(spec):
         out.append(
             "the confidence stop with a multi-module MTP drafter on Model Runner V2: "
             "MultiModuleMTPSpeculator computes its own per-step logits, which vSpec does not "
@@ -274,9 +282,7 @@ def _v2_confidence_stop_errors(spec: Any, vllm_config: Any) -> list[str]:
 def _engine_warnings(settings: Settings, runner: str, vllm_config: Any) -> list[str]:
     spec = getattr(vllm_config, "speculative_config", None)
     out: list[str] = []
-    multi_module = getattr(spec, "use_multi_module_mtp", None)
-    if (runner == V2 and settings.adaptive_speculation and callable(multi_module)
-            and bool(multi_module())):
+    if runner == V2 and settings.adaptive_speculation and _multi_module_mtp(spec):
         out.append(
             "adaptive gamma with a multi-module MTP drafter on Model Runner V2: "
             "MultiModuleMTPSpeculator drafts its full width in one pass whatever gamma is, "
