@@ -205,3 +205,15 @@ def test_draft_config_defaults_and_labels() -> None:
     head = Settings(eagle_draft_lm_head_quant="w8a8")
     assert head.draft_head_changed() and draft_config(head).head_changed
     assert not Settings(confidence_protected_token_ids=[]).relaxed_acceptance()
+
+
+def test_the_draft_config_reader_rebuilds_only_for_new_settings() -> None:
+    from vllm_hust_vspec.host.drafting import draft_config_reader
+    from vllm_hust_vspec.settings import Settings
+
+    current = {"s": Settings(method="draft")}
+    read = draft_config_reader(lambda: current["s"])
+    first = read()
+    assert read() is first and not first.entropy_stop
+    current["s"] = Settings(method="draft", adaptive_entropy_stop=True)
+    assert read().entropy_stop  # a replaced settings object is read again

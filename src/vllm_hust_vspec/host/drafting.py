@@ -90,6 +90,21 @@ def draft_config(settings: Settings) -> DraftSideConfig:
     )
 
 
+def draft_config_reader(get_settings: Callable[[], Settings]) -> Callable[[], DraftSideConfig]:
+    """``draft_config`` of the current settings, rebuilt only when the settings object changes
+    (the drafting hot path asks on every draft position)."""
+    last: list[Any] = [None, None]
+
+    def get_config() -> DraftSideConfig:
+        settings = get_settings()
+        if last[0] is not settings:
+            last[0], last[1] = settings, draft_config(settings)
+        config: DraftSideConfig = last[1]
+        return config
+
+    return get_config
+
+
 @dataclass
 class ProposerState:
     """Per-proposer decisions, made at its first draft (after the models are loaded)."""
@@ -330,6 +345,7 @@ __all__ = [
     "DraftSideError",
     "ProposerState",
     "draft_config",
+    "draft_config_reader",
     "install_drafting",
     "lm_head_weight",
     "state_of",

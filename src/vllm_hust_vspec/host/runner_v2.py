@@ -284,10 +284,9 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> bool:
     """Patch Model Runner V2 when this vLLM has it; returns whether it did."""
     if not available():
         return False
-    from vllm_hust_vspec.host.drafting import draft_config
+    from vllm_hust_vspec.host.drafting import draft_config_reader
 
-    def get_config() -> DraftSideConfig:
-        return draft_config(get_settings())
+    get_config = draft_config_reader(get_settings)
 
     runner_cls = resolve(*V2_RUNNER)
     patcher.wrap(runner_cls, "execute_model", _make_execute_wrapper)
