@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,18 +69,17 @@ def wait_ready(server: Server) -> None:
     pytest.fail("server not ready in time:\n" + server.log.read_text()[-4000:])
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("server")
+@contextmanager
+def launched(tmp: Path, args: list[str], env_extra: dict[str, str] | None = None
+             ) -> Iterator[Server]:
+    """The launcher's cpu-tiny preset serving on a free port with ``args`` (launcher flags,
+    then ``--`` and vLLM flags), until the block ends (SIGINT, then SIGKILL after 60 s)."""
     port = free_port()
     trace, log = tmp / "trace.jsonl", tmp / "server.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUST_VSPEC_")}
-    env.update({"HUST_VSPEC_MODEL_DIR": str(es.models_dir()),
-                "PROMETHEUS_MULTIPROC_DIR": str(tmp / "prom")})
-    launcher = [sys.executable, "-m", "vllm_hust_vspec.cli.launch"]
-    cmd = [*launcher, "--protocol", "cpu-tiny", "--port", str(port),
-           "--adaptive-trace", str(trace)]
-    (tmp / "prom").mkdir()
+    env.update({"HUST_VSPEC_MODEL_DIR": str(es.models_dir()), **(env_extra or {})})
+    cmd = [sys.executable, "-m", "vllm_hust_vspec.cli.launch", "--protocol", "cpu-tiny",
+           "--port", str(port), *args]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -95,6 +95,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp("server")
+    (tmp / "prom").mkdir()
+    with launched(tmp, ["--adaptive-trace", str(tmp / "trace.jsonl")],
+                  {"PROMETHEUS_MULTIPROC_DIR": str(tmp / "prom")}) as srv:
+        yield srv
 
 
 def chat(base: str, prompt: str) -> dict[str, object]:

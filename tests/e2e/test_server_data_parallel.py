@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +24,7 @@ import pytest
 pytest.importorskip("vllm")
 
 import engine_support as es  # noqa: E402
-from test_server_cpu_tiny import Server, free_port, wait_ready  # noqa: E402
+from test_server_cpu_tiny import Server, launched  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.server]
 
@@ -37,27 +35,8 @@ MAX_TOKENS = 24
 @pytest.fixture(scope="module")
 def dp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("dp-server")
-    port = free_port()
-    trace, log = tmp / "trace.jsonl", tmp / "server.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HUST_VSPEC_")}
-    env["HUST_VSPEC_MODEL_DIR"] = str(es.models_dir())
-    cmd = [sys.executable, "-m", "vllm_hust_vspec.cli.launch", "--protocol", "cpu-tiny",
-           "--port", str(port), "--", "--data-parallel-size", "2"]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    srv = Server(f"http://127.0.0.1:{port}", proc, trace, log)
-    try:
-        wait_ready(srv)
+    with launched(tmp, ["--", "--data-parallel-size", "2"]) as srv:
         yield srv
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
 
 
 def complete(base: str, prompt: str) -> list[int]:
