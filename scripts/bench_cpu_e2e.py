@@ -4,10 +4,11 @@
 For every drafter, one process keeps two in-process engines alive: a target-only engine and a
 speculative engine (max gamma 4) with vSpec's scheduler hook. The speculative engine plays
 each arm by swapping the hook's controller (fixed gamma 0..4, then vSpec online, whose
-controller persists across repetitions the way it would in a long-running server, and a cold
-vSpec controller built afresh for every repetition; fixed 0 is sticky gamma 0, drafter
-skipped). `--no-fast-path` keeps vLLM's speculative path on gamma-0
-steps, to measure what the zero-draft fast path buys.
+controller persists across repetitions the way it would in a long-running server, a cold
+vSpec controller built afresh for every repetition, and a restarted one: built afresh too, but
+seeded with the step costs the engine measured so far (what `adaptive_state_path` gives a
+restarted server); fixed 0 is sticky gamma 0, drafter skipped). `--no-fast-path` keeps
+vLLM's speculative path on gamma-0 steps, to measure what the zero-draft fast path buys.
 Repetitions are interleaved (all arms once, then again, the order rotated each time), medians
 are reported, and the ratios are measured side by side in this one run.
 
@@ -27,6 +28,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +56,9 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
                   tokens: int, fast_path: bool) -> dict[str, list[float]]:
     from vllm_hust_vspec import host
     from vllm_hust_vspec.adaptive import FixedController
+    from vllm_hust_vspec.adaptive.cost_prior import CostPrior
     from vllm_hust_vspec.host.controller_factory import make_controller
+    from vllm_hust_vspec.host.cost_state import CostState
     from vllm_hust_vspec.settings import load_settings
 
     target = models / DRAFTERS[drafter]
@@ -74,7 +78,10 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
         arms: dict[str, Any] = {f"fixed:{k}": FixedController(k, k) for k in range(MAX_K + 1)}
         arms["vspec"] = online
         results: dict[str, list[float]] = {"target-only": [], **{a: [] for a in arms},
-                                           "vspec-cold": []}
+                                           "vspec-cold": [], "vspec-restart": []}
+        # every step of the speculative engine feeds a cost state, as with adaptive_state_path
+        state = hook.cost_state = CostState(
+            str(Path(tempfile.mkdtemp(prefix="vspec-bench-")) / "costs.json"), {})
         # warm-up: every arm once, not measured. The online controller does its first sweep
         # here and then keeps learning across repetitions, as in a long-running server;
         # vspec-cold is a fresh controller in every repetition (its learning measured).
@@ -91,8 +98,13 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
                 if name == "target-only":
                     results[name].append(tokens_per_s(base, prompts, tokens))
                     continue
-                hook.controller = (make_controller(settings, MAX_K) if name == "vspec-cold"
-                                   else arms[name])
+                if name == "vspec-cold":
+                    hook.controller = make_controller(settings, MAX_K)
+                elif name == "vspec-restart":
+                    prior = CostPrior("bench: this engine's steps so far", state.samples())
+                    hook.controller = make_controller(settings, MAX_K, cost_prior=prior)
+                else:
+                    hook.controller = arms[name]
                 results[name].append(tokens_per_s(spec, prompts, tokens))
             print(f"  {drafter}: repetition {rep + 1}/{reps} done", file=sys.stderr, flush=True)
     finally:
@@ -122,19 +134,22 @@ def main() -> int:
     print(f"\nvllm-cpu end-to-end, batch {args.batch} x {args.tokens} tokens, medians of "
           f"{args.reps} interleaved repetitions (tokens/s; ratios in the same run; zero-draft "
           f"fast path {'off' if args.no_fast_path else 'on'})\n")
-    arms = ["target-only", *[f"fixed:{k}" for k in range(MAX_K + 1)], "vspec", "vspec-cold"]
+    arms = ["target-only", *[f"fixed:{k}" for k in range(MAX_K + 1)], "vspec", "vspec-cold",
+            "vspec-restart"]
     print(f"{'drafter':20s}" + "".join(f"{a:>12s}" for a in arms)
-          + f"{'best fixed':>12s}{'vs best':>9s}{'vs tgt':>8s}  spread(vspec)  cold vs tgt")
+          + f"{'best fixed':>12s}{'vs best':>9s}{'vs tgt':>8s}  spread(vspec)  cold vs best"
+          + "  restart vs best")
     ok = True
     for drafter, med, raw in rows:
-        best_name = max((a for a in arms[1:-2]), key=lambda a: med[a])
+        best_name = max((a for a in arms[1:-3]), key=lambda a: med[a])
         vs_best = med["vspec"] / med[best_name]
         vs_target = med["vspec"] / med["target-only"]
         spread = (max(raw["vspec"]) - min(raw["vspec"])) / med["vspec"] * 100
         ok &= vs_best >= 0.95 and vs_target >= 1.0
         print(f"{drafter:20s}" + "".join(f"{med[a]:12.1f}" for a in arms)
               + f"{best_name:>12s}{vs_best:9.3f}{vs_target:8.3f}  {spread:12.1f}%"
-              + f"  {med['vspec-cold'] / med['target-only']:11.3f}")
+              + f"  {med['vspec-cold'] / med[best_name]:12.3f}"
+              + f"  {med['vspec-restart'] / med[best_name]:16.3f}")
     if args.json:
         args.json.write_text(json.dumps({d: raw for d, _, raw in rows}, indent=1))
     print("\ntargets: vspec >= 0.95 x best fixed and >= 1.0 x target-only: "

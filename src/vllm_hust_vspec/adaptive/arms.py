@@ -17,7 +17,7 @@ class ArmWindow:
     """
 
     __slots__ = ("commit_sum", "commits", "count_total", "interval_sum", "intervals", "mu",
-                 "seen", "var")
+                 "seeded", "seen", "var")
 
     def __init__(self, window: int) -> None:
         self.intervals: deque[float] = deque(maxlen=window)
@@ -28,6 +28,7 @@ class ArmWindow:
         self.mu = 0.0
         self.var = 0.0  # 0: never measured
         self.seen = 0
+        self.seeded = False  # its cost came from a prior (a persisted state) before any sample
 
     def add(self, interval_s: float, committed_per_request: float) -> None:
         """Append one sample, evicting the oldest when the window is full (O(1))."""
@@ -76,6 +77,14 @@ class BucketStats:
         """Record one steady sample for ``arm`` in its report window."""
         self.observations += 1
         a = self.arms[arm]
-        if not a.count_total:
+        if not a.count_total and not a.seeded:
             self.measured += 1
         a.add(interval_s, committed_per_request)
+
+    def seed(self, arm: int) -> None:
+        """Count ``arm`` as measured: its filtered cost came from a prior, not a step here
+        (the report window stays empty until a real sample)."""
+        a = self.arms[arm]
+        if not a.count_total and not a.seeded:
+            self.measured += 1
+        a.seeded = True

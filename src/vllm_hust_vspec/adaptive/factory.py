@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._validate import config_field_names
+from .cost_prior import CostPrior
 from .feedback import Controller
 from .fixed import FixedController
 from .online import OnlineConfig, OnlineController
@@ -20,6 +21,7 @@ def build_controller(
     min_gamma: int,
     max_gamma: int,
     profile_path: str | None = None,
+    cost_prior: CostPrior | None = None,
     **overrides: Any,
 ) -> Controller:
     """A controller for ``policy`` ('online', 'profile' or 'fixed').
@@ -29,16 +31,21 @@ def build_controller(
     :class:`ProfileConfig` (e.g. ``hysteresis=0.1``); ``None`` values are skipped so unset
     settings keep the controller's defaults. Unknown policies, unknown override names and bad
     values raise ValueError naming them; a bad profile raises ProfileError naming the file
-    and key.
+    and key. ``cost_prior`` (step times measured before, e.g. a persisted state) seeds the
+    'online' policy's cost model; the other policies take none (ValueError).
     """
     given = {k: v for k, v in overrides.items() if v is not None}
+    if cost_prior is not None and policy != "online":
+        raise ValueError(f"policy {policy!r} takes no cost prior (only 'online' learns step "
+                         "costs online)")
     if policy == "fixed":
         if given:
             raise ValueError(f"policy 'fixed' takes no overrides, got: {', '.join(sorted(given))}")
         return FixedController(min_gamma, max_gamma)
     if policy == "online":
         _check_overrides(policy, OnlineConfig, given)
-        return OnlineController(OnlineConfig(min_gamma=min_gamma, max_gamma=max_gamma, **given))
+        return OnlineController(OnlineConfig(min_gamma=min_gamma, max_gamma=max_gamma, **given),
+                                cost_prior=cost_prior)
     if policy == "profile":
         _check_overrides(policy, ProfileConfig, given)
         if not profile_path:

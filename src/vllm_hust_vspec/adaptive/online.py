@@ -30,6 +30,7 @@ from .acceptance import AcceptanceModel
 from .arms import BucketStats
 from .cadence import CadencedPolicy
 from .cost_model import GlobalCost
+from .cost_prior import CostPrior
 from .curves import bound, linear_fill, scaled
 from .feedback import ControllerSnapshot, StepFeedback
 from .load import TimeFilter
@@ -131,7 +132,10 @@ class OnlineConfig(PolicyConfig):
 class OnlineController(CadencedPolicy):
     """The default gamma policy: no offline calibration needed. Implements ``Controller``."""
 
-    def __init__(self, config: OnlineConfig | None = None) -> None:
+    def __init__(self, config: OnlineConfig | None = None,
+                 cost_prior: CostPrior | None = None) -> None:
+        """``cost_prior``: step times measured before this controller existed (a persisted
+        state, host/cost_state.py); see :meth:`_seed_costs`."""
         cfg = config or OnlineConfig()
         self.config = cfg
         lo, hi = cfg.min_gamma, cfg.max_gamma
@@ -180,6 +184,40 @@ class OnlineController(CadencedPolicy):
         self._sweep_end = 0  # filter clock when the sweep ended (see _scores)
         self._drafter_ran = True  # path of the last feedback (see path_switch_discard)
         self._path_warmup = 0
+        self._prior = "none" if cost_prior is None else cost_prior.source
+        if cost_prior is not None:
+            self._seed_costs(cost_prior)
+
+    def _seed_costs(self, prior: CostPrior) -> None:
+        """Start from earlier step times: each (batch, gamma) mean enters the cost filter as
+        one sample (as uncertain as one real step, so the first real steps correct it and the
+        UCB bonus still re-probes arms that look good), the global cost model as one sample,
+        and a bucket whose every arm the prior covers needs no sweep. Only the sweep is
+        skipped: warm-up discards and all re-measures stay, acceptance starts from its prior
+        (it depends on the requests, not the engine)."""
+        lo, hi = self._lo, self.config.max_gamma
+        usable = [s for s in prior.samples if lo <= s.gamma <= hi]
+        for s in usable:
+            self._cost.add(s.batch, s.gamma, s.seconds)
+        for s in usable:
+            idx = bucket_index(s.batch)
+            bucket = self._buckets.get(idx) or self._new_bucket(idx)
+            at_reference = max(s.seconds - self._batch_shift(s.gamma + 1, s.batch, idx),
+                               0.1 * s.seconds)
+            if s.gamma == 0 and self._skip_zero and s.drafter_ran:
+                self._filter.update(bucket.sync_zero, at_reference)
+                continue
+            if s.gamma == 0 and not s.drafter_ran and not self._skip_zero:
+                continue  # a drafter-skipping zero is not this controller's arm 0
+            self._filter.update(bucket.arms[s.gamma - lo], at_reference)
+            bucket.seed(s.gamma - lo)
+        for b in self._buckets.values():
+            # a drafter-skipping zero the prior lacks is judged as after a sweep: by the prior
+            # its sync-zero steps give it (see _skip_zero_prior)
+            zero_ok = (self._skip_zero and b.arms[0].var <= 0.0 and b.sync_zero.var > 0.0
+                       and b.measured == self._num_arms - 1)
+            if b.measured == self._num_arms or zero_ok:
+                self._sweep_done = True
 
     # -- Controller protocol ------------------------------------------------------------------
 
@@ -281,6 +319,7 @@ class OnlineController(CadencedPolicy):
             "policy": "online",
             "gamma": self._gamma,
             "phase": self.phase,
+            "prior": self._prior,
             "batch_size": self._last_batch,
             "bucket": 1 << self._last_bucket,
             "decisions": self._calls,

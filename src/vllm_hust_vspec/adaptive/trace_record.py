@@ -14,18 +14,21 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class TraceHeader:
-    """The first line of a run: ``{"run": id, "started", "pid", "vspec", "settings"}``."""
+    """The first line of a run: ``{"run": id, "started", "pid", "vspec", "settings",
+    "prior"}``; ``prior`` says what the controller started from ("none", or the source of its
+    cost prior, e.g. a persisted state file)."""
 
     run: str
     started: float
     pid: int
     vspec: str
     settings: str
+    prior: str = "none"
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of the line."""
         return {"run": self.run, "started": self.started, "pid": self.pid,
-                "vspec": self.vspec, "settings": self.settings}
+                "vspec": self.vspec, "settings": self.settings, "prior": self.prior}
 
 
 @dataclass(frozen=True, slots=True)

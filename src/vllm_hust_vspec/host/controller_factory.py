@@ -15,6 +15,7 @@ from vllm_hust_vspec.adaptive.feedback import Controller
 from vllm_hust_vspec.adaptive.fixed import FixedController
 
 if TYPE_CHECKING:
+    from vllm_hust_vspec.adaptive.cost_prior import CostPrior
     from vllm_hust_vspec.settings import Settings
 
 logger = logging.getLogger("vllm_hust_vspec.host")
@@ -87,8 +88,10 @@ def controller_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
     return kwargs
 
 
-def make_controller(settings: Settings, max_gamma: int) -> Controller:
-    """The controller for one scheduler, with upper bound ``max_gamma``."""
+def make_controller(settings: Settings, max_gamma: int,
+                    cost_prior: CostPrior | None = None) -> Controller:
+    """The controller for one scheduler, with upper bound ``max_gamma``; ``cost_prior``
+    (step times from a persisted state, host/cost_state.py) seeds its cost model."""
     if _factory_override is not None:
         return _factory_override(settings, max_gamma)
     if not settings.adaptive_speculation:
@@ -96,7 +99,10 @@ def make_controller(settings: Settings, max_gamma: int) -> Controller:
     from vllm_hust_vspec.adaptive import build_controller
 
     policy = settings.adaptive_policy
-    return build_controller(policy, **controller_kwargs(settings, max_gamma))
+    kwargs = controller_kwargs(settings, max_gamma)
+    if cost_prior is not None:
+        kwargs["cost_prior"] = cost_prior
+    return build_controller(policy, **kwargs)
 
 
 __all__ = ["ControllerFactory", "controller_kwargs", "make_controller", "set_factory"]

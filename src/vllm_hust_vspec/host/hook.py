@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_hust_vspec.adaptive.feedback import Controller, StepFeedback
 from vllm_hust_vspec.adaptive.trace_record import TraceRecord
+from vllm_hust_vspec.host.cost_state import CostState
 from vllm_hust_vspec.host.hook_parts import (
     GuardedController,
     RefillAdmission,
@@ -73,6 +74,7 @@ class SchedulerHook:
         *,
         metrics: VSpecMetrics | None = None,
         trace: TraceWriter | None = None,
+        cost_state: CostState | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.settings = settings
@@ -85,6 +87,7 @@ class SchedulerHook:
         self.sticky = StickyCohort()
         self.refill = RefillAdmission(settings.refill_batch() if self.adaptive else 1, metrics)
         self.telemetry = Telemetry(metrics, trace)
+        self.cost_state = cost_state
         self.closed = False
         self.step = 0
         self.last_decided = max_gamma  # drafts made before the first decision use max K
@@ -215,6 +218,8 @@ class SchedulerHook:
             self.step += 1
             if feedback is not None:
                 self.guard.observe(feedback)
+                if self.cost_state is not None:
+                    self.cost_state.observe(feedback)
             telemetry = self.telemetry
             telemetry.step(drafted, accepted, committed, idle, self.guard)
             if telemetry.trace is not None:
@@ -234,6 +239,8 @@ class SchedulerHook:
         if self.closed:
             return
         self.closed = True
+        if self.cost_state is not None:
+            self.cost_state.save()
         self.telemetry.close(self.guard)
 
 

@@ -50,12 +50,13 @@ def _ends_mid_line(path: Path) -> bool:
         return False
 
 
-def run_header(settings_fingerprint: str) -> TraceHeader:
-    """The header that opens one run of the trace."""
+def run_header(settings_fingerprint: str, prior: str = "none") -> TraceHeader:
+    """The header that opens one run of the trace (``prior``: the controller's cost prior)."""
     from vllm_hust_vspec._version import __version__
 
     return TraceHeader(run=uuid.uuid4().hex[:12], started=round(time.time(), 3),
-                       pid=os.getpid(), vspec=__version__, settings=settings_fingerprint)
+                       pid=os.getpid(), vspec=__version__, settings=settings_fingerprint,
+                       prior=prior)
 
 
 class TraceWriter:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_hust_vspec.host import controller_factory, fast_path, runner_v2, runners, schedule
 from vllm_hust_vspec.host.capabilities import ENGINE_CORE, MODEL_RUNNER, SCHEDULER, WORKER
+from vllm_hust_vspec.host.cost_state import CostState, fingerprint_of
 from vllm_hust_vspec.host.hook import SKIP_ATTR, GammaLookup, SchedulerHook
 from vllm_hust_vspec.host.hook_parts import REFILL_MAX_HOLD_STEPS
 from vllm_hust_vspec.host.metrics import get_metrics
@@ -74,12 +75,19 @@ def attach(scheduler: Any, settings: Settings) -> SchedulerHook | None:
     for warning in runner_plan.warnings:
         logger.warning("vSpec: %s", warning)
     settings = runner_plan.settings
-    controller = controller_factory.make_controller(settings, max_gamma)
+    state = prior = None
+    if settings.adaptive_speculation and settings.adaptive_state_path:
+        state = CostState(settings.adaptive_state_path,
+                          fingerprint_of(scheduler.vllm_config, max_gamma))
+        prior = state.load()
+    controller = controller_factory.make_controller(settings, max_gamma, cost_prior=prior)
     trace = None
     if settings.adaptive_trace:
-        trace = TraceWriter(settings.adaptive_trace, header=run_header(settings.fingerprint()))
+        trace = TraceWriter(settings.adaptive_trace, header=run_header(
+            settings.fingerprint(), prior.source if prior is not None else "none"))
     hook = SchedulerHook(
-        scheduler, settings, controller, max_gamma, metrics=get_metrics(), trace=trace
+        scheduler, settings, controller, max_gamma, metrics=get_metrics(), trace=trace,
+        cost_state=state,
     )
     if hook.adaptive:
         if scheduler.dynamic_sd_lookup is not None and not schedule.is_declared(spec):

@@ -186,6 +186,11 @@ class Settings:
         None, "Write one JSON line per controller decision to this file.", group="adaptive",
         metavar="PATH",
     )
+    adaptive_state_path: str | None = _opt(
+        None, "Keep the controller's measured step costs in this JSON file across restarts: a "
+        "restarted engine with the same host, models and batch settings starts from them.",
+        group="adaptive", metavar="PATH",
+    )
     adaptive_entropy_stop: bool = _opt(
         False, "Cut each request's draft at its first low-confidence position.",
         group="adaptive",

@@ -27,6 +27,8 @@ def preflight(s: Settings, origins: Mapping[str, str]) -> None:
         _check_profile(s.adaptive_profile, origin(origins, "adaptive_profile"))
     if s.adaptive_trace:
         check_writable_file(s.adaptive_trace, origin(origins, "adaptive_trace"))
+    if s.adaptive_state_path:
+        _check_state(s.adaptive_state_path, origin(origins, "adaptive_state_path"))
     if s.eagle_draft_active_vocab_file:
         _check_readable(s.eagle_draft_active_vocab_file,
                         origin(origins, "eagle_draft_active_vocab_file"))
@@ -42,6 +44,16 @@ def _check_profile(path: str, where: str) -> None:
             f"{where}: {exc} (collect one with vllm-hust-vspec-profile, or fit one with"
             " vllm-hust-vspec-fit-profile)"
         ) from None
+
+
+def _check_state(path: str, where: str) -> None:
+    from vllm_hust_vspec.host.cost_state import CostStateError, check_state_path
+
+    check_writable_file(path, where)
+    try:
+        check_state_path(path)
+    except CostStateError as exc:
+        raise SettingsError(f"{where}: {exc}") from None
 
 
 def _check_readable(path: str, where: str) -> None:

@@ -1,0 +1,53 @@
+"""Step times known before the first decode step: a controller's cold-start prior.
+
+The host measures them at start-up (vLLM runs dummy batches for memory profiling and graph
+capture; vSpec times one dummy step per verify width and batch size, host/startup_costs.py),
+or a controller reads them from an earlier run's persisted state. Either way they are plain
+numbers: (batch, gamma, whether the drafter ran, seconds). A dummy step has no real KV
+lengths and no sampling, so a controller should take them as a prior to be corrected by the
+first real steps, not as measurements of equal weight.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class CostSample:
+    """One timed step: ``batch`` decoding requests verifying ``gamma`` drafts each."""
+
+    batch: int
+    gamma: int
+    seconds: float
+    # False for a step that ran only the target (the drafter skipped: a sticky gamma 0).
+    drafter_ran: bool = True
+    # Steps ``seconds`` is the mean of (a persisted state averages many; a dummy run is one).
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if self.batch < 1 or self.gamma < 0 or self.count < 1:
+            raise ValueError(f"cost sample: batch and count must be >= 1 and gamma >= 0, got "
+                             f"batch={self.batch}, gamma={self.gamma}, count={self.count}")
+        if not (math.isfinite(self.seconds) and self.seconds > 0):
+            raise ValueError(f"cost sample: seconds must be finite and > 0, got {self.seconds}")
+
+
+@dataclass(frozen=True, slots=True)
+class CostPrior:
+    """Timed steps and where they came from (``source`` is shown in traces)."""
+
+    source: str
+    samples: tuple[CostSample, ...]
+
+    def __post_init__(self) -> None:
+        if not self.source:
+            raise ValueError("cost prior: source must name where the samples came from")
+
+    def gammas(self) -> tuple[int, ...]:
+        """The gammas that have at least one sample, ascending."""
+        return tuple(sorted({s.gamma for s in self.samples}))
+
+
+__all__ = ["CostPrior", "CostSample"]

