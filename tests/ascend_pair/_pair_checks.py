@@ -2,6 +2,7 @@
 
     .cache/ascend023/venv/bin/python tests/ascend_pair/_pair_checks.py [imports|graph|runner|all]
     .cache/ascend023/venv/bin/python tests/ascend_pair/_pair_checks.py vspec
+        (vspec: FULL_DECODE_ONLY; vspec-full-and-piecewise; vspec-full: combined FULL)
 
 Installs the fake NPU (tests/fake_npu), imports vllm-ascend 0.23.0.post1 against vLLM 0.23.0
 and executes vllm-ascend's ACL graph bookkeeping on CPU. Prints one line
@@ -465,6 +466,9 @@ def check_vspec_graphs(graph_mode: str = "FULL_DECODE_ONLY") -> dict[str, Any]:
             out["widths"] = list(st.widths)
             out["sizes"] = {str(w): v for w, v in st.sizes.items()}
             out["draft_gammas"] = list(st.draft_gammas)
+            out["combined"] = st.combined
+            out["shared_sizes"] = list(st.shared_sizes)
+            out["draft_sizes"] = {str(g): v for g, v in st.draft_sizes.items()}
             out["capture_sizes"] = list(runner.compilation_config.cudagraph_capture_sizes)
             keys = runner.cudagraph_dispatcher.cudagraph_keys[CUDAGraphMode.FULL]
             out["full_keys"] = sorted(_desc(d) for d in keys)
@@ -472,7 +476,8 @@ def check_vspec_graphs(graph_mode: str = "FULL_DECODE_ONLY") -> dict[str, Any]:
             draft_params = ag.get_draft_graph_params()
             out["target_params_type"] = type(target_params).__name__
             out["target_param_sizes"] = {str(w): sorted(p.workspaces)
-                                         for w, p in target_params.by_key.items()}
+                                         for w, p in _by_key(target_params).items()}
+            out["target_params_is_global"] = target_params is ag._graph_params
             out["draft_param_sizes"] = {str(g): sorted(p.workspaces)
                                         for g, p in draft_params.by_key.items()}
             drafter = runner.drafter
@@ -501,17 +506,24 @@ def check_vspec_graphs(graph_mode: str = "FULL_DECODE_ONLY") -> dict[str, Any]:
                 == len(target_graph) + len(draft_graph) == by_mode.get("FULL"))
             out["target_attn_params"] = {
                 str(w): {str(n): len(v) for n, v in p.attn_params.items()}
-                for w, p in target_params.by_key.items()}
+                for w, p in _by_key(target_params).items()}
             out["draft_attn_params"] = {
                 str(g): {str(n): len(v) for n, v in p.attn_params.items()}
                 for g, p in draft_params.by_key.items()}
             # the same token count captured at different widths: different handle objects
             shared = {}
             for n in (4, 6, 8, 12):
-                owners = [w for w, p in target_params.by_key.items() if p.handles.get(n)]
-                ids = [id(h) for w in owners for h in target_params.by_key[w].handles[n]]
+                owners = [w for w, p in _by_key(target_params).items() if p.handles.get(n)]
+                ids = [id(h) for w in owners for h in _by_key(target_params)[w].handles[n]]
                 shared[str(n)] = {"widths": owners, "handles_distinct": len(ids) == len(set(ids))}
             out["same_tokens_isolated"] = shared
+            # the same token count captured for different gammas: different draft handles
+            dshared = {}
+            for n in (4, 6, 8, 12):
+                owners = [g for g, p in draft_params.by_key.items() if p.handles.get(n)]
+                ids = [id(h) for g in owners for h in draft_params.by_key[g].handles[n]]
+                dshared[str(n)] = {"gammas": owners, "handles_distinct": len(ids) == len(set(ids))}
+            out["draft_same_tokens_isolated"] = dshared
 
             # dispatch: the runner's own decision for each gamma / batch, then the drafter's
             # first pass under that target descriptor (steady: gamma drafted = width - 1;
@@ -524,6 +536,8 @@ def check_vspec_graphs(graph_mode: str = "FULL_DECODE_ONLY") -> dict[str, Any]:
             dispatch["mixed"] = _dispatch(runner, gw, np.array([2, 1, 2], dtype=np.int32))
             dispatch["prefill"] = _dispatch(runner, gw, np.array([2, 2], dtype=np.int32),
                                             computed=0)
+            # mixed at gamma K (max query 4): the host's own draft graph where it has one
+            dispatch["mixed_k"] = _dispatch(runner, gw, np.array([4, 1, 3], dtype=np.int32))
             out["dispatch"] = dispatch
             switching: dict[str, Any] = {}
             for width, gamma in ((4, 1), (4, 2), (2, 3), (1, 1), (3, 2)):
@@ -536,7 +550,25 @@ def check_vspec_graphs(graph_mode: str = "FULL_DECODE_ONLY") -> dict[str, Any]:
 
             # replay per width: target graph + merged draft graph of gamma = width - 1
             replays: dict[str, Any] = {}
-            for w in st.widths:
+            # combined FULL: every shared key, once with each gamma that has a draft graph
+            # there (and once without a drafter, as a target-only width-1 step)
+            for n in st.shared_sizes:
+                for g in [0, *(g for g in st.draft_gammas if n in st.draft_sizes[g])]:
+                    desc_key = (n, min(n, VSPEC_SEQS), False)
+                    before = _handle_updates(target_params, draft_params)
+                    log.clear()
+                    with gw.as_width(runner, g + 1):
+                        runner._dummy_run(n, cudagraph_runtime_mode=CUDAGraphMode.FULL,
+                                          uniform_decode=False)
+                    after = _handle_updates(target_params, draft_params)
+                    expect = [target_graph[desc_key]]
+                    if g:
+                        expect.append(draft_graph[(g, *desc_key)])
+                    changed = sorted({k_[:3] for k_ in after if after[k_] != before.get(k_)})
+                    replays[f"{n}:g{g}"] = {"replayed": [r["graph"] for r in log.replays],
+                                            "expected": expect, "captures": len(log.captures),
+                                            "updated_params": [list(c) for c in changed]}
+            for w in () if st.combined else st.widths:
                 for n in st.sizes[w]:
                     desc_key = (n, n // w, True)
                     before = _handle_updates(target_params, draft_params)
@@ -567,6 +599,13 @@ def check_vspec_graphs(graph_mode: str = "FULL_DECODE_ONLY") -> dict[str, Any]:
                     proposes[key] = {"error": traceback.format_exc()[-3000:]}
             out["proposes"] = proposes
 
+            # a real decode step sequence (execute_model -> sample_tokens -> the runner's own
+            # propose_draft_token_ids), async scheduling, the drafted gamma changing
+            try:
+                out["decode_steps"] = _decode_steps(runner, st, log, target_graph, draft_graph)
+            except Exception:  # report, the test names the failure
+                out["decode_steps"] = {"error": traceback.format_exc()[-4000:]}
+
             # mtp_strict_graph: 4 requests at gamma 3 (16 tokens: no width-4 graph of that size)
             settings["now"] = dataclasses.replace(settings["now"], mtp_strict_graph=True)
             strict_out: dict[str, Any] = {}
@@ -586,6 +625,139 @@ def check_vspec_graphs(graph_mode: str = "FULL_DECODE_ONLY") -> dict[str, Any]:
         CudagraphDispatcher.dispatch))
     out["missing_calls"] = sorted(set(fake_npu.MISSING_CALLS[missing_before:]))
     return out
+
+
+class _CpuSlotMapping:
+    """vLLM's triton ``_compute_slot_mapping_kernel`` (no pytorch fallback; with triton hidden
+    it is a plain function that cannot be launched) as CPU torch, launched as
+    ``kernel[grid](...)``: context parallelism off (world size 1, rank 0) only."""
+
+    def __getitem__(self, grid: Any) -> Any:
+        return self
+
+    def __call__(self, num_tokens: int, max_num_tokens: int, query_start_loc: Any,
+                 positions: Any, block_table: Any, block_table_stride: int, block_size: int,
+                 slot_mapping: Any, TOTAL_CP_WORLD_SIZE: int, TOTAL_CP_RANK: int,  # noqa: N803
+                 CP_KV_CACHE_INTERLEAVE_SIZE: int, PAD_ID: int, BLOCK_SIZE: int) -> None:  # noqa: N803
+        import torch
+
+        if TOTAL_CP_WORLD_SIZE != 1:
+            raise NotImplementedError("fake NPU: CPU slot mapping without context parallelism")
+        qsl = query_start_loc.tolist()
+        flat = block_table.reshape(-1)
+        for req, (start, end) in enumerate(zip(qsl[:-1], qsl[1:], strict=True)):
+            pos = positions[start:end].to(torch.int64)
+            blocks = flat[req * block_table_stride + pos // block_size].to(torch.int64)
+            slot_mapping[start:end] = blocks * block_size + pos % block_size
+        slot_mapping[num_tokens:max_num_tokens] = PAD_ID
+
+
+# drafted gamma per frame: frame 0 is the prefill; frame i verifies frame i-1's drafts
+DECODE_GAMMAS = (3, 3, 1, 1, 2, 2)
+
+
+def _decode_steps(runner: Any, st: Any, log: Any, target_graph: dict[Any, int],
+                  draft_graph: dict[Any, int]) -> dict[str, Any]:
+    """Drive the real runner through a prefill and decode frames of 2 requests, as an async
+    scheduler of vLLM >= 0.31 with vSpec's hook would schedule them: frame i schedules the
+    gamma drafted in frame i-1 as -1 placeholders (the async scheduler's), sets
+    ``num_spec_tokens_to_schedule`` to the gamma drafted in frame i (vLLM 0.23's
+    SchedulerOutput has no such field; set as an attribute, which the K backport reads), and
+    sees the previous frame's output one frame late (the engine's batch queue). Each frame:
+    execute_model -> sample_tokens (which calls propose_draft_token_ids)."""
+    import vllm_ascend.worker.block_table as npu_block_table
+
+    saved_kernel = npu_block_table._compute_slot_mapping_kernel
+    npu_block_table._compute_slot_mapping_kernel = _CpuSlotMapping()
+    try:
+        return _run_frames(runner, st, log, target_graph, draft_graph)
+    finally:
+        npu_block_table._compute_slot_mapping_kernel = saved_kernel
+
+
+def _run_frames(runner: Any, st: Any, log: Any, target_graph: dict[Any, int],
+                draft_graph: dict[Any, int]) -> dict[str, Any]:
+    import torch
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
+
+    reqs, prompt_len = ("r0", "r1"), 6
+    prev_drafts: Any = None
+    sched_computed = dict.fromkeys(reqs, 0)  # the scheduler's request.num_computed_tokens
+    sched_out = dict.fromkeys(reqs, 0)  # len(request.output_token_ids) in the scheduler
+    pending: list[tuple[Any, dict[str, int]]] = []  # (output, drafts scheduled) per frame
+    frames: list[dict[str, Any]] = []
+    prev = None
+    for i, gamma in enumerate(DECODE_GAMMAS):
+        if len(pending) == 2:  # the engine updates frame i-2's output before scheduling i
+            output, drafted = pending.pop(0)
+            for j, r in enumerate(reqs):
+                gen = output.sampled_token_ids[j]
+                sched_out[r] += len(gen)
+                sched_computed[r] -= drafted.get(r, 0) - (len(gen) - 1) if drafted else 0
+        if i == 0:
+            new = [NewRequestData(
+                req_id=r, prompt_token_ids=list(range(10 + 7 * j, 10 + 7 * j + prompt_len)),
+                mm_features=[], sampling_params=SamplingParams(temperature=0.0, max_tokens=64),
+                pooling_params=None, block_ids=([j + 1],), num_computed_tokens=0,
+                lora_request=None) for j, r in enumerate(reqs)]
+            cached = CachedRequestData.make_empty()
+            nsched = dict.fromkeys(reqs, prompt_len)
+            spec: dict[str, list[int]] = {}
+        else:
+            new = []
+            cached = CachedRequestData(
+                req_ids=list(reqs), resumed_req_ids=set(), new_token_ids=[], all_token_ids={},
+                new_block_ids=[None] * len(reqs),
+                num_computed_tokens=[sched_computed[r] for r in reqs],
+                num_output_tokens=[sched_out[r] for r in reqs])
+            nsched = dict.fromkeys(reqs, 1 + prev)
+            spec = {r: [-1] * prev for r in reqs} if prev else {}
+        so = SchedulerOutput(
+            scheduled_new_reqs=new, scheduled_cached_reqs=cached, num_scheduled_tokens=nsched,
+            total_num_scheduled_tokens=sum(nsched.values()), scheduled_spec_decode_tokens=spec,
+            scheduled_encoder_inputs={}, num_common_prefix_blocks=[0], finished_req_ids=set(),
+            free_encoder_mm_hashes=[])
+        so.num_spec_tokens_to_schedule = gamma
+        for r in reqs:
+            sched_computed[r] += nsched[r]
+        eager_before = len(st.eager_frames)
+        log.clear()
+        assert runner.execute_model(so) is None
+        # the target's input ids of this frame: each request's sampled token, then the
+        # previous frame's first `prev` drafts (the async path copies them on device)
+        n_in = sum(nsched.values())
+        ids = runner.input_ids.gpu[:n_in].view(len(reqs), -1) if i else None
+        carried = bool(i == 0 or not prev or torch.equal(
+            ids[:, 1:].to(torch.int64), prev_drafts[:len(reqs), :prev].to(torch.int64)))
+        result = runner.sample_tokens(None)
+        output = result.get_output() if hasattr(result, "get_output") else result
+        pending.append((output, {r: len(v) for r, v in spec.items()}))
+        drafts = runner._draft_token_ids
+        prev_drafts = drafts.clone()
+        width = None if i == 0 else 1 + prev
+        replays = [r["graph"] for r in log.replays]
+        frame: dict[str, Any] = {
+            "frame": i, "width": width, "gamma": gamma,
+            "replayed": replays, "captures": len(log.captures),
+            "drafts_shape": list(drafts.shape) if hasattr(drafts, "shape") else None,
+            "sampled_lens": [len(t) for t in output.sampled_token_ids],
+            "previous_drafts_in_input_ids": carried,
+            "drafts_padding_zero": bool((drafts[:, gamma:] == 0).all()),
+            "eager_drafts": [dict(f) for f in st.eager_frames[eager_before:]],
+        }
+        if width is None and st.combined:  # the prefill: the shared graph of 12 tokens
+            key = (2 * prompt_len, VSPEC_SEQS, False)
+            frame["target_graph"] = target_graph.get(key)
+            frame["draft_graph"] = draft_graph.get((gamma, *key))
+        if width is not None:
+            n = 2 * width
+            key = (n, min(n, VSPEC_SEQS), False) if st.combined else (n, 2, True)
+            frame["target_graph"] = target_graph.get(key)
+            frame["draft_graph"] = draft_graph.get((gamma, *key))
+        frames.append(frame)
+        prev = gamma
+    return {"frames": frames}
 
 
 def _propose(runner: Any, gw: Any, width: int, gamma: int, target_params: Any,
@@ -641,6 +813,7 @@ def _propose(runner: Any, gw: Any, width: int, gamma: int, target_params: Any,
     after = _handle_updates(target_params, draft_params)
     return {"target": [mode.name, *_desc(desc)],
             "drafts_shape": list(drafts.shape),
+            "drafts_padding_zero": bool((drafts[:, gamma:] == 0).all()),
             "num_speculative_tokens_after": drafter.num_speculative_tokens,
             "replayed": [r["graph"] for r in log.replays],
             "expected": [draft_graph[(gamma, *_desc(desc))]]
@@ -655,10 +828,15 @@ def _desc_dict(d: Any) -> list[Any] | None:
     return [d.get("num_tokens"), d.get("num_reqs"), d.get("uniform")]
 
 
+def _by_key(params: Any) -> dict[Any, Any]:
+    """A RoutedGraphParams' GraphParams per key; a plain (shared) GraphParams as "shared"."""
+    return dict(params.by_key) if hasattr(params, "by_key") else {"shared": params}
+
+
 def _handle_updates(target: Any, draft: Any) -> dict[tuple[Any, ...], int]:
     out: dict[tuple[Any, ...], int] = {}
     for label, router in (("target", target), ("draft", draft)):
-        for key, params in router.by_key.items():
+        for key, params in _by_key(router).items():
             for n, handles in params.handles.items():
                 for i, h in enumerate(handles):
                     out[(label, key, n, i)] = h.updates
@@ -725,6 +903,8 @@ def main(argv: list[str]) -> int:
             result["vspec"] = check_vspec_graphs()
         if what == "vspec-full-and-piecewise":
             result["vspec"] = check_vspec_graphs("FULL_AND_PIECEWISE")
+        if what == "vspec-full":  # combined FULL
+            result["vspec"] = check_vspec_graphs("FULL")
     except Exception:
         result["error"] = traceback.format_exc()
     print("PAIR_JSON " + json.dumps(result, default=repr), flush=True)

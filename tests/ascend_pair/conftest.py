@@ -66,11 +66,15 @@ def pair_findings(pair_python: Path) -> dict[str, Any]:
     return _run_checks(pair_python, "all")
 
 
-@pytest.fixture(scope="session", params=["FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"])
+VSPEC_MODES = {"FULL_DECODE_ONLY": "vspec", "FULL_AND_PIECEWISE": "vspec-full-and-piecewise",
+               "FULL": "vspec-full"}
+
+
+@pytest.fixture(scope="session", params=list(VSPEC_MODES))
 def pair_vspec(request: pytest.FixtureRequest, pair_python: Path) -> dict[str, Any]:
     """vSpec's graph-per-gamma patches on the real runner, one subprocess per graph mode
-    (~20 s each)."""
-    what = "vspec" if request.param == "FULL_DECODE_ONLY" else "vspec-full-and-piecewise"
+    (~20 s each; FULL is combined FULL)."""
+    what = VSPEC_MODES[request.param]
     found = _run_checks(pair_python, what)["vspec"]
     if "skipped" in found:
         pytest.skip(found["skipped"])

@@ -141,3 +141,92 @@ def test_propose_wrapper_gives_the_drafter_the_steps_verify_width() -> None:
     wrapped(runner, [], None, Desc(7, None, False))
     assert seen == [(True, 3), (True, None)]
     assert (st.drafting, st.drafting_width) == (False, None)
+
+
+def test_combined_full_dispatch_keeps_the_host_target_and_gates_the_drafts() -> None:
+    """Combined FULL: the target dispatch is the host's own (shared keys, no width swap);
+    the drafter gets the host's FULL key only in a steady frame of its gamma's width at a size
+    with that gamma's graph, or at gamma K after a non-uniform step; else eager (NONE)."""
+    from vllm.config import CUDAGraphMode
+
+    class Disp:
+        uniform_decode_query_len = 4
+        _bs_to_padded_graph_size = list(range(13))
+
+    class Drafter:
+        num_speculative_tokens = 3
+
+    seen: list[tuple[int, int, list[int]]] = []
+
+    def dispatch(self: Any, num_tokens: int, uniform_decode: bool = False,
+                 has_lora: bool = False) -> tuple[Any, Desc]:
+        seen.append((num_tokens, self.uniform_decode_query_len,
+                     list(self._bs_to_padded_graph_size)))
+        return CUDAGraphMode.FULL, Desc(num_tokens, min(num_tokens, 4), False)
+
+    disp, drafter = Disp(), Drafter()
+    st = gw.WidthState(max_k=3, widths=(1, 2, 3, 4), sizes={}, tables={w: [0] for w in range(5)},
+                       draft_gammas=(1, 2, 3), drafter=drafter, combined=True,
+                       shared_sizes=[2, 4, 6, 8], draft_sizes={1: [2, 4], 2: [6], 3: [2, 4, 6, 8]})
+    disp.__dict__[gw.STATE_ATTR] = st
+    wrapped = gw.make_dispatch_wrapper(dispatch)
+
+    def draft(width: int | None, gamma: int, n: int) -> str:
+        st.drafting, st.drafting_width = True, width
+        drafter.num_speculative_tokens = gamma
+        try:
+            return wrapped(disp, num_tokens=n, uniform_decode=False)[0].name
+        finally:
+            st.drafting, st.drafting_width = False, None
+
+    assert wrapped(disp, num_tokens=6, uniform_decode=True)[0].name == "FULL"  # target
+    assert seen == [(6, 4, list(range(13)))]  # the host's table and width, untouched
+    assert draft(2, 1, 4) == "FULL"  # steady, 4 tokens has a gamma-1 graph
+    assert draft(2, 1, 6) == "NONE"  # steady, but no gamma-1 graph at 6
+    assert draft(4, 1, 8) == "NONE"  # switching frame
+    assert draft(None, 1, 4) == "NONE"  # gamma < K after a mixed step
+    assert draft(None, 3, 8) == "FULL"  # gamma K after a mixed step: the host's own
+    assert {(f["width"], f["gamma"], f["num_tokens"]) for f in st.eager_frames} == {
+        (2, 1, 6), (4, 1, 8), (None, 1, 4)}
+    # the step width the drafter sees comes from the batch decision, not the (widthless) key
+    st.width = 3
+    assert gw._step_width(st, Desc(6, 4, False)) == 3
+    st.combined = False
+    assert gw._step_width(st, Desc(6, 2, True)) == 3 and gw._step_width(st, Desc(6, 4)) is None
+
+
+def test_backport_pads_drafts_to_k_on_a_stride_k_async_runner() -> None:
+    """Async scheduling on vLLM 0.23 reads the previous frame's drafts with row stride K
+    (gpu_model_runner.py:1756): the backport hands back gamma drafts zero-padded to K there;
+    with sync scheduling, or a runner that keeps the last draft width (prev_num_spec_tokens,
+    vLLM >= 0.31), the drafts stay [B, gamma]."""
+    import torch
+
+    from vllm_hust_vspec.host.ascend import proposer
+
+    class Proposer:
+        num_speculative_tokens = 3
+
+        def __init__(self, async_on: bool, runner: Any) -> None:
+            self.use_async_scheduling = async_on
+            self.runner = runner
+
+    def original(self: Any, **kwargs: Any) -> Any:
+        k = self.num_speculative_tokens
+        return torch.arange(1, 2 * k + 1).view(2, k)
+
+    backport = proposer.make_propose_backport(original, lambda: "sticky")
+
+    def run(p: Any, gamma: int) -> Any:
+        return backport(p, target_token_ids=torch.zeros(4),
+                        common_attn_metadata=type("C", (), {"batch_size": lambda self: 2})(),
+                        scheduler_output=type("S", (), {"num_spec_tokens_to_schedule": gamma})())
+
+    stride_k = Proposer(True, object())
+    assert run(stride_k, 1).tolist() == [[1, 0, 0], [2, 0, 0]]
+    assert run(stride_k, 2).tolist() == [[1, 2, 0], [3, 4, 0]]
+    assert run(stride_k, 0).tolist() == [[0, 0, 0], [0, 0, 0]]  # sticky gamma 0
+    assert run(stride_k, 3).shape == (2, 3)
+    keeps_width = Proposer(True, type("R", (), {"prev_num_spec_tokens": 3})())
+    assert run(keeps_width, 1).tolist() == [[1], [2]]
+    assert run(Proposer(False, object()), 2).tolist() == [[1, 2], [3, 4]]

@@ -30,12 +30,33 @@ drafter. With graph-per-gamma on, this module makes every candidate width a firs
 * ``mtp_strict_graph`` is checked in the same wrapper (a decode batch that misses its graph
   stops with the batch descriptor in the message).
 
-Anything this cannot do correctly fails closed (``GraphWidthsError``): at launch a host whose
-``_propose`` takes K natively (``host/ascend/__init__.py``); at KV-cache setup a resolved graph
-mode other than FULL decode graphs with a separate routine (FULL_DECODE_ONLY,
-FULL_AND_PIECEWISE), a candidate gamma above K, a candidate width without any capture size, or
-``acl_graph.get_graph_params()`` not returning the module global. Verified on the vllm-ascend
-0.23 pair with a fake NPU (tests/ascend_pair/test_vspec_graph_widths.py).
+**Combined FULL** (``cudagraph_mode=FULL``: no separate decode routine; paths below are in the
+0.23 pair's site-packages). The host's keys carry no query width: ``initialize_cudagraph_keys``
+adds one FULL key per capture size through ``_create_padded_batch_descriptor(bs, False, ...)``
+(``vllm/v1/cudagraph_dispatcher.py:193``, ``num_reqs = min(size, max_num_seqs)``, ``uniform=
+False``, :152) and ``dispatch`` drops the uniform flag (``normalized_uniform = uniform_decode
+and separate_routine()``, :306), so every batch up to the largest size (decode of any width,
+mixed, prefill) replays the graph of its padded token count. The capture does not bake the
+``1 + K`` layout: ``_dummy_run`` captures ``min(size, max_num_seqs)`` evenly split requests
+(``vllm_ascend/worker/model_runner_v1.py:3416``); at replay ``_pad_query_start_loc_for_fia``
+keeps the real request count and appends one dummy request for the padding (:829, :855), and
+``update_graph_params`` re-launches every FIA kernel with the step's ``actual_seq_lengths_q``,
+KV lengths and block table (``vllm_ascend/attention/attention_v1.py:752``, :762). A uniform
+decode of width ``w != 1 + K`` (the target-only width 1 included) is therefore served by the
+shared graph correctly, and vSpec keeps the host's dispatch for the target: no per-width keys,
+no per-width routing, **one shared target** ``GraphParams`` (rebuilt for the added sizes). It
+only adds the plan's per-width sizes (multiples of each width, which vLLM's rounding to
+multiples of ``1 + K`` removed, ``vllm/config/compilation.py:1441``) to the shared sizes and
+pads on one table. The merged draft graph does bake its shape: ``dummy_run`` captures it with
+``batch_size = num_tokens // (K + 1)`` rows (``vllm_ascend/spec_decode/llm_base_proposer.py:671``)
+and ``range(K - 1)`` steps (:1219). So the draft graphs stay **per gamma**, each with its own
+draft ``GraphParams``: at every shared key the runner's one ``drafter.dummy_run`` call is run
+once per gamma that has a graph there (gamma K at every key, as the host; gamma ``g < K`` at
+the sizes a steady width-``1 + g`` batch pads to, so its ``size // (1 + g)`` rows cover the
+batch). The drafter replays gamma ``g``'s graph only in a steady uniform frame of width
+``1 + g`` (the width comes from the step's batch decision, the key has none); switching
+frames, and gamma ``< K`` after a mixed/prefill step (its request count is not bounded by the
+graph's rows), draft eager; gamma K after a mixed step does what the host does.
 """
 
 from __future__ import annotations
@@ -44,10 +65,19 @@ import contextlib
 import inspect
 import logging
 import sys
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_hust_vspec.host.ascend.graph_params import (
+    GammaDraftGraphs,
+    GraphWidthsError,
+    RoutedGraphParams,
+    make_graph_params,
+    padding_table,
+    sizes_for_width,
+    width_of,
+)
 from vllm_hust_vspec.host.ascend.graphs import (
     BatchShape,
     _all_decode,
@@ -61,10 +91,6 @@ from vllm_hust_vspec.host.patching import Patcher
 logger = logging.getLogger("vllm_hust_vspec.host.ascend")
 
 STATE_ATTR = "_vspec_graph_widths"  # on the runner and on its cudagraph dispatcher
-
-
-class GraphWidthsError(RuntimeError):
-    """Per-width / per-gamma ACL graphs cannot be set up correctly on this host or config."""
 
 
 @dataclass(frozen=True)
@@ -87,94 +113,6 @@ def plan_from_settings(settings: Any) -> WidthPlan:
 
     plan = capture_plan(settings)
     return WidthPlan(gammas=tuple(plan.gammas), sizes=tuple(plan.sizes))
-
-
-def width_of(desc: Any) -> int | None:
-    """Query width of a uniform batch descriptor (``num_tokens // num_reqs``), else None."""
-    if desc is None or not getattr(desc, "uniform", False):
-        return None
-    reqs = getattr(desc, "num_reqs", None)
-    if not reqs:
-        return None
-    return int(desc.num_tokens) // int(reqs)
-
-
-def sizes_for_width(width: int, base: list[int], max_num_seqs: int, max_tokens: int) -> list[int]:
-    """Capture sizes of width ``width``: multiples of it, ``width .. width * max_num_seqs``."""
-    top = min(width * max_num_seqs, max_tokens)
-    return sorted({s for s in base if s % width == 0 and width <= s <= top})
-
-
-def padding_table(sizes: list[int], max_size: int) -> list[int]:
-    """``table[n]``: the smallest size >= n (n itself beyond the largest: no graph)."""
-    table = list(range(max_size + 1))
-    ordered = sorted(sizes)
-    j = 0
-    for n in range(max_size + 1):
-        while j < len(ordered) and ordered[j] < n:
-            j += 1
-        if j < len(ordered):
-            table[n] = ordered[j]
-    return table
-
-
-# -- graph params routed per width / per gamma --------------------------------------------------
-class _FieldView(MutableMapping):
-    """One ``GraphParams`` field (``attn_params``, ``handles``, ...) of the routed key."""
-
-    def __init__(self, router: RoutedGraphParams, name: str) -> None:
-        self._router = router
-        self._name = name
-
-    def _target(self, strict: bool) -> dict[Any, Any]:
-        params = self._router.current(strict=strict)
-        return {} if params is None else getattr(params, self._name)
-
-    def __getitem__(self, k: Any) -> Any:
-        return self._target(True)[k]
-
-    def __setitem__(self, k: Any, v: Any) -> None:
-        self._target(True)[k] = v
-
-    def __delitem__(self, k: Any) -> None:
-        del self._target(True)[k]
-
-    def __iter__(self) -> Iterator[Any]:  # weak_ref_workspaces iterates after every capture
-        return iter(list(self._target(False)))
-
-    def __len__(self) -> int:
-        return len(self._target(False))
-
-
-class RoutedGraphParams:
-    """Stands in for vllm-ascend's ``GraphParams``: one real ``GraphParams`` per key.
-
-    ``get_graph_params()`` / ``get_draft_graph_params()`` return the module global this
-    replaces, so every reader (attention capture, ``update_graph_params``, workspace weak-refs)
-    sees the ``GraphParams`` of the key ``key_fn()`` names at that moment.
-    """
-
-    FIELDS = ("events", "workspaces", "handles", "attn_params")
-
-    def __init__(self, label: str, by_key: dict[Any, Any], key_fn: Callable[[], Any]) -> None:
-        self.label = label
-        self.by_key = by_key
-        self.key_fn = key_fn
-        for name in self.FIELDS:
-            setattr(self, name, _FieldView(self, name))
-
-    def current(self, strict: bool = True) -> Any:
-        key = self.key_fn()
-        params = self.by_key.get(key)
-        if params is None and strict:
-            raise GraphWidthsError(
-                f"vSpec graph widths: {self.label} graph params requested for key {key!r}, but "
-                f"graphs were captured only for {sorted(self.by_key)}; a graph of that shape "
-                f"was never set up (this is a vSpec bug: please report it with the config)")
-        return params
-
-    def __repr__(self) -> str:
-        return f"RoutedGraphParams({self.label}, keys={sorted(self.by_key)})"
 
 
 def _forward_context_width() -> int | None:
@@ -200,6 +138,10 @@ class WidthState:
     drafting: bool = False
     drafting_width: int | None = None  # verify width of the step being drafted for
     capturing: int | None = None  # width whose graphs capture_model is capturing
+    # combined FULL (cudagraph_mode FULL): shared target keys at these sizes, no per-width keys
+    combined: bool = False
+    shared_sizes: list[int] = field(default_factory=list)
+    draft_sizes: dict[int, list[int]] = field(default_factory=dict)  # per gamma
     eager_frames: list[dict[str, Any]] = field(default_factory=list)
     logged_pairs: set[tuple[int | None, int]] = field(default_factory=set)
 
@@ -229,7 +171,8 @@ def _swapped(obj: Any, **values: Any) -> Iterator[None]:
 @contextlib.contextmanager
 def as_width(runner: Any, width: int) -> Iterator[WidthState]:
     """Run the runner's dummy/capture path shaped for query width ``width`` (drafter at
-    ``width - 1`` tokens; no draft pass for width 1, where the drafter does not run)."""
+    ``width - 1`` tokens; no draft pass for width 1, where the drafter does not run).
+    Combined FULL: the shared target keys have no width; only the drafter's gamma changes."""
     st = _state(runner)
     if st is None:
         raise GraphWidthsError("vSpec graph widths are not set up on this runner")
@@ -237,7 +180,8 @@ def as_width(runner: Any, width: int) -> Iterator[WidthState]:
     st.width = st.capturing = width
     drafter = getattr(runner, "drafter", None)
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_swapped(runner, uniform_decode_query_len=width))
+        if not st.combined:
+            stack.enter_context(_swapped(runner, uniform_decode_query_len=width))
         if drafter is not None:
             if width - 1 in st.draft_gammas or width == st.max_k + 1:
                 stack.enter_context(_swapped(drafter, num_speculative_tokens=width - 1))
@@ -249,63 +193,47 @@ def as_width(runner: Any, width: int) -> Iterator[WidthState]:
             st.width, st.capturing = prev
 
 
-# -- the merged draft graph per gamma --------------------------------------------------------
-class GammaDraftGraphs:
-    """The proposer's ``_runnable``: the merged draft graph of the current gamma."""
+def _draft_fanout(drafter: Any, gammas: list[int]) -> Callable[..., Any]:
+    """Combined FULL capture: the runner's one ``drafter.dummy_run`` call per shared key runs
+    once per gamma that has a draft graph at that key (same arguments, the gamma's K)."""
+    original = drafter.dummy_run
 
-    def __init__(self, proposer: Any, graphs: dict[int, Any], eager: Callable[..., Any]):
-        self._proposer = proposer
-        self.graphs = graphs
-        self.eager = eager
+    def dummy_run(*args: Any, **kwargs: Any) -> Any:
+        out = None
+        for g in gammas:
+            with _swapped(drafter, num_speculative_tokens=g):
+                out = original(*args, **kwargs)
+        return out
 
-    def select(self) -> Any:
-        gamma = int(self._proposer.num_speculative_tokens)
-        graph = self.graphs.get(gamma)
-        if graph is not None:
-            return graph
-        fc_mod = sys.modules.get("vllm.forward_context")
-        if fc_mod is not None and fc_mod.is_forward_context_available():
-            mode = mode_name(getattr(fc_mod.get_forward_context(), "cudagraph_runtime_mode", ""))
-            if mode == "FULL":
-                raise GraphWidthsError(
-                    f"vSpec graph widths: the drafter was dispatched FULL at gamma {gamma}, which "
-                    f"has no draft graph (captured: {sorted(self.graphs)})")
-        return self.eager
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.select()(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self.graphs[max(self.graphs)], name)
+    return dummy_run
 
 
 # -- setup: after the host resolved its graph mode and sizes -----------------------------------
 def setup_widths(runner: Any, plan: WidthPlan, pre_sizes: list[int],
                  strict: Callable[[], bool]) -> WidthState | None:
-    """Add the per-width keys, padding tables, graph params and per-gamma draft graphs."""
+    """Add the per-width keys, padding tables, graph params and per-gamma draft graphs
+    (combined FULL: the shared target keys at the plan's sizes, per-gamma draft graphs)."""
     from vllm.config import CUDAGraphMode
-    from vllm_ascend.compilation import acl_graph as ag
 
     cc = runner.compilation_config
     mode = cc.cudagraph_mode
     if mode == CUDAGraphMode.NONE or not getattr(runner, "use_aclgraph", True):
         logger.info("vSpec graph widths: graphs are off (%s); nothing to capture", mode_name(mode))
         return None
-    if not (mode.decode_mode() == CUDAGraphMode.FULL and mode.separate_routine()):
+    combined = mode == CUDAGraphMode.FULL
+    if not combined and not (mode.decode_mode() == CUDAGraphMode.FULL
+                             and mode.separate_routine()):
         raise GraphWidthsError(
             f"vSpec graph-per-gamma on vLLM-Ascend: the resolved cudagraph_mode is "
-            f"{mode_name(mode)}; per-width target decode graphs need FULL decode graphs with a "
-            f"separate decode routine (FULL_DECODE_ONLY or FULL_AND_PIECEWISE). Combined FULL "
-            f"(shared target graph params) is not built; use --graph-mode full-decode-only or "
+            f"{mode_name(mode)}; per-gamma graphs need FULL graphs (FULL_DECODE_ONLY, "
+            f"FULL_AND_PIECEWISE or combined FULL); use --graph-mode full-decode-only or "
             f"turn adaptive speculation / FULL graphs off")
     disp = runner.cudagraph_dispatcher
     max_k = int(runner.uniform_decode_query_len) - 1
     max_seqs = int(runner.scheduler_config.max_num_seqs)
     max_tokens = int(runner.scheduler_config.max_num_batched_tokens)
     host_sizes = sorted({d.num_tokens for d in disp.cudagraph_keys[CUDAGraphMode.FULL]
-                         if d.uniform})
+                         if d.uniform != combined})
     too_big = [g for g in plan.gammas if g > max_k or g < 0]
     if too_big:
         raise GraphWidthsError(
@@ -320,22 +248,48 @@ def setup_widths(runner: Any, plan: WidthPlan, pre_sizes: list[int],
         base = sorted(set(plan.sizes) & set(pre_sizes))
     else:
         base = sorted(set(plan.sizes or pre_sizes))
-    sizes: dict[int, list[int]] = {}
-    for w in widths:
-        own = sizes_for_width(w, base, max_seqs, max_tokens)
-        sizes[w] = sorted(set(own) | set(host_sizes)) if w == max_k + 1 else own
-    empty = [w for w in widths if not sizes[w]]
+    own = {w: sizes_for_width(w, base, max_seqs, max_tokens) for w in widths}
+    if not combined:
+        own[max_k + 1] = sorted(set(own[max_k + 1]) | set(host_sizes))
+    empty = [w for w in widths if not own[w]]
     if empty:
         raise GraphWidthsError(
             f"vSpec graph widths: no capture size is a multiple of verify width(s) {empty} "
             f"(<= width x max_num_seqs {max_seqs}); capture sizes {base}. Use the launcher's "
             f"capture plan (--capture-policy) or add sizes batch x (1 + gamma)")
-    union = sorted(set(cc.cudagraph_capture_sizes or []) | {s for v in sizes.values() for s in v})
+    union = sorted(set(cc.cudagraph_capture_sizes or []) | {s for v in own.values() for s in v})
     cc.cudagraph_capture_sizes = union
     cc.max_cudagraph_capture_size = union[-1]
-    tables = {w: padding_table(sizes[w], union[-1]) for w in widths}
-    st = WidthState(max_k=max_k, widths=widths, sizes=sizes, tables=tables, strict=strict)
+    if combined:
+        st = _setup_combined(runner, disp, union, widths, max_k, max_seqs, strict)
+    else:
+        st = _setup_per_width(runner, disp, own, union, widths, max_k, strict)
+    disp.__dict__[STATE_ATTR] = st
+    runner.__dict__[STATE_ATTR] = st
+    _setup_drafter(runner, st, gammas)
+    logger.info("vSpec graph widths (%s): target FULL graphs for widths %s (sizes %s); draft "
+                "graphs for gamma %s (sizes %s)", mode_name(mode), widths, st.sizes,
+                st.draft_gammas or "none", st.draft_sizes)
+    return st
 
+
+def _check_params_global(ag: Any, getter: str, name: str) -> None:
+    if getattr(ag, getter)() is not getattr(ag, name):
+        raise GraphWidthsError(
+            f"vSpec graph widths: vllm_ascend.compilation.acl_graph.{getter}() does not "
+            f"return the module global {name}; its graph params cannot be set per key")
+
+
+def _setup_per_width(runner: Any, disp: Any, sizes: dict[int, list[int]], union: list[int],
+                     widths: tuple[int, ...], max_k: int,
+                     strict: Callable[[], bool]) -> WidthState:
+    """FULL decode graphs with a separate routine: uniform keys, tables, params per width."""
+    from vllm.config import CUDAGraphMode
+    from vllm_ascend.compilation import acl_graph as ag
+
+    tables = {w: padding_table(sizes[w], union[-1]) for w in widths}
+    st = WidthState(max_k=max_k, widths=widths, sizes=sizes, tables=tables, strict=strict,
+                    draft_sizes={w - 1: sizes[w] for w in widths if w > 1})
     # dispatcher: the host's own table stays the default (mixed / non-uniform batches pad to
     # the host's sizes, as before), extended with "no graph" up to the new largest size
     host_table = list(disp._bs_to_padded_graph_size)
@@ -351,52 +305,76 @@ def setup_widths(runner: Any, plan: WidthPlan, pre_sizes: list[int],
                             f"vSpec graph widths: the dispatcher made {desc} for width {w}, "
                             f"size {s} (expected num_reqs {s // w})")
                     disp.add_cudagraph_key(CUDAGraphMode.FULL, desc)
-    disp.__dict__[STATE_ATTR] = st
-    runner.__dict__[STATE_ATTR] = st
-
     # target graph params: one GraphParams per width
-    def make(sz: list[int]) -> Any:
-        return ag.GraphParams({s: [] for s in sz}, {s: None for s in sz},
-                              {s: [] for s in sz}, {s: [] for s in sz})
-
     ag._graph_params = RoutedGraphParams(
-        "target", {w: make(sizes[w]) for w in widths}, _forward_context_width)
-    if ag.get_graph_params() is not ag._graph_params:
-        raise GraphWidthsError(
-            "vSpec graph widths: vllm_ascend.compilation.acl_graph.get_graph_params() does not "
-            "return the module global _graph_params; per-width graph params cannot be set")
+        "target", {w: make_graph_params(ag, sizes[w]) for w in widths}, _forward_context_width)
+    _check_params_global(ag, "get_graph_params", "_graph_params")
+    return st
 
-    # drafter: a merged draft graph per gamma >= 1, with its own draft graph params
+
+def _setup_combined(runner: Any, disp: Any, union: list[int], widths: tuple[int, ...],
+                    max_k: int, max_seqs: int, strict: Callable[[], bool]) -> WidthState:
+    """Combined FULL: the host's layout-free keys at every size, one shared GraphParams."""
+    from vllm.config import CUDAGraphMode
+    from vllm_ascend.compilation import acl_graph as ag
+
+    table = padding_table(union, union[-1])
+    # the shared sizes a steady batch of each width pads to (batch 1..max_num_seqs)
+    reach = {w: sorted({table[b * w] for b in range(1, max_seqs + 1) if b * w <= union[-1]})
+             for w in widths}
+    draft_sizes = {w - 1: reach[w] for w in widths if w > 1}
+    # the host's own draft graph (gamma K) at every shared key, as the host captures it
+    draft_sizes[max_k] = list(union)
+    st = WidthState(max_k=max_k, widths=widths, sizes=reach, tables=dict.fromkeys(widths, table),
+                    strict=strict, combined=True, shared_sizes=list(union),
+                    draft_sizes=draft_sizes)
+    disp._bs_to_padded_graph_size = table
+    for s in union:
+        for loras in disp._get_lora_cases():
+            desc = disp._create_padded_batch_descriptor(s, False, loras > 0, loras)
+            if desc.num_tokens != s or desc.uniform:
+                raise GraphWidthsError(
+                    f"vSpec graph widths: the dispatcher made {desc} for shared size {s}")
+            disp.add_cudagraph_key(CUDAGraphMode.FULL, desc)
+    # target graph params: shared, one GraphParams keyed by token count (as the host's own,
+    # for the added sizes too)
+    ag._graph_params = make_graph_params(ag, union)
+    _check_params_global(ag, "get_graph_params", "_graph_params")
+    return st
+
+
+def _setup_drafter(runner: Any, st: WidthState, gammas: tuple[int, ...]) -> None:
+    """A merged draft graph per gamma >= 1, with its own draft graph params."""
+    from vllm.config import CUDAGraphMode
+    from vllm_ascend.compilation import acl_graph as ag
+
     drafter = getattr(runner, "drafter", None)
     st.drafter = drafter
     runnable = getattr(drafter, "_runnable", None)
-    if drafter is not None and isinstance(runnable, ag.ACLGraphWrapper):
-        draft_gammas = tuple(g for g in gammas if g >= 1)
-        owner = next((c for c in type(drafter).__mro__ if "_propose" in vars(c)), None)
-        if owner is not None and owner.__name__ != "AscendSpecDecodeBaseProposer":
-            # a proposer with its own _propose (Step3p5 MTP) drafts max K whatever the
-            # gamma: only the host's own draft graph (gamma = K) is ever replayed
-            logger.info("vSpec graph widths: %s has its own _propose; draft graph for gamma "
-                        "%s only", owner.__name__, max_k)
-            draft_gammas = (max_k,)
-        graphs: dict[int, Any] = {max_k: runnable} if max_k in draft_gammas else {}
-        for g in draft_gammas:
-            if g not in graphs:
-                graphs[g] = ag.ACLGraphWrapper(
-                    runnable.runnable, runner.vllm_config, runtime_mode=CUDAGraphMode.FULL,
-                    use_eagle=runnable.use_eagle, enable_enpu=runnable.enable_enpu)
-        drafter.__dict__[GAMMA_RUNNABLES_ATTR] = graphs
-        drafter._runnable = GammaDraftGraphs(drafter, graphs, runnable.runnable)
-        st.draft_gammas = draft_gammas
-        ag._draft_graph_params = RoutedGraphParams(
-            "draft", {g: make(sizes[g + 1]) for g in draft_gammas}, st.draft_gamma)
-        if ag.get_draft_graph_params() is not ag._draft_graph_params:
-            raise GraphWidthsError(
-                "vSpec graph widths: acl_graph.get_draft_graph_params() does not return the "
-                "module global _draft_graph_params; per-gamma draft graph params cannot be set")
-    logger.info("vSpec graph widths: target FULL decode graphs for widths %s (sizes %s); "
-                "draft graphs for gamma %s", widths, sizes, st.draft_gammas or "none")
-    return st
+    if drafter is None or not isinstance(runnable, ag.ACLGraphWrapper):
+        return
+    draft_gammas = tuple(g for g in gammas if g >= 1)
+    owner = next((c for c in type(drafter).__mro__ if "_propose" in vars(c)), None)
+    if owner is not None and owner.__name__ != "AscendSpecDecodeBaseProposer":
+        # a proposer with its own _propose (Step3p5 MTP) drafts max K whatever the
+        # gamma: only the host's own draft graph (gamma = K) is ever replayed
+        logger.info("vSpec graph widths: %s has its own _propose; draft graph for gamma "
+                    "%s only", owner.__name__, st.max_k)
+        draft_gammas = (st.max_k,)
+    graphs: dict[int, Any] = {st.max_k: runnable} if st.max_k in draft_gammas else {}
+    for g in draft_gammas:
+        if g not in graphs:
+            graphs[g] = ag.ACLGraphWrapper(
+                runnable.runnable, runner.vllm_config, runtime_mode=CUDAGraphMode.FULL,
+                use_eagle=runnable.use_eagle, enable_enpu=runnable.enable_enpu)
+    drafter.__dict__[GAMMA_RUNNABLES_ATTR] = graphs
+    drafter._runnable = GammaDraftGraphs(drafter, graphs, runnable.runnable)
+    st.draft_gammas = draft_gammas
+    st.draft_sizes = {g: st.draft_sizes[g] for g in draft_gammas}
+    ag._draft_graph_params = RoutedGraphParams(
+        "draft", {g: make_graph_params(ag, st.draft_sizes[g]) for g in draft_gammas},
+        st.draft_gamma)
+    _check_params_global(ag, "get_draft_graph_params", "_draft_graph_params")
 
 
 # -- wrappers ----------------------------------------------------------------------------------
@@ -414,6 +392,17 @@ def make_check_mode_wrapper(original: Callable[..., Any], plan: Callable[[], Wid
 def make_warmup_capture_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     def _warmup_and_capture(self: Any, desc: Any, *args: Any, **kwargs: Any) -> Any:
         st = _state(self)
+        if st is not None and st.combined:
+            # one shared target graph per key (the host's capture), then the merged draft
+            # graph of every gamma that has one at this key, inside the same dummy runs
+            drafter = getattr(self, "drafter", None)
+            gammas = sorted((g for g in st.draft_gammas
+                             if desc.num_tokens in st.draft_sizes.get(g, ())), reverse=True)
+            with contextlib.ExitStack() as stack:
+                if drafter is not None and st.draft_gammas:
+                    stack.enter_context(_swapped(drafter,
+                                                 dummy_run=_draft_fanout(drafter, gammas)))
+                return original(self, desc, *args, **kwargs)
         w = width_of(desc)
         if st is None or w is None:
             return original(self, desc, *args, **kwargs)
@@ -430,26 +419,43 @@ def make_dispatch_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
 
     sig = inspect.signature(original)
 
+    def eager(st: WidthState, w: int | None, g: int, num_tokens: int) -> Any:
+        if len(st.eager_frames) < 1000:  # a tally for tests/tools, bounded
+            st.eager_frames.append({"pass": "draft", "width": w, "gamma": g,
+                                    "num_tokens": num_tokens})
+        if (w, g) not in st.logged_pairs:
+            st.logged_pairs.add((w, g))
+            logger.info("vSpec graph widths: drafting gamma %s after a verify width %s runs "
+                        "eager (switching frame or no graph for that pair; logged once per "
+                        "pair)", g, w)
+        return CUDAGraphMode.NONE, BatchDescriptor(num_tokens)
+
     def dispatch(self: Any, *args: Any, **kwargs: Any) -> Any:
         st = _state(self)
         if st is None:
             return original(self, *args, **kwargs)
         a = sig.bind(self, *args, **kwargs).arguments
+        num_tokens = int(a["num_tokens"])
+        if st.combined:
+            # the shared target keys serve every layout (module docstring): the host's own
+            # dispatch; the drafter replays its gamma's graph only in a steady uniform frame
+            # (or, at gamma K, wherever the host would replay its own draft graph)
+            if not st.drafting:
+                return original(self, *args, **kwargs)
+            w, g = st.drafting_width, st.draft_gamma()
+            if g not in st.draft_gammas or (w is None and g != st.max_k) \
+                    or (w is not None and g + 1 != w):
+                return eager(st, w, g, num_tokens)
+            mode, desc = original(self, *args, **kwargs)
+            if mode_name(mode) == "FULL" and desc.num_tokens not in st.draft_sizes[g]:
+                return eager(st, w, g, num_tokens)
+            return mode, desc
         if not a.get("uniform_decode"):
             return original(self, *args, **kwargs)
-        num_tokens = int(a["num_tokens"])
         if st.drafting:
             w, g = st.drafting_width, st.draft_gamma()
             if w is None or g + 1 != w or g not in st.draft_gammas:
-                if len(st.eager_frames) < 1000:  # a tally for tests/tools, bounded
-                    st.eager_frames.append({"pass": "draft", "width": w, "gamma": g,
-                                            "num_tokens": num_tokens})
-                if (w, g) not in st.logged_pairs:
-                    st.logged_pairs.add((w, g))
-                    logger.info("vSpec graph widths: drafting gamma %s after a verify width %s "
-                                "runs eager (switching frame; no graph for that pair; logged "
-                                "once per pair)", g, w)
-                return CUDAGraphMode.NONE, BatchDescriptor(num_tokens)
+                return eager(st, w, g, num_tokens)
         else:
             w = st.width or st.max_k + 1
         with _swapped(self, uniform_decode_query_len=w, _bs_to_padded_graph_size=st.tables[w]):
@@ -484,7 +490,7 @@ def make_batch_wrapper(original: Callable[..., Any],
         prev = st.width
         st.width = width
         try:
-            if width is not None:
+            if width is not None and not st.combined:
                 with _swapped(self, uniform_decode_query_len=width):
                     result = original(self, *args, **kwargs)
             else:
@@ -496,7 +502,7 @@ def make_batch_wrapper(original: Callable[..., Any],
         if not forced and st.strict():
             shape = BatchShape(num_tokens=num_tokens, num_reqs=num_reqs, max_query_len=max_q,
                                all_decode=_all_decode(self, num_reqs))
-            check_strict(shape, result[0], st.sizes.get(max_q) or sorted(
+            check_strict(shape, result[0], st.sizes.get(max_q) or st.shared_sizes or sorted(
                 {s for v in st.sizes.values() for s in v}), batch_descriptor=result[1])
         return result
 
@@ -509,12 +515,20 @@ def make_pad_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     def _pad_query_start_loc_for_fia(self: Any, *args: Any, **kwargs: Any) -> Any:
         st = _state(self)
         w = None if st is None else (st.drafting_width if st.drafting else st.width)
-        if w is None or w == self.uniform_decode_query_len:
+        # combined FULL: the host pads with one dummy request, never at a query width
+        if w is None or st.combined or w == self.uniform_decode_query_len:
             return original(self, *args, **kwargs)
         with _swapped(self, uniform_decode_query_len=w):
             return original(self, *args, **kwargs)
 
     return _pad_query_start_loc_for_fia
+
+
+def _step_width(st: WidthState, desc: Any) -> int | None:
+    """The verify width of the step being drafted for: its uniform key's width; under
+    combined FULL (keys without a width) the uniform-decode width the step was dispatched at
+    (recorded by the ``_determine_batch_execution_and_padding`` wrapper; None otherwise)."""
+    return st.width if st.combined else width_of(desc)
 
 
 def make_propose_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -526,7 +540,7 @@ def make_propose_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         if st is None:
             return original(self, *args, **kwargs)
         desc = sig.bind(self, *args, **kwargs).arguments.get("target_model_batch_desc")
-        st.drafting, st.drafting_width = True, width_of(desc)
+        st.drafting, st.drafting_width = True, _step_width(st, desc)
         try:
             return original(self, *args, **kwargs)
         finally:
@@ -541,7 +555,7 @@ def drafting(runner: Any, target_desc: Any) -> Iterator[WidthState]:
     st = _state(runner)
     if st is None:
         raise GraphWidthsError("vSpec graph widths are not set up on this runner")
-    st.drafting, st.drafting_width = True, width_of(target_desc)
+    st.drafting, st.drafting_width = True, _step_width(st, target_desc)
     try:
         yield st
     finally:

@@ -75,6 +75,33 @@ def _graph_bakes_k(proposer: Any) -> bool:
     return type(runnable).__name__ == "ACLGraphWrapper"
 
 
+def _pads_to_max_k(proposer: Any) -> bool:
+    """True when the next frame reads this frame's drafts with row stride ``max K``.
+
+    Under async scheduling the runner copies the previous frame's draft tensor into the next
+    frame's input ids on device. vLLM 0.23's ``GPUModelRunner._prepare_input_ids`` (which
+    ``NPUModelRunner`` inherits) indexes it as ``prev_index * self.num_spec_tokens``
+    (vllm/v1/worker/gpu_model_runner.py:1756 of 0.23.0), and vllm-ascend 0.23 copies it into a
+    ``[max_num_reqs, K]`` CPU buffer (worker/model_runner_v1.py:1942); vLLM >= 0.31 keeps the
+    stride of the last draft tensor instead (``prev_num_spec_tokens``). A ``[B, gamma]``
+    tensor on a stride-K runner reads the wrong drafts (or past the end) in the next frame."""
+    runner = getattr(proposer, "runner", None)
+    return bool(getattr(proposer, "use_async_scheduling", False)) and runner is not None \
+        and not hasattr(runner, "prev_num_spec_tokens")
+
+
+def _to_width(out: Any, keep: int, width: int) -> Any:
+    """The first ``keep`` draft columns, zero-padded to ``width`` columns (never verified:
+    the next frame schedules ``keep`` placeholders)."""
+    out = out[:, :keep] if out.shape[1] != keep else out
+    if width == keep:
+        return out
+    import torch
+
+    pad = torch.zeros(out.shape[0], width - keep, dtype=out.dtype, device=out.device)
+    return torch.cat([out, pad], dim=1)
+
+
 def make_propose_backport(
     original: Callable[..., Any], gamma0_mode: Callable[[], str]
 ) -> Callable[..., Any]:
@@ -88,6 +115,8 @@ def make_propose_backport(
       only the verify width shrinks).
     * gamma == 0: ``sticky`` (or the scheduler's skip flag) returns ``[B, 0]`` without
       drafting; ``sync`` drafts one token to keep the draft KV cache in step, then drops it.
+    * async scheduling on a runner that reads drafts with row stride max K (vLLM 0.23): the
+      ``[B, gamma]`` drafts are zero-padded to ``[B, max K]`` (:func:`_pads_to_max_k`).
     """
 
     def _propose(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -103,9 +132,11 @@ def make_propose_backport(
         gamma = requested_gamma(sched, max_k)
         if gamma == max_k:
             return original(self, **kwargs)
+        width = max_k if _pads_to_max_k(self) else None
         if gamma == 0:
             if gamma0_mode() != "sync" or getattr(sched, SKIP_ATTR, False):
-                return _empty(kwargs, _batch_size(kwargs))
+                empty = _empty(kwargs, _batch_size(kwargs))
+                return empty if width is None else _to_width(empty, 0, width)
             run_k, keep = 1, 0
         else:
             run_k, keep = gamma, gamma
@@ -124,7 +155,7 @@ def make_propose_backport(
             self.num_speculative_tokens = max_k
             if saved_runnable is not None:
                 self._runnable = saved_runnable
-        return out[:, :keep] if out.shape[1] != keep else out
+        return _to_width(out, keep, keep if width is None else width)
 
     _propose.__vspec_backport__ = True  # type: ignore[attr-defined]
     return _propose
