@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -35,11 +35,41 @@ class StepFeedback:
     # without asking the controller (a sticky gamma 0 pins the cohort). A step whose
     # next_gamma differs from gamma mixes the costs of two arms.
     next_gamma: int | None = None
+    # Request ids in the order of ``drafted``/``accepted`` (hashable; the host's strings, the
+    # simulator's ints), for policies that learn per request. None: not reported.
+    request_ids: tuple[Hashable, ...] | None = None
 
     @property
     def reward(self) -> float:
         """Goodput of the step: committed tokens per second."""
         return self.committed / self.interval_s if self.interval_s > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyQuery:
+    """The drafts a step is about to verify, for a policy that sets per-request lengths.
+
+    ``drafted[i]`` drafts wait for request ``request_ids[i]``; ``confidence[i][k]``, when the
+    host reports it, is the drafter's probability of its draft at position ``k`` of request
+    ``i`` (the answer trims each request's drafts to a prefix, so only the ranking of
+    positions matters).
+    """
+
+    request_ids: tuple[Hashable, ...]
+    drafted: tuple[int, ...]
+    token_budget: int
+    confidence: tuple[tuple[float, ...], ...] | None = None
+
+
+@runtime_checkable
+class LengthPolicy(Protocol):
+    """A controller that also chooses how many of each request's drafts to verify.
+
+    ``verify_lengths`` is called once per step before the target runs, with the drafts made
+    after the previous step; it returns one length per request, each at most its drafts.
+    """
+
+    def verify_lengths(self, query: VerifyQuery) -> list[int]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,4 +121,5 @@ class SettledPolicy:
                                   int(snap.get("gamma", 0)))
 
 
-__all__ = ["Controller", "ControllerSnapshot", "SettledPolicy", "StepFeedback"]
+__all__ = ["Controller", "ControllerSnapshot", "LengthPolicy", "SettledPolicy", "StepFeedback",
+           "VerifyQuery"]

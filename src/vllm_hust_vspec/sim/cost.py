@@ -117,9 +117,12 @@ class TableCost:
     Interpolation is bilinear; outside the grid it extrapolates linearly along gamma from the
     two largest gammas and along batch from the two largest batches (a step never gets cheaper
     than the smallest measured value, and batches below the first row use the first row). A
-    step verifying g_v and drafting g_d uses the table at gamma (g_v + g_d) / 2: the table was
-    measured at steady state where both are equal, and verify and draft cost are both roughly
-    linear in gamma. Prefill adds ``prefill_per_token_ms`` per prompt token. The table's gamma-0
+    step verifying g_v drafts per request on average and drafting g_d uses the table at gamma
+    ``s * g_v + (1 - s) * g_d`` with ``s = verify_share``: the table was measured at steady
+    state where both are equal, verify and draft cost are both roughly linear in gamma, and
+    ``s`` is the share of a gamma increment that is verification (the target's extra token
+    per request) rather than drafting (one more drafter pass); 0.5 unless the preset says
+    otherwise. Prefill adds ``prefill_per_token_ms`` per prompt token. The table's gamma-0
     column is whatever the measured host did at gamma 0 (``zero_pass`` does not change it).
     """
 
@@ -127,6 +130,7 @@ class TableCost:
     gammas: tuple[float, ...]
     ms: tuple[tuple[float, ...], ...]  # ms[i][j] at batches[i], gammas[j]
     prefill_per_token_ms: float = 0.0
+    verify_share: float = 0.5
 
     def __post_init__(self) -> None:
         if len(self.ms) != len(self.batches) or any(len(r) != len(self.gammas) for r in self.ms):
@@ -157,10 +161,11 @@ class TableCost:
         """Seconds for one step."""
         g_verify = verify_tokens / num_decode if num_decode else 0.0
         g_draft = gamma_draft if num_drafting else 0
+        s = self.verify_share
         if num_decode and num_drafting:
-            g = 0.5 * (g_verify + g_draft)
+            g = s * g_verify + (1.0 - s) * g_draft
         else:
-            g = g_verify if num_decode else 0.5 * g_draft
+            g = g_verify if num_decode else (1.0 - s) * g_draft
         batch = max(num_decode, num_drafting, 1)
         return (self.ms_at(batch, g) + self.prefill_per_token_ms * prefill_tokens) * 1e-3
 
@@ -183,6 +188,31 @@ COST_PRESETS: dict[str, AnyCost] = {
             (14.49, 27.14, 41.85, 57.40),
         ),
         prefill_per_token_ms=0.02,
+    ),
+    # The same table with a gamma increment priced 85% verification, 15% drafting: what the
+    # FLOPs say once the batch is compute-bound (Llama-3.1-8B: ~15 GFLOP per verified token;
+    # an EAGLE-1 pass, one decoder layer plus the shared LM head, ~1.5 GFLOP). Steps that
+    # verify fewer drafts than they draft (per-request verify lengths) save accordingly.
+    "h100-llama8b-eagle-verify-bound": TableCost(
+        batches=(1.0, 16.0, 64.0, 256.0),
+        gammas=(0.0, 1.0, 3.0, 5.0),
+        ms=(
+            (6.52, 7.37, 8.84, 10.33),
+            (6.90, 7.85, 9.52, 11.20),
+            (7.77, 9.66, 13.50, 16.83),
+            (14.49, 27.14, 41.85, 57.40),
+        ),
+        prefill_per_token_ms=0.02,
+        verify_share=0.85,
+    ),
+    # A parallel drafter (DFlash / DSpark-like: one pass proposes every position, so drafting
+    # costs the same at any depth) on a compute-bound ~8B target: the per-token slope is the
+    # H100 table's between 64 and 256 tokens ((14.49 - 7.77) / 192 ms), the draft pass ~1/7 of
+    # a target step. Deep drafts are nearly free to make; verifying them is what costs.
+    "parallel-draft": LinearCost(
+        target_base_ms=7.0,
+        target_per_token_ms=0.035,
+        spec_overhead_ms=1.0,
     ),
     # A ~70B-class target with a separate ~1B draft model run serially: one draft step costs
     # ~1/6 of a batch-1 target step, and the draft must also ingest every verified token.
@@ -249,6 +279,7 @@ def parse_cost(value: object, obj: StrictObject, key: str) -> AnyCost:
                 gammas=tuple(gammas),
                 ms=tuple(table),
                 prefill_per_token_ms=c.number("prefill_per_token_ms", 0.0, lo=0.0),
+                verify_share=c.number("verify_share", 0.5, lo=0.0, hi=1.0),
             )
         except ValueError as exc:
             raise c.error("batch", str(exc)) from None

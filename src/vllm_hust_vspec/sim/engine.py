@@ -22,12 +22,13 @@ switched off or on.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..adaptive.feedback import Controller, StepFeedback
+from ..adaptive.feedback import Controller, StepFeedback, VerifyQuery
 from .acceptance import StationaryModel, expected_accept_prefix
 from .noise import NoiseSource
 from .scenario import Scenario
@@ -35,6 +36,10 @@ from .workload import RequestSpec, make_requests
 
 # The host's longest run of held admission steps (host/hook_parts.py; a test keeps them equal).
 REFILL_MAX_HOLD_STEPS = 16
+# The drafter's confidence in a draft, for policies that read it (vLLM's adaptive
+# verification): the true conditional acceptance of the position, blurred in logit space by
+# this standard deviation (a drafter's probability ranks its drafts well, never exactly).
+CONFIDENCE_LOGIT_SD = 0.8
 
 
 class _Req:
@@ -42,7 +47,7 @@ class _Req:
 
     __slots__ = (
         "rid", "prompt_len", "out_len", "arrival", "prefilled", "done", "pending", "u",
-        "cond", "spre", "first_t", "finish_t", "decoding", "finished",
+        "cond", "spre", "first_t", "finish_t", "decoding", "finished", "conf",
     )
 
     def __init__(self, spec: RequestSpec, arrival: float) -> None:
@@ -60,6 +65,7 @@ class _Req:
         self.finish_t = 0.0
         self.decoding = False
         self.finished = False
+        self.conf: tuple[float, ...] = ()
 
 
 @dataclass(slots=True)
@@ -118,6 +124,7 @@ class Simulation:
         self.phase_idx = 0
         self.phase_counter = 0
         self.batch: list[_Req] = []  # requests scheduled in the current step
+        self.live: dict[int, _Req] = {}  # admitted, unfinished requests by id
         self.batch_context = 0
         bind = getattr(controller, "bind_simulation", None)
         if callable(bind):
@@ -136,6 +143,17 @@ class Simulation:
         rnd = random.Random(f"vspec-tokens/{self.seed}/{r.rid}").random
         r.u = [rnd() for _ in range(r.out_len + self.depth)]
         self._draw_cond(r)
+        self.live[r.rid] = r
+
+    @staticmethod
+    def _confidence(r: _Req, depth: int, rng: random.Random) -> tuple[float, ...]:
+        """The drafter's confidence in each of ``r``'s next ``depth`` drafts."""
+        out = []
+        for k in range(depth):
+            c = min(max(r.cond[k], 1e-4), 1.0 - 1e-4)
+            z = math.log(c / (1.0 - c)) + rng.gauss(0.0, CONFIDENCE_LOGIT_SD)
+            out.append(1.0 / (1.0 + math.exp(-z)))
+        return tuple(out)
 
     # -- oracle support -----------------------------------------------------------------------
     def expected_goodput(self, gamma: int) -> float:
@@ -168,6 +186,10 @@ class Simulation:
         noise = self.noise
         controller = self.controller
         decide, observe = controller.decide, controller.observe
+        # per-request verify lengths (adaptive.feedback.LengthPolicy), and drafter confidence
+        lengths_fn = getattr(controller, "verify_lengths", None)
+        want_conf = bool(getattr(controller, "wants_confidence", False))
+        conf_rng = random.Random(f"vspec-confidence/{self.seed}")
 
         mode = sc.gamma0
         sticky = mode == "sticky"
@@ -216,7 +238,15 @@ class Simulation:
                 t = max(t, specs[next_spec].arrival_s)  # idle until the next arrival
                 continue
 
-            # 1. schedule
+            # 1. schedule (a length policy first trims each request's drafts to a prefix)
+            if lengths_fn is not None:
+                dec = [r for r in running if r.decoding and r.pending > 0]
+                if dec:
+                    query = VerifyQuery(
+                        tuple(r.rid for r in dec), tuple(r.pending for r in dec), max_tokens,
+                        tuple(r.conf for r in dec) if want_conf else None)
+                    for r, n in zip(dec, lengths_fn(query), strict=True):
+                        r.pending = max(0, min(r.pending, int(n)))
             budget = max_tokens
             decode: list[_Req] = []
             prefill: list[tuple[_Req, int]] = []
@@ -317,6 +347,8 @@ class Simulation:
                     else:
                         r.pending = g
                         num_drafting += 1
+                        if want_conf:
+                            r.conf = self._confidence(r, g, conf_rng)
 
             # 4. time and feedback
             dt = cost.step_time(len(decode), verify, g, num_drafting, pre_tokens, ctx,
@@ -345,6 +377,7 @@ class Simulation:
                     if r.finished:
                         r.finish_t = t
                         finished.append(r)
+                        self.live.pop(r.rid, None)
                         released += 1
                         pinned.discard(r.rid)
                         tainted.discard(r.rid)
@@ -367,6 +400,7 @@ class Simulation:
                     steady=pre_tokens == 0,
                     drafter_ran=not skip,
                     next_gamma=g,
+                    request_ids=tuple(r.rid for r in decode),
                 )
                 observe(fb)
                 if self.want_trace:

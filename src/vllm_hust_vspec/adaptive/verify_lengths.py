@@ -1,0 +1,389 @@
+"""Per-request verify lengths: share a step's verified tokens by how likely drafts survive.
+
+A batch-uniform controller drafts depth ``D`` for every request and verifies all of it. When
+requests differ (a completion the drafter copies beside a turn it guesses) the deep drafts of
+a hard request are nearly worthless while costing the target as much as an easy request's.
+:class:`PerRequestLengths` models each request ``i``'s draft at position ``k`` as accepted
+(given the drafts before it) with probability ``alpha_i * rho_k``:
+
+* ``alpha_i``: the request's own rate, from its discounted accepted / tried counts (a verify of
+  ``d`` drafts with ``a`` accepted tried positions ``0..min(a, d-1)``; each tried position
+  counts ``rho_k``), shrunk toward the batch's mean rate while the request is young;
+* ``rho_k``: the positional profile (``rho_0 = 1``), accepted over *expected* at each position
+  given who tried it, so that deep positions, tried mostly by easy requests once lengths are
+  trimmed, are not mistaken for easy positions.
+
+Verifying slot ``(i, k)`` buys its survival ``S_i(k) = prod_{j <= k} alpha_i rho_j`` tokens. A
+step's cost is learned as ``T = c0 + c_v V + c_g D + c_bg B D`` (``V`` tokens verified, ``D``
+the depth drafted, ``B`` the requests; discounted NNLS), so the goodput of verifying the
+``n`` best slots is ``(B + their S) / T``, best where a slot stops being worth ``c_v`` times
+the goodput: slots are admitted above ``tau = c_v * G`` (a fixed point, two iterations).
+Survival decreases along a request, so each request verifies a prefix. The depth ``D`` is
+rated with the batch controller's measured arm times (see :class:`PerRequestController`).
+
+:class:`PerRequestController` uses that once the cost is identified (enough steps), and the
+wrapped batch controller's decision before, and always when the batch controller settles at
+gamma 0 (speculation off stays off). Requests are grouped by ``log alpha_i`` on a grid
+(``_GRID``) so a decision costs one survival walk per group plus O(batch) dictionary work.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from ._validate import require_float
+from .feedback import ControllerSnapshot, StepFeedback, VerifyQuery
+from .nnls import nnls_normal
+
+_GRID = 0.1  # log-rate resolution of the request groups
+_Q_MAX = 0.995  # no position is certain
+_EVICT_EVERY = 256  # steps between sweeps of requests no longer seen
+_MIN_COST_SAMPLES = 32  # steady steps before the cost model decides anything
+_REFIT_EVERY = 16
+_DISPERSION_MIN_TRIED = 8.0  # tried positions a request needs to enter the dispersion test
+
+
+@dataclass(frozen=True, slots=True)
+class LengthsConfig:
+    """Knobs of :class:`PerRequestLengths`."""
+
+    # Tried positions of batch-mean acceptance a request's own rate is shrunk toward: about
+    # this many tried positions before its own history outweighs the batch.
+    prior_positions: float = 8.0
+    # Half-life, in tried positions, of a request's own history (requests drift too).
+    request_halflife: float = 64.0
+    # Half-life, in steps, of the positional profile and of the cost fit.
+    batch_halflife: float = 256.0
+    # Relative modelled gain a trimmed step (or a depth other than the batch controller's)
+    # must show over the plain one before it is played.
+    margin: float = 0.02
+    # Per-request lengths act only while requests differ beyond chance: the mean squared
+    # deviation of their rates from the batch mean, in units of its binomial variance, must
+    # exceed this (about 1 for identical requests). Otherwise the batch controller decides
+    # alone, exactly as without this layer.
+    dispersion_threshold: float = 3.0
+
+    def __post_init__(self) -> None:
+        require_float(self, "margin", 0.0, 1.0)
+        require_float(self, "dispersion_threshold", 0.0, math.inf)
+        require_float(self, "prior_positions", 0.0, math.inf)
+        require_float(self, "request_halflife", 1.0, math.inf)
+        require_float(self, "batch_halflife", 1.0, math.inf)
+
+
+class _StepCost:
+    """Discounted NNLS of step time on (1, verified tokens, depth, batch x depth)."""
+
+    __slots__ = ("_decay", "_g", "_r", "coef", "samples")
+
+    def __init__(self, halflife: float) -> None:
+        self._decay = 0.5 ** (1.0 / halflife)
+        self._g = [[0.0] * 4 for _ in range(4)]
+        self._r = [0.0] * 4
+        self.coef: list[float] | None = None
+        self.samples = 0
+
+    def add(self, verified: int, depth: int, batch: int, seconds: float) -> None:
+        x = (1.0, float(verified), float(depth), float(batch * depth))
+        d = self._decay
+        g, r = self._g, self._r
+        for i in range(4):
+            r[i] = r[i] * d + x[i] * seconds
+            row = g[i]
+            for j in range(4):
+                row[j] = row[j] * d + x[i] * x[j]
+        self.samples += 1
+        if self.samples >= _MIN_COST_SAMPLES and self.samples % _REFIT_EVERY == 0:
+            self.coef = nnls_normal(g, r)
+
+    def time(self, verified: float, depth: int, batch: int) -> float:
+        c = self.coef
+        assert c is not None
+        return c[0] + c[1] * verified + c[2] * depth + c[3] * batch * depth
+
+
+class PerRequestLengths:
+    """Survival per request and the length / depth rule (see the module docstring)."""
+
+    def __init__(self, max_gamma: int, config: LengthsConfig | None = None) -> None:
+        self.config = cfg = config or LengthsConfig()
+        self.margin = cfg.margin
+        self.max_gamma = max_gamma
+        # id -> [accepted, effective tried, last step, group key]
+        self._req: dict[Hashable, list[float]] = {}
+        self._req_decay = 0.5 ** (1.0 / cfg.request_halflife)
+        self._pos_decay = 0.5 ** (1.0 / cfg.batch_halflife)
+        self._pos_acc = [0.0] * max_gamma
+        self._pos_exp = [0.0] * max_gamma  # sum of alpha_i over the requests that tried k
+        self._rho = [1.0] * max_gamma
+        self._cum_rho = [float(k) for k in range(max_gamma + 1)]  # [0, rho_0, rho_0+rho_1..]
+        self._curves: dict[int, list[float]] = {}  # group -> cumulative survival (this step)
+        self._mean_alpha = 0.6
+        self._cost = _StepCost(cfg.batch_halflife)
+        self._step = 0
+        self._batch_keys: list[int] = []  # groups of the last verify's requests
+        self.trimmed = 0  # drafts left unverified, for reports
+        self.verified = 0
+        self.dispersion = 1.0
+        self.heterogeneous = False
+
+    @property
+    def ready(self) -> bool:
+        """True once requests differ beyond chance and the cost model is fitted and says
+        verified tokens cost something."""
+        c = self._cost.coef
+        return self.heterogeneous and c is not None and c[1] > 0.0
+
+    # -- learning -----------------------------------------------------------------------------
+    def alpha(self, rid: Hashable) -> float:
+        """Request ``rid``'s acceptance rate (the batch mean for an unknown request)."""
+        st = self._req.get(rid)
+        prior, mean = self.config.prior_positions, self._mean_alpha
+        if st is None:
+            return mean
+        return (st[0] + prior * mean) / (st[1] + prior)
+
+    def observe(self, fb: StepFeedback) -> None:
+        """Fold in one verified step: per-request acceptance, positional profile, cost."""
+        self._step += 1
+        step = float(self._step)
+        ids = fb.request_ids
+        rho = self._rho
+        depth = len(rho)
+        prior, mean = self.config.prior_positions, self._mean_alpha
+        rd = self._req_decay
+        table = self._req
+        # per position: accepted, and the summed rate of the requests that tried it, built
+        # from per-"tried count" sums (O(batch + depth))
+        alpha_by_tried = [0.0] * (depth + 1)
+        acc_hist = [0] * (depth + 1)
+        cum_rho = self._cum_rho
+        for i, (d, a) in enumerate(zip(fb.drafted, fb.accepted, strict=True)):
+            if d <= 0:
+                continue
+            tried = a + 1 if a < d else a
+            if tried > depth:
+                tried = depth
+            st = table.get(ids[i]) if ids is not None else None
+            al = mean if st is None else (st[0] + prior * mean) / (st[1] + prior)
+            alpha_by_tried[tried] += al
+            acc_hist[a if a < depth else depth] += 1
+            if ids is None:
+                continue
+            eff = cum_rho[tried]
+            if st is None:
+                st = table[ids[i]] = [float(a), eff, step, 0.0]
+            else:
+                w = rd ** tried
+                st[0] = st[0] * w + a
+                st[1] = st[1] * w + eff
+                st[2] = step
+            st[3] = round(math.log(max((st[0] + prior * mean) / (st[1] + prior), 1e-6)) / _GRID)
+        pd = self._pos_decay
+        pos_acc, pos_exp = self._pos_acc, self._pos_exp
+        tried_beyond = accepted_beyond = 0.0
+        for k in range(depth - 1, -1, -1):
+            tried_beyond += alpha_by_tried[k + 1]
+            accepted_beyond += acc_hist[k + 1]
+            pos_acc[k] = pos_acc[k] * pd + accepted_beyond
+            pos_exp[k] = pos_exp[k] * pd + tried_beyond
+        base = pos_acc[0] / pos_exp[0] if pos_exp[0] > 1.0 else 1.0
+        for k in range(1, depth):
+            if pos_exp[k] > 1.0 and base > 0.0:
+                rho[k] = min(1.5, pos_acc[k] / pos_exp[k] / base)
+        for k in range(depth):
+            cum_rho[k + 1] = cum_rho[k] + rho[k]
+        self._curves.clear()
+        if fb.steady and fb.interval_s > 0 and (
+                fb.next_gamma is None or fb.next_gamma == fb.gamma):
+            self._cost.add(len(fb.drafted) + sum(fb.drafted), fb.gamma, len(fb.drafted),
+                           fb.interval_s)
+        if self._step % 64 == 0 and table:
+            self._refresh_batch(table)
+        if self._step % _EVICT_EVERY == 0:
+            stale = step - _EVICT_EVERY
+            for rid in [r for r, st in table.items() if st[2] < stale]:
+                del table[rid]
+
+    def _refresh_batch(self, table: dict[Hashable, list[float]]) -> None:
+        """The batch's mean rate and whether its requests differ beyond chance: the
+        dispersion of the requests' raw rates over what binomial noise alone would give."""
+        prior = self.config.prior_positions
+        mean = sum((st[0] + prior * self._mean_alpha) / (st[1] + prior)
+                   for st in table.values()) / len(table)
+        self._mean_alpha = mean
+        var = mean * (1.0 - mean)
+        ratios = [(st[0] / st[1] - mean) ** 2 * st[1] / var
+                  for st in table.values() if st[1] >= _DISPERSION_MIN_TRIED]
+        self.dispersion = sum(ratios) / len(ratios) if ratios and var > 0 else 1.0
+        self.heterogeneous = self.dispersion > self.config.dispersion_threshold
+
+    # -- the rule -----------------------------------------------------------------------------
+    def _key(self, rid: Hashable) -> int:
+        st = self._req.get(rid)
+        if st is None:
+            return round(math.log(max(self._mean_alpha, 1e-6)) / _GRID)
+        return int(st[3])
+
+    def _survival(self, key: int) -> list[float]:
+        """Cumulative survival sums ``[0, S(0), S(0)+S(1), ...]`` of a group's drafts, to
+        the maximum depth (cached until the next observe)."""
+        cum = self._curves.get(key)
+        if cum is None:
+            a = math.exp(key * _GRID)
+            cum, s = [0.0], 1.0
+            for r in self._rho:
+                s *= min(_Q_MAX, a * r)
+                cum.append(cum[-1] + s)
+            self._curves[key] = cum
+        return cum
+
+    def _trim(self, cells: dict[tuple[int, int], int], depth: int,
+              rounds: int = 3) -> tuple[dict[tuple[int, int], int], float, float]:
+        """Lengths at the goodput fixed point for ``cells`` ((group, drafts) -> requests):
+        ((group, drafts) -> length, expected tokens, model seconds). The first round verifies
+        everything (``rounds=1``: the untrimmed step)."""
+        batch = sum(cells.values())
+        c_v = self._cost.coef[1] if self._cost.coef is not None else 0.0
+        curves = {key: self._survival(key) for key, _ in cells}
+        out: dict[tuple[int, int], int] = {}
+        tau = 0.0
+        value = seconds = 0.0
+        for _ in range(rounds):
+            value, n = float(batch), 0
+            for (key, cap), count in cells.items():
+                cum = curves[key]
+                keep = 0
+                while keep < cap and cum[keep + 1] - cum[keep] >= tau:
+                    keep += 1
+                out[(key, cap)] = keep
+                n += keep * count
+                value += cum[keep] * count
+            seconds = max(self._cost.time(batch + n, depth, batch), 1e-9)
+            tau = c_v * value / seconds
+        return out, value, seconds
+
+    def lengths(self, query: VerifyQuery) -> list[int]:
+        """How many of each request's drafts to verify (each at most its drafts)."""
+        drafted = query.drafted
+        depth = max(drafted, default=0)
+        keys = [self._key(rid) for rid in query.request_ids]
+        self._batch_keys = keys
+        if not self.ready or depth <= 0:
+            return list(drafted)
+        cells: dict[tuple[int, int], int] = {}
+        for key, cap in zip(keys, drafted, strict=True):
+            cells[(key, cap)] = cells.get((key, cap), 0) + 1
+        trimmed, value, seconds = self._trim(cells, depth)
+        _, full_value, full_seconds = self._trim(cells, depth, rounds=1)
+        # Trim only for a clear modelled gain: on a homogeneous batch the depth already priced
+        # verification, and trimming would cut a partial last position while skewing what the
+        # batch controller learns about deep positions (only easy requests would reach them).
+        if value / seconds < (1.0 + self.margin) * full_value / full_seconds:
+            out = list(drafted)
+        else:
+            out = [trimmed[(key, cap)] for key, cap in zip(keys, drafted, strict=True)]
+        n = sum(out)
+        self.trimmed += sum(drafted) - n
+        self.verified += n
+        return out
+
+    def depth_values(self, batch_size: int, lo: int, hi: int) -> list[float]:
+        """Expected tokens a trimmed step commits at each depth ``lo..hi``, for the requests
+        of the last verify (newcomers at the batch mean)."""
+        counts: dict[int, int] = {}
+        for key in self._batch_keys[:batch_size]:
+            counts[key] = counts.get(key, 0) + 1
+        extra = batch_size - sum(counts.values())
+        if extra > 0:
+            mean_key = round(math.log(max(self._mean_alpha, 1e-6)) / _GRID)
+            counts[mean_key] = counts.get(mean_key, 0) + extra
+        out = []
+        for d in range(lo, hi + 1):
+            if d == 0:
+                out.append(float(batch_size))
+            else:
+                out.append(self._trim({(k, d): c for k, c in counts.items()}, d)[1])
+        return out
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counts for reports."""
+        total = self.trimmed + self.verified
+        c = self._cost.coef
+        return {"requests_tracked": len(self._req),
+                "verified_share": self.verified / total if total else 1.0,
+                "verify_token_cost_s": None if c is None else c[1],
+                "dispersion": round(self.dispersion, 3),
+                "position_profile": [round(r, 3) for r in self._rho]}
+
+
+class PerRequestController:
+    """Draft depth and per-request verify lengths around a batch controller.
+
+    The batch controller decides the depth; once the cost model is identified, a depth whose
+    trimmed step the model rates ``LengthsConfig.margin`` better than the batch controller's choice
+    replaces it (never when the batch controller settles at gamma 0). Both learn from every
+    step.
+    """
+
+    def __init__(self, inner: Any, min_gamma: int, max_gamma: int,
+                 config: LengthsConfig | None = None) -> None:
+        self.inner = inner
+        self.min_gamma = min_gamma
+        self.max_gamma = max_gamma
+        self.lengths = PerRequestLengths(max_gamma, config)
+        self.depth_decisions = 0
+
+    def decide(self, batch_size: int, token_budget: int) -> int:
+        """The draft depth."""
+        g = int(self.inner.decide(batch_size, token_budget))
+        arm_times = getattr(self.inner, "arm_times", None)
+        if not self.lengths.ready or arm_times is None or not self.inner.settled():
+            return g  # not identified yet, or exploring: the batch controller's probe
+        lo = self.min_gamma
+        hi = min(self.max_gamma, max(0, token_budget // max(batch_size, 1) - 1))
+        if not lo <= g <= hi:
+            return g
+        times = arm_times(batch_size)
+        values = self.lengths.depth_values(batch_size, lo, hi)
+        score = [v / t if t else 0.0 for v, t in zip(values, times, strict=False)]
+        # never down to gamma 0: switching speculation off is the batch controller's call
+        # (a host's sticky zero pins the cohort on it)
+        first = 1 if lo == 0 else lo
+        best = max(range(first - lo, len(score)), key=score.__getitem__, default=g - lo)
+        if best + lo != g and g - lo < len(score) and score[best] > (
+                1.0 + self.lengths.margin) * score[g - lo]:
+            self.depth_decisions += 1
+            return best + lo
+        return g
+
+    def verify_lengths(self, query: VerifyQuery) -> list[int]:
+        """Per-request verify lengths (see :class:`PerRequestLengths`)."""
+        return self.lengths.lengths(query)
+
+    def observe(self, feedback: StepFeedback) -> None:
+        """Both layers learn from the step."""
+        self.inner.observe(feedback)
+        self.lengths.observe(feedback)
+
+    def settled(self) -> bool:
+        """The batch controller's."""
+        return bool(self.inner.settled())
+
+    def report(self) -> ControllerSnapshot:
+        """The batch controller's."""
+        rep: ControllerSnapshot = self.inner.report()
+        return rep
+
+    def snapshot(self) -> dict[str, Any]:
+        """The batch controller's state plus the per-request layer's."""
+        snap = dict(self.inner.snapshot())
+        snap["per_request"] = {**self.lengths.snapshot(),
+                               "depth_decisions": self.depth_decisions}
+        return snap
+
+
+__all__ = ["LengthsConfig", "PerRequestController", "PerRequestLengths"]

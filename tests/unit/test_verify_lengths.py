@@ -1,0 +1,178 @@
+"""Per-request verify lengths: the adaptive layer, the simulator's ragged verify, the
+per-request oracle and vLLM's adaptive verification baseline."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from vllm_hust_vspec.adaptive import build_controller
+from vllm_hust_vspec.adaptive.feedback import LengthPolicy, StepFeedback, VerifyQuery
+from vllm_hust_vspec.adaptive.verify_lengths import (
+    LengthsConfig,
+    PerRequestController,
+    PerRequestLengths,
+)
+from vllm_hust_vspec.sim.baselines import FixedGamma
+from vllm_hust_vspec.sim.engine import simulate
+from vllm_hust_vspec.sim.per_request import PerRequestOracle, VllmAdaptiveVerification
+from vllm_hust_vspec.sim.scenario import load_scenario
+
+K = 5
+
+
+def feed(layer: PerRequestLengths, rates: dict[str, float], steps: int, *, seed: int = 0,
+         c0: float = 0.007, c_v: float = 3.5e-5, jitter: bool = True) -> None:
+    """Steps at depth K - 1 or K, each over a random part of the requests (the batch varies,
+    as it does under continuous batching: that is what tells verified tokens' cost from the
+    drafter's), each request accepting geometrically at its rate; step time
+    ``c0 + c_v * verified`` plus 1% noise."""
+    rng = random.Random(seed)
+    everyone = tuple(rates)
+    for i in range(steps):
+        ids = tuple(r for r in everyone if rng.random() < 0.8) or everyone
+        gamma = K if not jitter else rng.choice((K - 1, K))
+        acc = []
+        for rid in ids:
+            a = 0
+            while a < gamma and rng.random() < rates[rid]:
+                a += 1
+            acc.append(a)
+        verified = len(ids) * (1 + gamma)
+        t = (c0 + c_v * verified) * (1.0 + 0.01 * rng.gauss(0.0, 1.0))
+        layer.observe(StepFeedback(
+            batch_size=len(ids), gamma=gamma, drafted=(gamma,) * len(ids),
+            accepted=tuple(acc), committed=sum(acc) + len(ids), interval_s=t,
+            token_budget=4096, next_gamma=gamma, request_ids=ids))
+        del i
+
+
+def test_hard_requests_verify_fewer_drafts_than_easy_ones() -> None:
+    layer = PerRequestLengths(K)
+    rates = {f"easy{i}": 0.9 for i in range(16)} | {f"hard{i}": 0.3 for i in range(16)}
+    feed(layer, rates, 300)
+    assert layer.heterogeneous and layer.ready, layer.snapshot()
+    query = VerifyQuery(tuple(rates), (K,) * len(rates), 4096)
+    lengths = dict(zip(rates, layer.lengths(query), strict=True))
+    easy = [lengths[r] for r in rates if r.startswith("easy")]
+    hard = [lengths[r] for r in rates if r.startswith("hard")]
+    assert min(easy) > max(hard), lengths
+    assert all(0 <= n <= K for n in lengths.values())
+    # the learned cost of a verified token is the one the steps were priced with
+    assert layer.snapshot()["verify_token_cost_s"] == pytest.approx(3.5e-5, rel=0.2)
+
+
+def test_identical_requests_are_left_alone() -> None:
+    layer = PerRequestLengths(K)
+    rates = {f"r{i}": 0.6 for i in range(32)}
+    feed(layer, rates, 300)
+    assert not layer.heterogeneous and layer.snapshot()["dispersion"] < 3.0
+    query = VerifyQuery(tuple(rates), (K,) * 32, 4096)
+    assert layer.lengths(query) == [K] * 32
+
+
+def test_lengths_never_exceed_the_drafts() -> None:
+    layer = PerRequestLengths(K, LengthsConfig(margin=0.0))
+    rates = {f"easy{i}": 0.95 for i in range(8)} | {f"hard{i}": 0.2 for i in range(8)}
+    feed(layer, rates, 300)
+    drafted = tuple(i % (K + 1) for i in range(16))
+    out = layer.lengths(VerifyQuery(tuple(rates), drafted, 4096))
+    assert all(0 <= n <= d for n, d in zip(out, drafted, strict=True))
+
+
+def test_config_errors_name_the_knob() -> None:
+    with pytest.raises(ValueError, match="margin"):
+        LengthsConfig(margin=-1.0)
+    with pytest.raises(ValueError, match="request_halflife"):
+        LengthsConfig(request_halflife=0.0)
+
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "src" / "vllm_hust_vspec" / "sim" / "scenarios"
+
+
+def small(name: str, requests: int) -> object:
+    """A shipped scenario, shortened for a unit test."""
+    import dataclasses
+
+    sc = load_scenario(name)
+    return dataclasses.replace(sc, workload=dataclasses.replace(sc.workload,
+                                                                 num_requests=requests))
+
+
+class _TrimAtFixedDepth(PerRequestOracle):
+    def __init__(self, k: int, hi: int) -> None:
+        super().__init__(0, hi)
+        self.k = k
+
+    def decide(self, batch_size: int, token_budget: int) -> int:
+        return self.k
+
+
+def test_the_simulator_verifies_what_a_length_policy_returns() -> None:
+    sc = small("b64-bimodal-parallel", 128)
+    seen: list[StepFeedback] = []
+
+    class Halve(FixedGamma):
+        def verify_lengths(self, query: VerifyQuery) -> list[int]:
+            return [d // 2 for d in query.drafted]
+
+        def observe(self, feedback: StepFeedback) -> None:
+            seen.append(feedback)
+
+    assert isinstance(Halve(4), LengthPolicy)
+    simulate(sc, Halve(4), 1)  # type: ignore[arg-type]
+    decode = [fb for fb in seen if fb.gamma == 4 and fb.steady]
+    assert decode and all(set(fb.drafted) <= {2} for fb in decode)
+    assert all(fb.request_ids is not None and len(fb.request_ids) == fb.batch_size
+               for fb in seen)
+
+
+def test_per_request_oracle_beats_verifying_every_draft_on_a_bimodal_batch() -> None:
+    sc = small("b64-bimodal-parallel", 192)
+    plain = simulate(sc, FixedGamma(5), 1).goodput  # type: ignore[arg-type]
+    trimmed = simulate(sc, _TrimAtFixedDepth(5, 7), 1).goodput  # type: ignore[arg-type]
+    assert trimmed > 1.15 * plain
+
+
+def test_vllm_adaptive_verification_drafts_k_and_trims_with_stale_confidence() -> None:
+    sc = small("b64-bimodal-parallel", 128)
+    policy = VllmAdaptiveVerification(sc)  # type: ignore[arg-type]
+    assert policy.decide(64, 4096) == sc.max_gamma  # type: ignore[attr-defined]
+    # a request's first verify uses confidence 1.0 (no stale copy): nothing is trimmed
+    # when the profiled costs make verification cheap enough
+    q1 = VerifyQuery(("a", "b"), (7, 7), 4096, ((0.1,) * 7, (0.99,) * 7))
+    first = policy.verify_lengths(q1)
+    assert first == [7, 7]
+    # next step the stale copy says "a" is hopeless: its drafts go, "b" keeps its own
+    q2 = VerifyQuery(("a", "b"), (7, 7), 4096, ((0.1,) * 7, (0.99,) * 7))
+    second = policy.verify_lengths(q2)
+    assert second[0] < second[1] and second[1] >= 5
+    assert simulate(sc, VllmAdaptiveVerification(sc), 1).goodput > 0  # type: ignore[arg-type]
+
+
+def test_per_request_controller_is_the_batch_controller_on_identical_requests() -> None:
+    sc = small("b16-eagle3-h100", 96)
+    online = build_controller("online", min_gamma=sc.min_gamma,  # type: ignore[attr-defined]
+                              max_gamma=sc.max_gamma)  # type: ignore[attr-defined]
+    wrapped = PerRequestController(
+        build_controller("online", min_gamma=sc.min_gamma,  # type: ignore[attr-defined]
+                         max_gamma=sc.max_gamma),  # type: ignore[attr-defined]
+        sc.min_gamma, sc.max_gamma)  # type: ignore[attr-defined]
+    a = simulate(sc, online, 1)  # type: ignore[arg-type]
+    b = simulate(sc, wrapped, 1)  # type: ignore[arg-type]
+    assert b.committed_tokens == a.committed_tokens and b.steps == a.steps
+    assert b.busy_seconds == pytest.approx(a.busy_seconds)
+    assert wrapped.snapshot()["per_request"]["verified_share"] == 1.0
+
+
+def test_per_request_controller_gains_on_a_bimodal_batch() -> None:
+    sc = load_scenario("b64-bimodal-parallel")  # whole: the layer needs its first ~100 steps
+    hi = sc.max_gamma  # type: ignore[attr-defined]
+    online = simulate(sc, build_controller("online", min_gamma=0, max_gamma=hi), 1)  # type: ignore[arg-type]
+    wrapped = PerRequestController(build_controller("online", min_gamma=0, max_gamma=hi), 0, hi)
+    per_req = simulate(sc, wrapped, 1)  # type: ignore[arg-type]
+    assert per_req.goodput > 1.02 * online.goodput
+    snap = wrapped.snapshot()["per_request"]
+    assert snap["verified_share"] < 0.9 and snap["dispersion"] > 3.0
