@@ -294,3 +294,60 @@ def test_requests_admitted_while_the_drafter_was_off_do_not_bring_it_back() -> N
     out = _out({"r2": 1, "r3": 1}, {})
     hook.after_schedule(out)
     assert not getattr(out, SKIP_ATTR, False) and hook.last_decided == 3  # r3 may draft
+
+
+class LengthCtrl(Ctrl):
+    """Verifies one draft fewer for every second request, asks two more than drafted for
+    the third (clamped by the hook), and records the queries."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__(3)
+        self.queries: list[Any] = []
+        self.raise_ = fail
+
+    def verify_lengths(self, query: Any) -> list[int]:
+        self.queries.append(query)
+        if self.raise_:
+            raise ValueError("boom")
+        return [d - (i % 2) + (2 if i == 2 else 0) for i, d in enumerate(query.drafted)]
+
+
+def test_per_request_lengths_trim_each_request_drafts_before_scheduling() -> None:
+    sched = FakeScheduler(running=4, waiting=0)
+    for i, r in enumerate(sched.running):
+        r.request_id = f"r{i}"
+        r.spec_token_ids = [7, 8, 9]
+    sched.running[3].spec_token_ids = []  # nothing drafted: not asked about
+    ctrl = LengthCtrl()
+    hook = _hook(sched, ctrl)
+    with hook.scheduling():
+        pass
+    assert [r.spec_token_ids for r in sched.running] == [[7, 8, 9], [7, 8], [7, 8, 9], []]
+    q = ctrl.queries[0]
+    assert q.request_ids == ("r0", "r1", "r2") and q.drafted == (3, 3, 3)
+    assert hook._lengths == (2, 3, 3)
+
+
+def test_a_failing_length_policy_falls_back_and_verifies_everything() -> None:
+    sched = FakeScheduler(running=2, waiting=0)
+    for i, r in enumerate(sched.running):
+        r.request_id = f"r{i}"
+        r.spec_token_ids = [7, 8, 9]
+    hook = _hook(sched, LengthCtrl(fail=True))
+    with hook.scheduling():
+        pass
+    assert [r.spec_token_ids for r in sched.running] == [[7, 8, 9], [7, 8, 9]]
+    assert hook.failed  # the fixed upper bound rules from now on
+
+
+def test_no_lengths_asked_while_a_sticky_cohort_is_pinned() -> None:
+    sched = FakeScheduler(running=2, waiting=0)
+    for i, r in enumerate(sched.running):
+        r.request_id = f"r{i}"
+        r.spec_token_ids = [7]
+    ctrl = LengthCtrl()
+    hook = _hook(sched, ctrl)
+    hook.sticky.skip({"r0": 1, "r1": 1})
+    with hook.scheduling():
+        pass
+    assert not ctrl.queries

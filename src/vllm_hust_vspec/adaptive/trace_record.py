@@ -42,7 +42,9 @@ class TraceRecord:
     included); ``reward`` is ``committed / interval_s``. ``steady``: no prefill shared the
     step; ``admitted``: requests admitted; ``waiting``: queue length after scheduling;
     ``held``: refill admission held the queue; ``skip``: the drafter was skipped after the
-    step (sticky gamma 0); ``fallback``: the controller failed and the fixed bound rules.
+    step (sticky gamma 0); ``fallback``: the controller failed and the fixed bound rules;
+    ``lengths``: per-request verify lengths of the step, ascending (only with per-request
+    lengths on).
     """
 
     t: float
@@ -62,6 +64,7 @@ class TraceRecord:
     held: bool = False
     skip: bool = False
     fallback: bool = False
+    lengths: tuple[int, ...] | None = None
 
     def committed_tokens(self) -> float:
         """Decode tokens the step committed (``reward * interval_s`` when not recorded)."""
@@ -71,7 +74,7 @@ class TraceRecord:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of the line, fields in the documented order."""
-        return {
+        out = {
             "t": self.t, "step": self.step, "batch": self.batch, "gamma": self.gamma,
             "decided": self.decided, "drafted": self.drafted, "accepted": self.accepted,
             "committed": self.committed, "tokens": self.tokens,
@@ -79,6 +82,9 @@ class TraceRecord:
             "steady": self.steady, "admitted": self.admitted, "waiting": self.waiting,
             "held": self.held, "skip": self.skip, "fallback": self.fallback,
         }
+        if self.lengths is not None:
+            out["lengths"] = list(self.lengths)
+        return out
 
 
 __all__ = ["TraceHeader", "TraceRecord"]

@@ -102,7 +102,12 @@ def make_controller(settings: Settings, max_gamma: int,
     kwargs = controller_kwargs(settings, max_gamma)
     if cost_prior is not None:
         kwargs["cost_prior"] = cost_prior
-    return build_controller(policy, **kwargs)
+    controller = build_controller(policy, **kwargs)
+    if settings.adaptive_per_request_lengths:
+        from vllm_hust_vspec.adaptive.verify_lengths import PerRequestController
+
+        return PerRequestController(controller, kwargs["min_gamma"], max_gamma)
+    return controller
 
 
 __all__ = ["ControllerFactory", "controller_kwargs", "make_controller", "set_factory"]

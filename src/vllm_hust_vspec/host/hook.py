@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from vllm_hust_vspec.adaptive.feedback import Controller, StepFeedback
+from vllm_hust_vspec.adaptive.feedback import Controller, StepFeedback, VerifyQuery
 from vllm_hust_vspec.adaptive.trace_record import TraceRecord
 from vllm_hust_vspec.host.cost_state import CostState
 from vllm_hust_vspec.host.hook_parts import (
@@ -46,6 +46,7 @@ class _StepRecord:
     skip: bool
     steady: bool
     waiting: int
+    lengths: tuple[int, ...] | None = None
 
 
 class GammaLookup:
@@ -95,6 +96,7 @@ class SchedulerHook:
         self._records: dict[int, _StepRecord] = {}
         self._last_update_t: float | None = None
         self._idle = True
+        self._lengths: tuple[int, ...] | None = None  # this step's per-request lengths
 
     @property
     def failed(self) -> bool:
@@ -130,10 +132,31 @@ class SchedulerHook:
         sched = self.scheduler
         self.sticky.before_schedule(sched.finished_req_ids, sched.requests)
 
+    def trim_drafts(self) -> None:
+        """Per-request verify lengths: cut each running request's drafts to the length the
+        controller gives it, before the scheduler schedules them (1 + drafts tokens)."""
+        self._lengths = None
+        if not self.guard.sets_lengths or self.sticky.pinned():
+            return
+        running = [r for r in self.scheduler.running if r.spec_token_ids]
+        if not running:
+            return
+        query = VerifyQuery(tuple(r.request_id for r in running),
+                            tuple(len(r.spec_token_ids) for r in running), self.token_budget)
+        lengths = self.guard.verify_lengths(query)
+        if lengths is None:
+            return
+        for r, n in zip(running, lengths, strict=True):
+            if n < len(r.spec_token_ids):
+                r.spec_token_ids = r.spec_token_ids[:n]
+        self._lengths = tuple(sorted(lengths))
+
     @contextmanager
     def scheduling(self) -> Iterator[None]:
-        """Around one ``Scheduler.schedule()`` call: sticky draft discard, refill hold."""
+        """Around one ``Scheduler.schedule()`` call: sticky draft discard, per-request
+        lengths, refill hold."""
         self.before_schedule()
+        self.trim_drafts()
         running = (getattr(r, "request_id", None) for r in self.scheduler.running)
         speculating = not (self.sticky.pinned() or self.sticky.covers(running))
         with self.refill.admission(self.scheduler, speculating=speculating):
@@ -173,6 +196,7 @@ class SchedulerHook:
             skip=skip,
             steady=steady,
             waiting=len(self.scheduler.waiting),
+            lengths=self._lengths,
         )
         self.last_decided = decided
         self.telemetry.decision(decided)
@@ -194,7 +218,7 @@ class SchedulerHook:
         )
         interval = max(now - start, 1e-9)
         self._last_update_t = now
-        drafted, accepted, committed = step_counts(out, runner_output)
+        drafted, accepted, committed, ids = step_counts(out, runner_output)
         decode_committed = sum(accepted) + len(accepted)
         feedback: StepFeedback | None = None
         if drafted:
@@ -209,6 +233,7 @@ class SchedulerHook:
                 steady=record.steady,
                 drafter_ran=not record.skip,
                 next_gamma=record.decided,
+                request_ids=ids,
             )
 
         def finish() -> None:
@@ -229,7 +254,7 @@ class SchedulerHook:
                     committed=decode_committed, tokens=committed, interval_s=interval,
                     reward=decode_committed / interval, steady=record.steady,
                     admitted=record.admitted, waiting=record.waiting, held=record.held,
-                    skip=record.skip, fallback=self.guard.failed,
+                    skip=record.skip, fallback=self.guard.failed, lengths=record.lengths,
                 ), idle)
 
         return finish
@@ -250,8 +275,9 @@ def _noop() -> None:
 
 def step_counts(
     out: Any, runner_output: Any
-) -> tuple[tuple[int, ...], tuple[int, ...], int]:
-    """Per decoding request drafted and accepted counts, and all tokens the step committed.
+) -> tuple[tuple[int, ...], tuple[int, ...], int, tuple[str, ...]]:
+    """Per decoding request drafted and accepted counts, all tokens the step committed, and
+    the decoding requests' ids (in the order of the counts).
 
     A request is decoding when it was scheduled exactly 1 + its drafts; partial prefill
     chunks and aborted requests sampled nothing and are left out, as is a request whose
@@ -264,6 +290,7 @@ def step_counts(
     invalid = out.num_invalid_spec_tokens or {}
     drafted: list[int] = []
     accepted: list[int] = []
+    ids: list[str] = []
     for rid, n in out.num_scheduled_tokens.items():
         i = index.get(rid)
         generated = sampled[i] if (i is not None and i < n_sampled) else ()
@@ -276,7 +303,8 @@ def step_counts(
         n_draft = max(len(tokens) - invalid.get(rid, 0), 0)
         drafted.append(n_draft)
         accepted.append(min(max(len(generated) - 1, 0), n_draft))
-    return tuple(drafted), tuple(accepted), committed
+        ids.append(rid)
+    return tuple(drafted), tuple(accepted), committed, tuple(ids)
 
 
 __all__ = ["SKIP_ATTR", "GammaLookup", "SchedulerHook", "step_counts"]

@@ -16,7 +16,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from vllm_hust_vspec.adaptive.feedback import Controller, ControllerSnapshot, StepFeedback
+from vllm_hust_vspec.adaptive.feedback import (
+    Controller,
+    ControllerSnapshot,
+    LengthPolicy,
+    StepFeedback,
+    VerifyQuery,
+)
 from vllm_hust_vspec.adaptive.trace_record import TraceRecord
 from vllm_hust_vspec.host.metrics import VSpecMetrics
 from vllm_hust_vspec.host.trace import TraceWriter
@@ -63,6 +69,24 @@ class GuardedController:
             self.controller.observe(feedback)
         except Exception:
             self._fail("observe")
+
+    @property
+    def sets_lengths(self) -> bool:
+        """True when the controller chooses per-request verify lengths (and has not failed)."""
+        return not self.failed and isinstance(self.controller, LengthPolicy)
+
+    def verify_lengths(self, query: VerifyQuery) -> list[int] | None:
+        """The controller's per-request lengths, each clamped to ``[0, drafts]``; None when
+        it sets none or failed (every draft is verified then)."""
+        if not self.sets_lengths:
+            return None
+        try:
+            lengths = self.controller.verify_lengths(query)  # type: ignore[attr-defined]
+            out = [min(max(int(n), 0), d) for n, d in zip(lengths, query.drafted, strict=True)]
+        except Exception:
+            self._fail("verify_lengths")
+            return None
+        return out
 
     def settled(self) -> bool:
         """A gamma-0 decision is a considered one (never after a failure)."""

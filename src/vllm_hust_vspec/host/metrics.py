@@ -45,11 +45,13 @@ class VSpecMetrics:
     accepted_per_pos: Any
     committed: Any
     refill_holds: Any
+    verify_lengths: Any
     _gamma_counts: dict[int, int] = field(default_factory=dict)
     _last_gamma: int | None = None
     _drafted: list[int] = field(default_factory=list)
     _accepted: list[int] = field(default_factory=list)
     _committed: int = 0
+    _lengths: dict[int, int] = field(default_factory=dict)
     _children: dict[tuple[int, str], Any] = field(default_factory=dict)
 
     def observe_decision(self, gamma: int) -> None:
@@ -65,6 +67,9 @@ class VSpecMetrics:
         self._committed += committed
         if not drafted:
             return
+        lengths = self._lengths
+        for n in set(drafted):
+            lengths[n] = lengths.get(n, 0) + drafted.count(n)
         width = max(drafted)
         if width <= 0:
             return
@@ -95,6 +100,9 @@ class VSpecMetrics:
                 self._child(self.accepted_per_pos, "position", pos).inc(n_a)
         self._drafted.clear()
         self._accepted.clear()
+        for n, count in self._lengths.items():
+            self._child(self.verify_lengths, "length", n).inc(count)
+        self._lengths.clear()
 
     def observe_arms(self, rewards: Mapping[int, float]) -> None:
         """Publish the controller's per-arm reward estimates."""
@@ -163,6 +171,12 @@ def make_metrics(registry: Any = None) -> VSpecMetrics:
             PREFIX + "refill_holds",
             "Steps where cohort refill admission held waiting requests back.",
             registry=reg,
+        ),
+        verify_lengths=Counter(
+            PREFIX + "verify_length_requests",
+            "Decoding request-steps by the number of drafts verified (the verify-length "
+            "histogram; per-request lengths spread it).",
+            ["length"], registry=reg,
         ),
     )
     if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0" and not os.environ.get(

@@ -99,6 +99,13 @@ FEATURES: tuple[RunnerFeature, ...] = (
              "V2 does not have"},
     ),
     RunnerFeature(
+        "per-request verify lengths (--adaptive-per-request-lengths)",
+        lambda s: s.adaptive_speculation and s.adaptive_per_request_lengths,
+        {V2: "they trim each request's drafts in the scheduler before it schedules them; "
+             "whether Model Runner V2, which keeps drafts in its own device state, verifies "
+             "exactly the trimmed drafts is not verified"},
+    ),
+    RunnerFeature(
         "relaxed acceptance (--confidence-accept-margin, --eagle-relaxed-accept-topk)",
         lambda s: s.relaxed_acceptance(),
         {},  # V2: host/acceptance_v2.py relaxes the greedy rows of V2's rejection_sample
@@ -177,6 +184,12 @@ def _async_scheduling(settings: Settings, vllm_config: Any, warnings: list[str],
             "the confidence stop (--adaptive-entropy-stop) with async scheduling: it truncates "
             "drafts on the host before the scheduler reads them, which async scheduling skips; "
             "use --no-async-scheduling or drop the stop"
+        )
+    if settings.adaptive_speculation and settings.adaptive_per_request_lengths:
+        errors.append(
+            "per-request verify lengths (--adaptive-per-request-lengths) with async "
+            "scheduling: they trim drafts on the host before the scheduler reads them, which "
+            "async scheduling skips; use --no-async-scheduling or drop the option"
         )
     if (settings.adaptive_speculation and settings.adaptive_gamma0_mode == "sticky"
             and settings.adaptive_zero_fast_path):

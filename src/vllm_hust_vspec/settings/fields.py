@@ -195,6 +195,12 @@ class Settings:
         False, "Cut each request's draft at its first low-confidence position.",
         group="adaptive",
     )
+    adaptive_per_request_lengths: bool = _opt(
+        False, "Verify a different number of drafts per request, by how likely each request's "
+        "drafts survive (its own acceptance history) against the learned cost of a verified "
+        "token; only while requests differ beyond chance. Outputs unchanged. Needs "
+        "synchronous scheduling and the V1 model runner.", group="adaptive",
+    )
     adaptive_entropy_threshold: float | None = _opt(
         None, "Entropy (nats) above which a draft position is uncertain.", group="adaptive",
         minimum=0.0,
