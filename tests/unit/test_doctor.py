@@ -88,7 +88,29 @@ UPSTREAM = {
 }
 
 
-def ascend_tree(k_in_propose: bool, draft_shadow: bool = False) -> dict[str, str]:
+# How the runner's _prepare_input_ids reads the previous frame's drafts under async scheduling
+# (the K backport's padding rule depends on it): vLLM 0.23's row stride max K, vLLM >= 0.31's
+# last draft width, or neither.
+PREPARE_INPUT_IDS = {
+    "k": """
+                def _prepare_input_ids(self, scheduler_output, total, cu_num_tokens):
+                    start = prev_index * self.num_spec_tokens
+    """,
+    "prev": """
+                def __init__(self):
+                    self.prev_num_spec_tokens = 0
+                def _prepare_input_ids(self, scheduler_output, total, cu_num_tokens):
+                    start = prev_index * self.prev_num_spec_tokens
+    """,
+    "none": """
+                def _prepare_input_ids(self, scheduler_output, total, cu_num_tokens):
+                    start = prev_index * self.draft_width
+    """,
+}
+
+
+def ascend_tree(k_in_propose: bool, draft_shadow: bool = False,
+                stride: str = "k") -> dict[str, str]:
     """A minimal vllm_ascend: K-aware or not, optionally with an upstream _propose shadow."""
     k = "num_speculative_tokens, " if k_in_propose else ""
     files = {
@@ -128,7 +150,7 @@ def ascend_tree(k_in_propose: bool, draft_shadow: bool = False) -> dict[str, str
                 def propose_draft_token_ids(self, valid, scheduler_output):
                     return self.drafter._propose(target_token_ids=1,
                         common_attn_metadata=2, scheduler_output=scheduler_output)
-        """,
+        """ + PREPARE_INPUT_IDS[stride],
     }
     if draft_shadow:
         files["vllm/v1/spec_decode/draft_model.py"] = """
@@ -187,6 +209,27 @@ def test_ascend_k_channel_variant(
     report = abi.check_static(method, True, sources=[str(tmp_path)])
     assert report.ok, abi.render_text(report)
     assert report.decisions["k_channel"] == variant
+
+
+@pytest.mark.parametrize(("stride", "variant"), [
+    ("k", "stride max K: drafts padded"), ("prev", "last draft width"), ("none", None)])
+def test_async_draft_stride_names_the_padding_rule_it_relies_on(
+    tmp_path: Path, no_installed: None, stride: str, variant: str | None
+) -> None:
+    write(tmp_path, {**UPSTREAM, **ascend_tree(False, stride=stride)})
+    report = abi.check_static("mtp", True, sources=[str(tmp_path)])
+    result = next(r for t in report.tiers for r in t.results
+                  if r.check.id == "ascend.async_draft_stride")
+    assert result.variant == variant
+    if variant is None:
+        assert not report.ok and result.status == "FAIL"
+        assert any("_prepare_input_ids: no reference to num_spec_tokens" in m
+                   for m in result.missing)
+    else:
+        assert report.ok, abi.render_text(report)
+    # only adaptive gamma runs the K backport
+    assert "ascend.async_draft_stride" not in statuses(
+        abi.check_static("mtp", False, sources=[str(tmp_path)]))
 
 
 def test_draft_mro_shadow_fails_backport(tmp_path: Path, no_installed: None) -> None:

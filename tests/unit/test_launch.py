@@ -381,3 +381,34 @@ def test_model_runner_selects_vllms_runner(
     assert env["VLLM_USE_V2_MODEL_RUNNER"] == "0"
     env = dry_run(capsys, "--protocol", "eagle", "--model-runner", "v2")["env"]
     assert env["VLLM_USE_V2_MODEL_RUNNER"] == "1"
+
+
+@pytest.mark.parametrize("mode,cudagraph_mode", [
+    ("full-combined", "FULL"), ("full", "FULL_AND_PIECEWISE"),
+    ("full-decode-only", "FULL_DECODE_ONLY"), ("piecewise", "PIECEWISE"),
+])
+def test_graph_mode_choice_reaches_the_compilation_config(
+    mode: str, cudagraph_mode: str, model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # full-combined is vLLM's combined FULL (no separate decode routine), the predecessor
+    # manual's "组合 FULL"; full stays FULL_AND_PIECEWISE
+    out = dry_run(capsys, "--method", "mtp", "--target-model", "target", "--gamma", "3",
+                  "--max-num-seqs", "4", "--graph-mode", mode)
+    argv = out["argv"]
+    assert "--enforce-eager" not in argv
+    cc = json.loads(flag_value(argv, "--compilation-config"))
+    assert cc["cudagraph_mode"] == cudagraph_mode
+    # every candidate verify width is in the capture sizes, as for the other FULL modes
+    assert {1, 2, 3, 4} <= set(cc["cudagraph_capture_sizes"])
+
+
+def test_adaptive_full_graph_keeps_an_explicit_combined_full(
+    model_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vllm_hust_vspec.launch import command
+
+    monkeypatch.setattr(command, "cpu_host", lambda: False)
+    out = dry_run(capsys, "--method", "mtp", "--target-model", "target", "--gamma", "3",
+                  "--adaptive-full-graph", "--adaptive-async", "--graph-mode", "full-combined")
+    cc = json.loads(flag_value(out["argv"], "--compilation-config"))
+    assert cc["cudagraph_mode"] == "FULL"

@@ -133,3 +133,12 @@ def test_merged_full_is_vllm_ascends_own_graph_under_full_graph_modes() -> None:
     assert compat.unsupported(off, ascend=False) == []
     eager = _settings("--method", "eagle", "--graph-mode", "piecewise", "--merged-full")
     assert any("FULL graphs" in e for e in compat.unsupported(eager, ascend=True))
+
+
+def test_merged_full_under_combined_full_is_the_hosts_merged_draft_graph() -> None:
+    from vllm_hust_vspec.host import compat
+
+    combined = _settings("--method", "mtp", "--graph-mode", "full-combined", "--merged-full")
+    assert compat.unsupported(combined, ascend=True) == []
+    off = _settings("--method", "mtp", "--graph-mode", "full-combined", "--no-merged-full")
+    assert any(e.startswith("--no-merged-full") for e in compat.unsupported(off, ascend=True))

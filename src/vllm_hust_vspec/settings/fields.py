@@ -95,8 +95,11 @@ class Settings:
         metavar="LIST",
     )
     graph_mode: str = _opt(
-        "piecewise", "Graph capture mode.",
-        choices=("eager", "piecewise", "full-decode-only", "full"),
+        "piecewise", "Graph capture mode (vLLM's cudagraph_mode): piecewise = PIECEWISE,"
+        " full-decode-only = FULL_DECODE_ONLY, full = FULL_AND_PIECEWISE, full-combined = FULL"
+        " (combined FULL: every batch on one FULL graph per size, no separate decode routine);"
+        " eager serves with --enforce-eager.",
+        choices=("eager", "piecewise", "full-decode-only", "full", "full-combined"),
     )
     capture_policy: str = _opt(
         "auto", "Which batch sizes get graphs (see docs/hosts.md).",

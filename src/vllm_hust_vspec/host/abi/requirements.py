@@ -259,6 +259,25 @@ def ascend_checks(method: str, adaptive: bool, features: tuple[str, ...] = ()) -
             _p(CALL_KW, A_RUNNER_MOD, A_RUNNER, "propose_draft_token_ids",
                "common_attn_metadata", callee="_propose"),
         ))
+        # The K backport's padding rule (host/ascend/proposer.py _pads_to_max_k): under async
+        # scheduling the next frame reads this frame's drafts in _prepare_input_ids with row
+        # stride num_spec_tokens (max K; vLLM 0.23), unless the runner keeps the last draft
+        # width in prev_num_spec_tokens (vLLM >= 0.31; vllm-ascend 0.30 sets it too). vSpec
+        # pads gamma drafts to max K exactly when the runner lacks that attribute.
+        out.append(Check(
+            id="ascend.async_draft_stride", host=ASCEND,
+            why="under async scheduling the next frame reads the previous frame's drafts in "
+                "_prepare_input_ids, with the stride of the last draft tensor "
+                "(prev_num_spec_tokens) or else max K (num_spec_tokens); the K backport pads "
+                "gamma drafts to max K exactly when the runner has no prev_num_spec_tokens",
+            alternatives=(
+                (_p(SELF_ATTR, A_RUNNER_MOD, A_RUNNER, "prev_num_spec_tokens"),
+                 _p(SOURCE, A_RUNNER_MOD, A_RUNNER, "_prepare_input_ids",
+                    "prev_num_spec_tokens")),
+                (_p(SOURCE, A_RUNNER_MOD, A_RUNNER, "_prepare_input_ids", "num_spec_tokens"),),
+            ),
+            variants=("last draft width", "stride max K: drafts padded"),
+        ))
         if method == "mtp":
             out.append(Check(
                 id="ascend.step3p5_mtp", host=ASCEND,
@@ -329,6 +348,15 @@ def ascend_checks(method: str, adaptive: bool, features: tuple[str, ...] = ()) -
                "batch_descriptor"),
             _p(METHOD, A_DISPATCHER_MOD, A_DISPATCHER, "_get_lora_cases"),
             _p(SELF_ATTR, A_DISPATCHER_MOD, A_DISPATCHER, "cudagraph_keys"),
+        ))
+        out.append(Check.of(
+            "ascend.draft_capture", ASCEND,
+            "each key's draft graph is captured from the runner's _dummy_run through "
+            "self.drafter.dummy_run(aclgraph_runtime_mode=...); under combined FULL vSpec "
+            "runs that one call once per gamma with a draft graph at the key",
+            _p(SOURCE, A_RUNNER_MOD, A_RUNNER, "_dummy_run", "drafter"),
+            _p(CALL_KW, A_RUNNER_MOD, A_RUNNER, "_dummy_run", "aclgraph_runtime_mode",
+               callee="dummy_run"),
         ))
         out.append(Check.of(
             "ascend.draft_graph_per_gamma", ASCEND,

@@ -9,7 +9,8 @@ shared; this package adds what the NPU worker side needs:
 * ``graphs``: ``mtp_strict_graph`` (stop instead of silently running eager).
 * ``graph_widths``: graph-per-gamma: target FULL decode graphs per verify width and one
   merged draft graph per gamma, each with its own graph params (``mtp_strict_graph`` is
-  checked in the same wrapper then).
+  checked in the same wrapper then); under combined FULL (``--graph-mode full-combined``) the
+  host's shared target graphs and params, and merged draft graphs per gamma.
 * ``rejection``: relaxed acceptance modes on ``AscendRejectionSampler``'s path (strict is the
   host's own behaviour: nothing patched).
 
@@ -138,7 +139,8 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> AscendPla
 def features_for(settings: Settings) -> tuple[str, ...]:
     """The doctor features (host capabilities) these settings need on vllm-ascend."""
     out = []
-    if settings.graph_mode in ("full", "full-decode-only") and settings.adaptive_speculation:
+    if (settings.graph_mode in ("full", "full-decode-only", "full-combined")
+            and settings.adaptive_speculation):
         out.append("graph_per_gamma")
     if settings.mtp_strict_graph and settings.method == "mtp":
         out.append("mtp_strict_graph")
