@@ -44,6 +44,8 @@ _EVICT_EVERY = 256  # steps between sweeps of requests no longer seen
 _MIN_COST_SAMPLES = 32  # steady steps before the cost model decides anything
 _REFIT_EVERY = 16
 _DISPERSION_MIN_TRIED = 8.0  # tried positions a request needs to enter the dispersion test
+_COST_REL_SE = 0.25  # relative standard error below which a verified token's cost is known
+_PROBE_EVERY = 8  # while unidentified, every 8th verify checks half of each request's drafts
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,12 +79,13 @@ class LengthsConfig:
 class _StepCost:
     """Discounted NNLS of step time on (1, verified tokens, depth, batch x depth)."""
 
-    __slots__ = ("_decay", "_g", "_r", "coef", "samples")
+    __slots__ = ("_decay", "_g", "_r", "_tt", "coef", "samples")
 
     def __init__(self, halflife: float) -> None:
         self._decay = 0.5 ** (1.0 / halflife)
         self._g = [[0.0] * 4 for _ in range(4)]
         self._r = [0.0] * 4
+        self._tt = 0.0
         self.coef: list[float] | None = None
         self.samples = 0
 
@@ -90,6 +93,7 @@ class _StepCost:
         x = (1.0, float(verified), float(depth), float(batch * depth))
         d = self._decay
         g, r = self._g, self._r
+        self._tt = self._tt * d + seconds * seconds
         for i in range(4):
             r[i] = r[i] * d + x[i] * seconds
             row = g[i]
@@ -98,6 +102,26 @@ class _StepCost:
         self.samples += 1
         if self.samples >= _MIN_COST_SAMPLES and self.samples % _REFIT_EVERY == 0:
             self.coef = nnls_normal(g, r)
+
+    def identified(self) -> bool:
+        """True when the cost of a verified token is known to within ``_COST_REL_SE`` of
+        itself: verified tokens must vary apart from batch x depth (with a fixed batch
+        verifying everything the two move together and cannot be told apart)."""
+        c, g = self.coef, self._g
+        n = g[0][0]
+        if c is None or c[1] <= 0.0 or n <= 1.0:
+            return False
+        mv, mb = g[0][1] / n, g[0][3] / n
+        var_v = g[1][1] / n - mv * mv
+        var_b = g[3][3] / n - mb * mb
+        cov = g[1][3] / n - mv * mb
+        apart = var_v - (cov * cov / var_b if var_b > 0.0 else 0.0)  # var(V | B x D)
+        rss = self._tt - 2.0 * sum(ci * ri for ci, ri in zip(c, self._r, strict=True)) + sum(
+            c[i] * g[i][j] * c[j] for i in range(4) for j in range(4))
+        if apart <= 0.0:
+            return False
+        se = math.sqrt(max(rss, 0.0) / n / (n * apart))
+        return se < _COST_REL_SE * c[1]
 
     def time(self, verified: float, depth: int, batch: int) -> float:
         c = self.coef
@@ -129,13 +153,16 @@ class PerRequestLengths:
         self.verified = 0
         self.dispersion = 1.0
         self.heterogeneous = False
+        self._verifies = 0
+        self.probes = 0
 
     @property
     def ready(self) -> bool:
-        """True once requests differ beyond chance and the cost model is fitted and says
-        verified tokens cost something."""
+        """True once requests differ beyond chance and the cost model is fitted, identified
+        and says verified tokens cost something."""
         c = self._cost.coef
-        return self.heterogeneous and c is not None and c[1] > 0.0
+        return (self.heterogeneous and c is not None and c[1] > 0.0
+                and self._cost.identified())
 
     # -- learning -----------------------------------------------------------------------------
     def alpha(self, rid: Hashable) -> float:
@@ -272,7 +299,16 @@ class PerRequestLengths:
         depth = max(drafted, default=0)
         keys = [self._key(rid) for rid in query.request_ids]
         self._batch_keys = keys
-        if not self.ready or depth <= 0:
+        if depth <= 0:
+            return list(drafted)
+        if not self.ready:
+            self._verifies += 1
+            if (self.heterogeneous and not self._cost.identified()
+                    and self._verifies % _PROBE_EVERY == 0):
+                # a probe: verified tokens must vary apart from batch x depth once for their
+                # cost to be learned (greedy outputs never change; a few drafts go unchecked)
+                self.probes += 1
+                return [(d + 1) // 2 for d in drafted]
             return list(drafted)
         cells: dict[tuple[int, int], int] = {}
         for key, cap in zip(keys, drafted, strict=True):
@@ -317,6 +353,8 @@ class PerRequestLengths:
                 "verified_share": self.verified / total if total else 1.0,
                 "verify_token_cost_s": None if c is None else c[1],
                 "dispersion": round(self.dispersion, 3),
+                "cost_identified": self._cost.identified(),
+                "probes": self.probes,
                 "position_profile": [round(r, 3) for r in self._rho]}
 
 
