@@ -361,13 +361,6 @@ class OnlineController(CadencedPolicy):
         known = [(e, i) for i, e in enumerate(est) if e is not None]
         return self._lo + max(known)[1] if known else None
 
-    def arm_times(self, batch_size: int) -> list[float | None]:
-        """Estimated step time of each arm ``min_gamma..max_gamma`` at ``batch_size`` and the
-        current load (None: no estimate yet), as the decisions use them."""
-        idx = bucket_index(batch_size)
-        bucket = self._buckets.get(idx) or self._new_bucket(idx, register=False)
-        return self._times(bucket, batch_size)
-
     def _new_bucket(self, idx: int, *, register: bool = True) -> BucketStats:
         bucket = BucketStats(idx, self._num_arms, self.config.window)
         if register:

@@ -74,7 +74,7 @@ class TraceRecord:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of the line, fields in the documented order."""
-        out = {
+        out: dict[str, Any] = {
             "t": self.t, "step": self.step, "batch": self.batch, "gamma": self.gamma,
             "decided": self.decided, "drafted": self.drafted, "accepted": self.accepted,
             "committed": self.committed, "tokens": self.tokens,

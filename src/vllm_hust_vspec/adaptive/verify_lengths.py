@@ -19,7 +19,7 @@ the depth drafted, ``B`` the requests; discounted NNLS), so the goodput of verif
 ``n`` best slots is ``(B + their S) / T``, best where a slot stops being worth ``c_v`` times
 the goodput: slots are admitted above ``tau = c_v * G`` (a fixed point, two iterations).
 Survival decreases along a request, so each request verifies a prefix. The depth ``D`` is
-rated with the batch controller's measured arm times (see :class:`PerRequestController`).
+rated by the same model (see :class:`PerRequestController`).
 
 :class:`PerRequestController` uses that once the cost is identified (enough steps), and the
 wrapped batch controller's decision before, and always when the batch controller settles at
@@ -327,9 +327,9 @@ class PerRequestLengths:
         self.verified += n
         return out
 
-    def depth_values(self, batch_size: int, lo: int, hi: int) -> list[float]:
-        """Expected tokens a trimmed step commits at each depth ``lo..hi``, for the requests
-        of the last verify (newcomers at the batch mean)."""
+    def depth_steps(self, batch_size: int, lo: int, hi: int) -> list[tuple[float, float]]:
+        """(expected tokens, model seconds) of a trimmed step at each depth ``lo..hi``, for
+        the requests of the last verify (newcomers at the batch mean)."""
         counts: dict[int, int] = {}
         for key in self._batch_keys[:batch_size]:
             counts[key] = counts.get(key, 0) + 1
@@ -340,9 +340,10 @@ class PerRequestLengths:
         out = []
         for d in range(lo, hi + 1):
             if d == 0:
-                out.append(float(batch_size))
+                out.append((float(batch_size), self._cost.time(batch_size, 0, batch_size)))
             else:
-                out.append(self._trim({(k, d): c for k, c in counts.items()}, d)[1])
+                _, value, seconds = self._trim({(k, d): c for k, c in counts.items()}, d)
+                out.append((value, seconds))
         return out
 
     def snapshot(self) -> dict[str, Any]:
@@ -378,22 +379,22 @@ class PerRequestController:
     def decide(self, batch_size: int, token_budget: int) -> int:
         """The draft depth."""
         g = int(self.inner.decide(batch_size, token_budget))
-        arm_times = getattr(self.inner, "arm_times", None)
-        if not self.lengths.ready or arm_times is None or not self.inner.settled():
+        if not self.lengths.ready or not self.inner.settled():
             return g  # not identified yet, or exploring: the batch controller's probe
         lo = self.min_gamma
         hi = min(self.max_gamma, max(0, token_budget // max(batch_size, 1) - 1))
         if not lo <= g <= hi:
             return g
-        times = arm_times(batch_size)
-        values = self.lengths.depth_values(batch_size, lo, hi)
-        score = [v / t if t else 0.0 for v, t in zip(values, times, strict=False)]
+        # Scored by this layer's model of the trimmed step at each depth: the batch
+        # controller's arm times were measured under other lengths (before trimming began,
+        # or at another depth's trimming) and would misrank depths.
+        score = [v / t if t > 0.0 else 0.0
+                 for v, t in self.lengths.depth_steps(batch_size, lo, hi)]
         # never down to gamma 0: switching speculation off is the batch controller's call
         # (a host's sticky zero pins the cohort on it)
         first = 1 if lo == 0 else lo
         best = max(range(first - lo, len(score)), key=score.__getitem__, default=g - lo)
-        if best + lo != g and g - lo < len(score) and score[best] > (
-                1.0 + self.lengths.margin) * score[g - lo]:
+        if best + lo != g and score[best] > (1.0 + self.lengths.margin) * score[g - lo]:
             self.depth_decisions += 1
             return best + lo
         return g
