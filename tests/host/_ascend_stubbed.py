@@ -99,7 +99,7 @@ def run(root: str) -> dict[str, Any]:
     from vllm_hust_vspec.host import abi
 
     live = abi.check_live("mtp", True, hosts=("vllm", "vllm_ascend"),
-                          features=("acceptance", "isolate_shared_modules"))
+                          features=("acceptance",))
     out["live_ok"] = live.ok
     out["live_failures"] = live.failures()
     out["live_k_channel"] = live.decisions.get("k_channel")

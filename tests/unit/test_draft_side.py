@@ -217,3 +217,33 @@ def test_the_draft_config_reader_rebuilds_only_for_new_settings() -> None:
     assert read() is first and not first.entropy_stop
     current["s"] = Settings(method="draft", adaptive_entropy_stop=True)
     assert read().entropy_stop  # a replaced settings object is read again
+
+
+def test_draft_head_options_leave_a_shared_target_head_untouched() -> None:
+    """vLLM and vllm-ascend share the target's lm_head (and embed_tokens) with EAGLE/MTP
+    drafters (``_maybe_share_lm_head``). The draft LM-head options build vSpec's own head from
+    a copy of the rows, so the shared module, and the target's logits, never change: the
+    predecessor's draft/target shared-module isolation holds by construction."""
+    from types import SimpleNamespace
+
+    from vllm_hust_vspec.host.drafting import DraftSideConfig, _build_state
+
+    g = torch.Generator().manual_seed(3)
+    shared = torch.nn.Linear(16, 300, bias=False)
+    with torch.no_grad():
+        shared.weight.copy_(torch.randn(300, 16, generator=g))
+    before = shared.weight.detach().clone()
+    ptr = shared.weight.data_ptr()
+    target = SimpleNamespace(lm_head=shared)
+    draft_model = SimpleNamespace(lm_head=target.lm_head)  # the same module object
+    proposer = SimpleNamespace(model=draft_model, vllm_config=SimpleNamespace(
+        model_config=SimpleNamespace(get_vocab_size=lambda: 300)))
+    for cfg in (DraftSideConfig(active_vocab_size=64), DraftSideConfig(lm_head_quant="w8a8"),
+                DraftSideConfig(active_vocab_size=32, lm_head_quant="w8a16")):
+        state = _build_state(proposer, cfg)
+        assert state.head is not None
+        hidden = torch.randn(4, 16, generator=g)
+        state.head.argmax(hidden)
+        assert draft_model.lm_head is shared and target.lm_head is shared
+        assert shared.weight.data_ptr() == ptr and torch.equal(shared.weight, before)
+        assert state.head.weight.data_ptr() != ptr

@@ -40,8 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also check the per-step gamma channel (adaptive speculation)")
     ap.add_argument("--feature", action="append", default=[], choices=FEATURES,
                     help="also check the host capability a switch needs (repeatable): "
-                    "graph_per_gamma (--graph-mode full*), mtp_strict_graph, "
-                    "isolate_shared_modules, acceptance")
+                    "graph_per_gamma (--graph-mode full*), mtp_strict_graph, acceptance")
     ap.add_argument("--all-features", action="store_true", help="check every --feature")
     ap.add_argument("--source", action="append", default=[], metavar="PATH",
                     help="read a host package from PATH (sdist .tar.gz, wheel .whl, checkout "

@@ -69,7 +69,7 @@ K_PARAM = "num_speculative_tokens"
 SCHED_OUT_PARAM = "scheduler_output"
 
 # Switches (settings) whose host capability the doctor checks.
-FEATURES = ("graph_per_gamma", "mtp_strict_graph", "isolate_shared_modules", "acceptance")
+FEATURES = ("graph_per_gamma", "mtp_strict_graph", "acceptance")
 
 
 def _p(kind: str, module: str, cls: str | None = None, name: str | None = None,
@@ -370,13 +370,6 @@ def ascend_checks(method: str, adaptive: bool, features: tuple[str, ...] = ()) -
             _p(SOURCE, A_BASE_MOD, A_BASE, "_run_merged_draft", "num_speculative_tokens"),
             _p(SOURCE, A_BASE_MOD, A_BASE, "dummy_run", "num_speculative_tokens"),
             _p(SOURCE, A_BASE_MOD, A_BASE, "_propose", "cudagraph_dispatcher"),
-        ))
-    if "isolate_shared_modules" in features:
-        out.append(Check.of(
-            "ascend.shared_modules", ASCEND,
-            "draft/target shared-module isolation replaces the proposer's sharing steps",
-            _p(METHOD, A_BASE_MOD, A_BASE, "_maybe_share_embeddings", "target_language_model"),
-            _p(METHOD, A_BASE_MOD, A_BASE, "_maybe_share_lm_head"),
         ))
     return out
 
