@@ -2,6 +2,8 @@
 
 * :class:`OnlineController` / :class:`OnlineConfig`: the default online policy.
 * :class:`ProfilePolicy` / :class:`ProfileConfig` with :class:`Profile`, :func:`load_profile`.
+* :class:`StructuredController` / :class:`StructuredConfig`: one cost posterior, Thompson
+  sampling (being compared with the online policy), with :class:`CostPrior`.
 * :class:`FixedController`: always the largest eligible gamma.
 * :func:`build_controller`: policy name -> controller.
 * :func:`fit_profile`: fit a profile's latency model to measured steps.
@@ -10,6 +12,7 @@
 
 from .confidence import RULES as CONFIDENCE_RULES
 from .confidence import confidence_keep, confidence_keep_batch, position_uncertain
+from .cost_prior import CostPrior, CostSample
 from .factory import POLICIES, build_controller
 from .feedback import Controller, ControllerSnapshot, StepFeedback
 from .fitting import FitError, FitResult, FitSample, fit_profile, load_samples, parse_samples
@@ -25,6 +28,7 @@ from .profile import (
     load_profile,
 )
 from .profile_policy import ProfileConfig, ProfilePolicy
+from .structured import StructuredConfig, StructuredController
 
 __all__ = [
     "CONFIDENCE_RULES",
@@ -32,6 +36,8 @@ __all__ = [
     "SCHEMA_VERSION",
     "Controller",
     "ControllerSnapshot",
+    "CostPrior",
+    "CostSample",
     "FitError",
     "FitInfo",
     "FitResult",
@@ -45,6 +51,8 @@ __all__ = [
     "ProfileError",
     "ProfilePolicy",
     "StepFeedback",
+    "StructuredConfig",
+    "StructuredController",
     "TableEntry",
     "build_controller",
     "confidence_keep",

@@ -1,4 +1,4 @@
-"""Build vSpec's own controllers ('online', 'profile') through the adaptive package.
+"""Build vSpec's own controllers ('online', 'profile', 'structured') via the adaptive package.
 
 The 'profile' policy needs an offline profile. We make one the way a user would: "measure"
 decode steps over a sweep of batch sizes, gammas and context lengths -- here by asking the
@@ -26,11 +26,11 @@ _profile_paths: dict[tuple[str, int, int], Path] = {}
 
 
 def build_ours(name: str, scenario: Scenario) -> Controller:
-    """``online`` or ``profile`` for ``scenario``'s gamma range."""
+    """``online``, ``profile`` or ``structured`` for ``scenario``'s gamma range."""
     lo, hi = scenario.min_gamma, scenario.max_gamma
-    if name == "online":
-        # as host/controller_factory.py builds it: on a sticky host arm 0 skips the drafter
-        return build_controller("online", min_gamma=lo, max_gamma=hi,
+    if name in ("online", "structured"):
+        # as host/controller_factory.py builds online: on a sticky host arm 0 skips the drafter
+        return build_controller(name, min_gamma=lo, max_gamma=hi,
                                 zero_skips_drafter=scenario.gamma0 == "sticky")
     path = profile_path_for(scenario)
     return build_controller("profile", min_gamma=lo, max_gamma=hi, profile_path=str(path))

@@ -1,6 +1,7 @@
 """Policy names -> controllers for a scenario.
 
-Names: ``fixed:K``, ``online`` and ``profile`` (ours, from the adaptive package), ``oracle``,
+Names: ``fixed:K``, ``online``, ``profile`` and ``structured`` (ours, from the adaptive
+package), ``oracle``,
 and the published baselines ``vllm-batch-schedule``, ``sglang-adaptive``, ``hf-heuristic``,
 ``ucb1`` (:mod:`.baselines`) and, from current upstream, ``vllm-acceptance-adaptive-k``,
 ``vllm-dflash-adaptive-k``, ``sglang-per-batch-ema``, ``nightjar-bandit``
@@ -16,7 +17,7 @@ from .baselines_vllm import AcceptanceAdaptiveK, DflashAdaptiveK
 from .oracle import Oracle
 from .scenario import Scenario
 
-OURS = ("online", "profile")
+OURS = ("online", "profile", "structured")
 BASELINES = ("vllm-batch-schedule", "sglang-adaptive", "hf-heuristic", "ucb1",
              "vllm-acceptance-adaptive-k", "vllm-dflash-adaptive-k", "sglang-per-batch-ema",
              "nightjar-bandit")

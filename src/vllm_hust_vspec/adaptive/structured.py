@@ -1,0 +1,365 @@
+"""Structured gamma controller: one cost posterior, one acceptance posterior, Thompson sampling.
+
+A step's goodput per request at gamma ``g`` is ``E[g] / T(g)`` with ``E[g] = 1 + sum_{k<g}
+p[k]``. Both factors are posteriors:
+
+* ``T(g)`` from :class:`~.cost_posterior.CostPosterior`: a log load level and, per batch
+  bucket, an affine step cost in (verified tokens, drafter depth), one small Kalman filter.
+  A drafter-skipping gamma 0 is a row of the same model (the drafter terms zero), so every
+  speculative step also teaches what skipping costs; nothing about gamma 0 is special-cased.
+* ``p[k]`` from the discounted per-position counts of :class:`~.acceptance.AcceptanceModel`,
+  read as a posterior: ``p[k]`` with the variance of a Beta of the counts it had when last
+  measured, growing with the steps since (``acceptance_drift``).
+
+Each decision draws one sample of both (Thompson sampling, seeded) and moves toward the
+sampled best arm, subject to hysteresis, ``max_gamma_step``, the control interval and the
+token budget. Exploration therefore follows the posterior: wide at a cold start (the first
+decisions visit the arms the data cannot yet tell apart, no sweep), narrow once the arms are
+known, widening again while acceptance goes unobserved at gamma 0 or the load drifts (no
+periodic re-checks, no acceptance probe). On a host whose settled gamma 0 skips the drafter
+and pins the cohort (``zero_skips_drafter``), gamma 0 is played only when the posterior
+says it is the best arm with probability ``settle_probability``; only then is it settled.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from ._limits import bucket_index, should_switch, step_toward
+from ._validate import require_float, require_int
+from .acceptance import AcceptanceModel
+from .cadence import CadencedPolicy
+from .cost_posterior import CostPosterior, features
+from .cost_prior import CostPrior
+from .feedback import ControllerSnapshot, StepFeedback
+from .policy_config import PolicyConfig
+
+_INF = math.inf
+_ACC_PRIOR_WEIGHT = 8.0  # AcceptanceModel's default prior weight for positions >= 1
+_ZERO_DRAWS = 64  # posterior draws behind P(gamma 0 is best): +-0.04 at 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class StructuredConfig(PolicyConfig):
+    """Knobs of :class:`StructuredController`: the shared ones (:class:`PolicyConfig`; its
+    ``probe_interval`` / ``max_probe_interval`` are not used: the acceptance posterior widens
+    while gamma is 0, which is what re-measures it; ``min_observations`` raises
+    ``warmup_samples`` to at least that) and these."""
+
+    # The shared switch margin, smaller here: it is applied to Thompson draws, so it only has
+    # to stop flapping between near-ties; a larger one keeps the controller at an arm that
+    # is measured to be a few percent worse (measured on the simulator suite: 0.02 > 0.05).
+    hysteresis: float = 0.02
+    # Steady samples discarded at start (graph capture, allocator and cache warm-up).
+    warmup_samples: int = 3
+    # Arm 0 skips the drafter and a settled zero pins the cohort (the vLLM host's sticky mode).
+    zero_skips_drafter: bool = False
+    # Posterior probability that gamma 0 is the best arm needed to play (and settle) a
+    # drafter-skipping zero: a pinned cohort cannot speculate again, so this is a decision,
+    # not an experiment.
+    settle_probability: float = 0.9
+    # Prior sd of a speculative step's fixed overhead beyond one draft increment, in units of
+    # the first step time. Until a drafter-skipping step is measured, this alone says what
+    # skipping saves over the speculative arms (their data cannot tell the target's constant
+    # cost from the drafter's); a cost prior with drafter-skipping samples replaces it.
+    overhead_sd: float = 0.05
+    # Per-step growth of each cost coefficient's variance, as a share of its square (1e-6:
+    # a coefficient no step has informed for 1,000 steps is uncertain by ~3%): the cost shape
+    # follows slow changes and long-unplayed arms are re-checked (the level follows fast ones).
+    cost_drift: float = 1e-6
+    # Prior per-step growth of the load level's variance (units of the step noise) until the
+    # variogram has measured it (adaptive/load.py).
+    load_drift: float = 1.0
+    # Per-step growth of a position's acceptance variance while it is not drafted (gamma 0,
+    # or shallower drafts): acceptance is a slow random walk, so what was measured some
+    # steps ago is that much less certain now. This is what re-opens a switched-off drafter
+    # (gamma 0) or a deeper gamma, at a rate set by how far off they were: sd 0.03 after 100
+    # steps, 0.1 after 1,000. (The discounted counts themselves forget in 4-64 steps, far
+    # too fast for a posterior: at batch 256 a gamma-0 controller then drafted again every
+    # ~30 steps, 4% of its goodput; 2e-5 and 5e-6 measured the same as 1e-5 on the suite.)
+    acceptance_drift: float = 1e-5
+    # p[0] before any verify feedback (deeper positions continue geometrically).
+    prior_acceptance: float = 0.6
+    # First gamma (None: max_gamma).
+    initial_gamma: int | None = None
+    # Seed of the Thompson sampler: decisions are reproducible.
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.validate_shared()
+        require_int(self, "warmup_samples", 0)
+        require_int(self, "seed", 0)
+        require_float(self, "settle_probability", 0.5, 1.0)
+        require_float(self, "overhead_sd", 0.0, 10.0)
+        require_float(self, "cost_drift", 0.0, 1.0)
+        require_float(self, "load_drift", 0.0, 100.0)
+        require_float(self, "acceptance_drift", 0.0, 1.0)
+        require_float(self, "prior_acceptance", 0.0, 1.0)
+        if not isinstance(self.zero_skips_drafter, bool):
+            raise ValueError(f"StructuredConfig.zero_skips_drafter must be a bool, got "
+                             f"{self.zero_skips_drafter!r}")
+        if self.initial_gamma is not None:
+            require_int(self, "initial_gamma", self.min_gamma)
+            if self.initial_gamma > self.max_gamma:
+                raise ValueError(f"StructuredConfig.initial_gamma={self.initial_gamma} is "
+                                 f"above max_gamma={self.max_gamma}")
+
+
+class StructuredController(CadencedPolicy):
+    """Thompson sampling over a structured cost and acceptance posterior. ``Controller``."""
+
+    def __init__(self, config: StructuredConfig | None = None, *,
+                 cost_prior: CostPrior | None = None) -> None:
+        cfg = config or StructuredConfig()
+        self.config = cfg
+        lo, hi = cfg.min_gamma, cfg.max_gamma
+        initial = hi if cfg.initial_gamma is None else cfg.initial_gamma
+        super().__init__(lo, hi, cfg.control_interval, initial)
+        self._skip_zero = cfg.zero_skips_drafter and lo == 0
+        self._rng = random.Random(cfg.seed)
+        self._cost = CostPosterior(cfg.overhead_sd, cfg.load_drift, cfg.cost_drift)
+        self._acc = AcceptanceModel(
+            hi,
+            prior=(cfg.prior_acceptance,),
+            prior_weight=_ACC_PRIOR_WEIGHT,
+            halflife_requests=cfg.halflife_requests,
+            min_halflife_steps=cfg.acceptance_min_halflife_steps,
+            max_halflife_steps=cfg.acceptance_max_halflife_steps,
+        )
+        warm = cfg.warmup_samples
+        if cfg.min_observations is not None and cfg.min_observations > warm:
+            warm = cfg.min_observations
+        self._warmup_left = warm
+        self._arm_ids = [object() for _ in range(hi + 2)]  # variogram keys (arm, path)
+        self._prior_source = "none"
+        self._prior_samples = 0
+        if cost_prior is not None and cost_prior.samples:
+            self._prior_samples = self._cost.apply_prior(cost_prior)
+            self._prior_source = cost_prior.source
+        self._observations = 0
+        self._skipped_nonsteady = 0
+        self._skipped_transition = 0
+        self._skipped_warmup = 0
+        self._zero_confident = False  # last decision was a zero the posterior is sure of
+        self._p_zero = 0.0
+        self._visit = False  # the last decision switched arms
+        self._row_cache: dict[tuple[int, int], list[list[float]]] = {}  # (batch, cap) rows
+        self._seen_n = [0.0] * hi  # per position: counts when last measured ...
+        self._seen_t = [0] * hi  # ... and the observation it was measured in
+        self._last_batch = 0
+        self._last_bucket = 0
+        self._last_cap = hi
+
+    # -- Controller protocol ------------------------------------------------------------------
+
+    def observe(self, feedback: StepFeedback) -> None:
+        """Learn from one completed step; the reward is attributed to ``feedback.gamma``."""
+        self._observations += 1
+        g = feedback.gamma
+        # Acceptance is valid on every step (prefill mixed in pollutes only the timing).
+        if g > 0 and feedback.accepted:
+            self._acc.update(g, feedback.drafted, feedback.accepted)
+        elif g > 0 and feedback.accept_flags:
+            self._acc.update_flags(g, feedback.accept_flags)
+        else:
+            self._acc.tick(feedback.batch_size)
+            g = 0
+        if g:
+            # Positions 0..g-1 were just measured: remember how precisely, and when.
+            k = g if g < self._hi else self._hi
+            self._seen_n[:k] = self._acc.weights()[:k]
+            self._seen_t[:k] = [self._observations] * k
+        g = feedback.gamma
+        if not feedback.steady:
+            self._skipped_nonsteady += 1
+            return
+        batch = feedback.batch_size
+        if feedback.interval_s <= 0.0 or batch <= 0 or g < self._lo or g > self._hi:
+            return
+        if self._warmup_left:
+            self._warmup_left -= 1
+            self._skipped_warmup += 1
+            return
+        nxt = feedback.next_gamma
+        if (nxt != g) if nxt is not None else (self._gamma != self._prev_gamma):
+            self._skipped_transition += 1  # verified one gamma, drafted another (cadence.py)
+            return
+        idx = batch.bit_length() - 1 if batch > 1 else 0  # bucket_index, inlined (hot path)
+        drafted = feedback.drafted
+        # Tokens verified: drafts are trimmed per request by the budget, or zero for requests
+        # whose drafter was skipped (sticky host), so the uniform width is checked first.
+        verified = batch * (1 + g)
+        if len(drafted) == batch and drafted.count(g) != batch:
+            verified = batch + sum(drafted)
+        ran = feedback.drafter_ran
+        x = features(batch, verified, g, ran)
+        arm = self._arm_ids[g + 1 if ran or g else 0]
+        self._cost.update(idx, x, feedback.interval_s, arm)
+
+    def settled(self) -> bool:
+        """True when the last decision was a gamma 0 the posterior says is best with
+        probability ``settle_probability``: only then may a host pin a cohort on it."""
+        if self._gamma != 0:
+            return False
+        if not self._skip_zero:
+            # Not computed while deciding (nothing is pinned on this host): do it now.
+            self._zero_confident = self._zero_probability() >= self.config.settle_probability
+        return self._zero_confident
+
+    def report(self) -> ControllerSnapshot:
+        """Posterior-mean goodput (tokens/s) of each eligible arm at the last batch."""
+        goodput: dict[int, float] = {}
+        if self._last_batch and self._cost.tau > 0.0:
+            est = self._mean_goodput(self._last_batch, self._last_cap)
+            for i, e in enumerate(est):
+                goodput[self._lo + i] = e
+        return ControllerSnapshot("structured", self._gamma, goodput)
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-serialisable state: decisions, skipped steps, the prior, the posteriors."""
+        out: dict[str, Any] = {
+            "policy": "structured",
+            "gamma": self._gamma,
+            "phase": "warmup" if self._warmup_left else "exploit",
+            "cost_prior": self._prior_source,
+            "cost_prior_samples": self._prior_samples,
+            "batch_size": self._last_batch,
+            "bucket": 1 << self._last_bucket,
+            "decisions": self._calls,
+            "observations": self._observations,
+            "switches": self._switches,
+            "skipped_warmup": self._skipped_warmup,
+            "skipped_nonsteady": self._skipped_nonsteady,
+            "skipped_transition": self._skipped_transition,
+            "p_zero_best": round(self._p_zero, 4),
+            "buckets": [1 << b for b in self._cost.buckets()],
+            "load_level": round(self._cost.level, 4),
+            "noise_r": self._cost.r,
+        }
+        arms: list[dict[str, Any]] = []
+        if self._last_batch and self._cost.tau > 0.0:
+            out["coefficients_s"] = self._cost.coefficients(self._last_bucket)
+            est = self._mean_goodput(self._last_batch, self._hi)
+            for i, e in enumerate(est):
+                g = self._lo + i
+                arms.append({"gamma": g, "eligible": g <= self._last_cap,
+                             "estimated_goodput": e})
+        out["arms"] = arms
+        out.update(self._acc.snapshot())
+        return out
+
+    # -- decisions ----------------------------------------------------------------------------
+
+    @property
+    def gamma(self) -> int:
+        """The last decision."""
+        return self._gamma
+
+    def _rows(self, batch: int, cap: int) -> list[list[float]]:
+        """Regression rows of the arms ``lo..cap`` at ``batch`` (arm 0 as the host runs it)."""
+        key = (batch, cap)
+        rows = self._row_cache.get(key)
+        if rows is None:
+            skip = self._skip_zero
+            rows = [features(batch, batch * (1 + g), g, not (skip and g == 0))
+                    for g in range(self._lo, cap + 1)]
+            if len(self._row_cache) < 4096:
+                self._row_cache[key] = rows
+        return rows
+
+    def _mean_goodput(self, batch: int, cap: int) -> list[float]:
+        idx = bucket_index(batch)
+        costs = self._cost.mean_costs(idx, self._rows(batch, cap))
+        expected = self._acc.expected_committed()
+        lo = self._lo
+        return [batch * expected[lo + i] / self._cost.seconds(f) for i, f in enumerate(costs)]
+
+    def _choose(self, batch: int, cap: int, cur: int) -> int:
+        """One decision; ``cur`` is the current gamma already capped by the budget."""
+        idx = bucket_index(batch)
+        self._last_batch = batch
+        self._last_bucket = idx
+        self._last_cap = cap
+        if self._warmup_left or self._cost.tau <= 0.0:
+            return cur
+        if self._visit:
+            # The first step at a new arm mixes two arms (a transition step, never timed):
+            # every arm moved to is held one more decision, a stop on the way to a far target
+            # (max_gamma_step) too, so each move yields a clean sample before the next draw.
+            # (Re-drawing at once had the controller bounce between gamma 4 and 2 on the
+            # sticky host, learning nothing from the stops; walking on to the far target
+            # without looking made every probe from gamma 0 at batch 256 a long one.)
+            self._visit = False
+            if cur == self._gamma:
+                return cur
+        self._zero_confident = False
+        lo = self._lo
+        rows = self._row_cache.get((batch, cap)) or self._rows(batch, cap)
+        costs = self._cost.sample_costs(idx, rows, self._rng)
+        expected = self._sample_expected()
+        score = [expected[lo + i] / f for i, f in enumerate(costs)]
+        if self._skip_zero and (cur == 0 or max(score) == score[0]):
+            # Playing a drafter-skipping zero pins the running cohort for its lifetime: only
+            # when the posterior is sure, else arm 0 is out of this decision.
+            self._p_zero = self._zero_probability()
+            if self._p_zero >= self.config.settle_probability:
+                self._zero_confident = True
+            else:
+                score[0] = -_INF
+        best = score.index(max(score))
+        cur_i = cur - lo
+        stay = best == cur_i or not should_switch(score[best], score[cur_i],
+                                                  self.config.hysteresis)
+        if stay and score[cur_i] > -_INF:
+            return cur
+        self._visit = True
+        return step_toward(cur, best + lo, self.config.max_gamma_step)
+
+    def _sample_expected(self) -> list[float]:
+        """One draw of ``E[g]`` for g = 0..max. Position ``k``'s rate has the variance of a
+        Beta of the (discounted) counts it had when last measured, grown by
+        ``acceptance_drift`` per step since; every position moves by the same standard
+        normal times its sd (a drafter that agrees more agrees more at every depth)."""
+        p = self._acc.probabilities()
+        z = self._rng.gauss(0.0, 1.0)
+        drift = self.config.acceptance_drift
+        now = self._observations
+        seen_n, seen_t = self._seen_n, self._seen_t
+        out = [1.0]
+        acc = 1.0
+        prev = 1.0
+        for k, pk in enumerate(p):
+            w = seen_n[k] + (_ACC_PRIOR_WEIGHT if k else 1.0)
+            v = pk + z * math.sqrt(pk * (1.0 - pk) / w + drift * (now - seen_t[k]))
+            v = 0.0 if v < 0.0 else prev if v > prev else v
+            prev = v
+            acc += v
+            out.append(acc)
+        return out
+
+    def _zero_probability(self) -> float:
+        """P(gamma 0 beats every other eligible arm) under the posterior, by Monte Carlo over
+        ``_ZERO_DRAWS`` joint draws of costs and acceptance (the arms' errors are strongly
+        correlated, through the shared coefficients and acceptance, so no bound on pairwise
+        probabilities is tight). Only computed when a zero is contemplated."""
+        batch, cap = self._last_batch, self._last_cap
+        if self._lo != 0 or batch <= 0 or self._cost.tau <= 0.0:
+            return 0.0
+        if cap == 0:
+            return 1.0
+        idx = bucket_index(batch)
+        rows = self._rows(batch, cap)
+        wins = 0
+        for _ in range(_ZERO_DRAWS):
+            costs = self._cost.sample_costs(idx, rows, self._rng)
+            expected = self._sample_expected()
+            s0 = 1.0 / costs[0]
+            if all(expected[g] / costs[g] < s0 for g in range(1, cap + 1)):
+                wins += 1
+        return wins / _ZERO_DRAWS
+
+
+__all__ = ["StructuredConfig", "StructuredController"]

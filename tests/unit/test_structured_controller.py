@@ -1,0 +1,268 @@
+"""The structured controller (adaptive/structured.py): behaviour on synthetic hosts and the
+simulator's sticky host, the cost prior, the snapshot and validation."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import pytest
+
+from vllm_hust_vspec.adaptive import (
+    Controller,
+    CostPrior,
+    CostSample,
+    StepFeedback,
+    StructuredConfig,
+    StructuredController,
+    build_controller,
+)
+from vllm_hust_vspec.sim import load_scenario, make_controller, simulate
+
+CostFn = Callable[[int, int, bool], float]  # (batch, gamma, drafter ran) -> seconds
+
+
+def linear_cost(base: float, per_gamma: float, overhead: float) -> CostFn:
+    """A target-only step ``base``; speculation adds ``overhead + per_gamma * g``."""
+
+    def cost(batch: int, gamma: int, ran: bool) -> float:
+        del batch
+        return base + (overhead + per_gamma * gamma if ran and gamma > 0 else 0.0)
+
+    return cost
+
+
+def best_arm(cost: CostFn, alpha: float, max_gamma: int, batch: int = 8) -> int:
+    """Gamma with the highest expected goodput under i.i.d. acceptance ``alpha``."""
+    def goodput(g: int) -> float:
+        return sum(alpha ** k for k in range(g + 1)) / cost(batch, g, True)
+    return max(range(max_gamma + 1), key=goodput)
+
+
+def drive(ctrl: StructuredController, cost: CostFn, alpha: Callable[[int], float], steps: int,
+          *, batch: int = 8, sticky: bool = False, jitter: float = 0.02,
+          seed: int = 1) -> list[int]:
+    """A closed host loop: decide, verify last step's drafts, time, observe. On a ``sticky``
+    host a settled zero skips the drafter (it is not pinned here: the next decision is
+    asked). Returns the gamma decided at each step."""
+    rng = random.Random(seed)
+    g_prev = ctrl.gamma
+    out: list[int] = []
+    for t in range(steps):
+        g = ctrl.decide(batch, 8192)
+        skip = sticky and g == 0 and ctrl.settled()
+        a = alpha(t)
+        accepted = []
+        for _ in range(batch):
+            k = 0
+            while k < g_prev and rng.random() < a:
+                k += 1
+            accepted.append(k)
+        seconds = cost(batch, g, not skip) * (1.0 + jitter * rng.gauss(0.0, 1.0))
+        ctrl.observe(StepFeedback(
+            batch_size=batch, gamma=g_prev, drafted=(g_prev,) * batch,
+            accepted=tuple(accepted), committed=sum(accepted) + batch, interval_s=seconds,
+            token_budget=8192, drafter_ran=not skip, next_gamma=g))
+        out.append(g)
+        g_prev = g
+    return out
+
+
+def share(seq: list[int], value: int) -> float:
+    return seq.count(value) / len(seq)
+
+
+@pytest.mark.parametrize(("alpha", "expect"), [(0.9, 4), (0.5, 2), (0.3, 1), (0.1, 0)])
+def test_converges_to_the_best_arm(alpha: float, expect: int) -> None:
+    cost = linear_cost(0.010, 0.0015, 0.001)
+    assert best_arm(cost, alpha, 4) == expect
+    ctrl = StructuredController(StructuredConfig(max_gamma=4))
+    gammas = drive(ctrl, cost, lambda t: alpha, 600)
+    assert share(gammas[-200:], expect) > 0.8
+
+
+def test_follows_an_acceptance_shift() -> None:
+    cost = linear_cost(0.010, 0.0015, 0.001)
+    assert best_arm(cost, 0.95, 4) == 4 and best_arm(cost, 0.3, 4) <= 1
+    ctrl = StructuredController(StructuredConfig(max_gamma=4))
+    gammas = drive(ctrl, cost, lambda t: 0.95 if t < 400 else 0.3, 800)
+    assert share(gammas[300:400], 4) > 0.8
+    # the discounted acceptance counts (half-life 32 steps at batch 8) need ~100 steps
+    assert sum(g <= 1 for g in gammas[550:]) / 250 > 0.8
+
+
+def test_speculation_comes_back_after_gamma_0() -> None:
+    """At gamma 0 nothing is drafted, so nothing is measured: the acceptance posterior
+    widens with time (acceptance_drift) until a draw says drafting pays, and the drafter is
+    tried again and kept once acceptance has come back."""
+    cost = linear_cost(0.010, 0.0015, 0.001)
+    ctrl = StructuredController(StructuredConfig(max_gamma=4))
+    gammas = drive(ctrl, cost, lambda t: 0.05 if t < 600 else 0.95, 4000)
+    assert share(gammas[400:600], 0) > 0.9
+    assert share(gammas[-500:], 4) > 0.8
+
+
+def test_scale_invariant() -> None:
+    """Multiplying every step time leaves the decisions unchanged (priors are relative to
+    the first step)."""
+    cost = linear_cost(0.010, 0.0015, 0.001)
+
+    def slow(b: int, g: int, r: bool) -> float:
+        return 1000.0 * cost(b, g, r)
+
+    a = drive(StructuredController(StructuredConfig(max_gamma=4)), cost, lambda t: 0.7, 300)
+    b = drive(StructuredController(StructuredConfig(max_gamma=4)), slow, lambda t: 0.7, 300)
+    assert a == b
+
+
+def test_seeded_and_reproducible() -> None:
+    cost = linear_cost(0.010, 0.0015, 0.001)
+    runs = [drive(StructuredController(StructuredConfig(max_gamma=4, seed=s)), cost,
+                  lambda t: 0.6, 200) for s in (3, 3, 4)]
+    assert runs[0] == runs[1]
+    assert runs[0] != runs[2]
+
+
+@pytest.mark.parametrize(("scenario", "zero_best"), [
+    ("b8-cpu-sticky-medium", True), ("b8-cpu-sticky-agree", False)])
+def test_sticky_zero_settles_only_where_it_is_best(scenario: str, zero_best: bool) -> None:
+    """On the simulator's sticky host (a settled zero pins the cohort, the drafter is
+    skipped), the drafter-skipping zero is found where it is best and never pinned where
+    gamma 4 pays double."""
+    sc = load_scenario(scenario)
+    for seed in (3, 4):
+        ctrl = make_controller("structured", sc)
+        assert isinstance(ctrl, StructuredController)
+        run = simulate(sc, ctrl, seed, record=True)
+        gammas = run.timeline["gamma"]
+        zeros = sum(g == 0 for g in gammas) / len(gammas)
+        if zero_best:
+            assert zeros > 0.7, (seed, zeros)
+        else:
+            assert zeros < 0.05, (seed, zeros)
+
+
+def test_unsettled_zero_is_never_played_on_a_sticky_host() -> None:
+    """A zero that is not settled would be a sync zero (the drafter runs, nothing is learnt
+    about skipping): the controller does not return one."""
+    cost = linear_cost(0.002, 0.0006, 0.0006)
+    ctrl = StructuredController(StructuredConfig(max_gamma=4, zero_skips_drafter=True))
+    for _ in range(300):
+        g = ctrl.decide(8, 8192)
+        assert g != 0 or ctrl.settled()
+        ctrl.observe(StepFeedback(batch_size=8, gamma=g, drafted=(g,) * 8, accepted=(g,) * 8,
+                                  committed=8 * (g + 1), interval_s=cost(8, g, True),
+                                  token_budget=8192, next_gamma=g))
+
+
+def _startup_prior(cost: CostFn, batch: int = 8) -> CostPrior:
+    samples = [CostSample(batch, 0, cost(batch, 0, False), drafter_ran=False)]
+    samples += [CostSample(batch, g, cost(batch, g, True)) for g in range(1, 5)]
+    return CostPrior("startup-dummy-steps", tuple(samples))
+
+
+def test_cost_prior_means_fewer_exploratory_steps() -> None:
+    """A sticky host where skipping the drafter is best by far: with start-up timings of
+    every arm (the skipping one included) the controller settles at once; without, it must
+    first learn the speculative arms and infer the zero."""
+    cost = linear_cost(0.00165, 0.00131, 0.0014)
+    first_zero = []
+    for prior in (None, _startup_prior(cost)):
+        off_best = 0
+        for seed in range(4):
+            ctrl = StructuredController(StructuredConfig(max_gamma=4, zero_skips_drafter=True,
+                                                         seed=seed), cost_prior=prior)
+            gammas = drive(ctrl, cost, lambda t: 0.78, 120, sticky=True, seed=seed)
+            off_best += sum(g != 0 for g in gammas)
+        first_zero.append(off_best)
+    without, with_prior = first_zero
+    assert 3 * with_prior < without
+    assert with_prior <= 4 * 15  # warm-up, the walk down from gamma 4, a few looks back
+
+
+def test_cost_prior_does_not_pin_where_speculation_pays() -> None:
+    cost = linear_cost(0.00165, 0.00061, 0.0006)
+    ctrl = StructuredController(StructuredConfig(max_gamma=4, zero_skips_drafter=True),
+                                cost_prior=_startup_prior(cost))
+    gammas = drive(ctrl, cost, lambda t: 0.95, 300, sticky=True)
+    assert gammas.count(0) == 0
+    assert share(gammas[-100:], 4) > 0.8
+
+
+def test_snapshot_names_the_prior_and_reports() -> None:
+    cost = linear_cost(0.010, 0.0015, 0.001)
+    plain = StructuredController(StructuredConfig(max_gamma=4))
+    primed = StructuredController(StructuredConfig(max_gamma=4),
+                                  cost_prior=_startup_prior(cost))
+    for ctrl in (plain, primed):
+        drive(ctrl, cost, lambda t: 0.7, 50)
+        assert isinstance(ctrl, Controller)
+    assert plain.snapshot()["cost_prior"] == "none"
+    snap = primed.snapshot()
+    assert snap["cost_prior"] == "startup-dummy-steps" and snap["cost_prior_samples"] == 5
+    assert snap["policy"] == "structured" and snap["observations"] == 50
+    assert snap["skipped_warmup"] == 3 and len(snap["arms"]) == 5
+    rep = primed.report()
+    assert rep.policy == "structured" and set(rep.arm_goodput) == {0, 1, 2, 3, 4}
+    assert all(v > 0 for v in rep.arm_goodput.values())
+
+
+def test_data_hygiene_keeps_polluted_steps_out_of_the_cost() -> None:
+    ctrl = StructuredController(StructuredConfig(max_gamma=4, warmup_samples=2))
+
+    def step(interval: float, *, steady: bool = True, nxt: int = 2) -> StepFeedback:
+        return StepFeedback(batch_size=8, gamma=2, drafted=(2,) * 8, accepted=(1,) * 8,
+                            committed=16, interval_s=interval, token_budget=8192,
+                            steady=steady, next_gamma=nxt)
+
+    for _ in range(2):
+        ctrl.observe(step(0.01))  # warm-up
+    ctrl.observe(step(0.5, steady=False))  # prefill mixed in
+    ctrl.observe(step(0.5, nxt=3))  # transition: verified 2, drafted 3
+    snap = ctrl.snapshot()
+    assert snap["skipped_warmup"] == 2 and snap["skipped_nonsteady"] == 1
+    assert snap["skipped_transition"] == 1
+    assert snap["buckets"] == []  # nothing timed yet: no cost posterior exists
+    ctrl.observe(step(0.01))
+    assert ctrl.snapshot()["buckets"] == [8]
+
+
+def test_budget_cap_and_step_limit() -> None:
+    cost = linear_cost(0.010, 0.0001, 0.0)
+    ctrl = StructuredController(StructuredConfig(max_gamma=6, max_gamma_step=1))
+    gammas = drive(ctrl, cost, lambda t: 0.95, 300)
+    assert share(gammas[-100:], 6) > 0.9 and ctrl.gamma == 6
+    assert ctrl.decide(8, 8 * 3) == 2  # the budget cap overrides max_gamma_step
+    prev = 2
+    for _ in range(20):
+        g = ctrl.decide(8, 8192)
+        assert abs(g - prev) <= 1
+        prev = g
+
+
+def test_validation_names_the_knob() -> None:
+    with pytest.raises(ValueError, match="settle_probability"):
+        StructuredConfig(settle_probability=0.2)
+    with pytest.raises(ValueError, match="overhead_sd"):
+        StructuredConfig(overhead_sd=-1.0)
+    with pytest.raises(ValueError, match="acceptance_drift"):
+        StructuredConfig(acceptance_drift=-1e-5)
+    with pytest.raises(ValueError, match="initial_gamma"):
+        StructuredConfig(max_gamma=3, initial_gamma=5)
+    with pytest.raises(ValueError, match="zero_skips_drafter"):
+        StructuredConfig(zero_skips_drafter=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="hysteresis"):
+        StructuredConfig(hysteresis=-0.1)
+
+
+def test_factory_builds_structured_with_a_prior() -> None:
+    prior = _startup_prior(linear_cost(0.01, 0.001, 0.001))
+    ctrl = build_controller("structured", min_gamma=0, max_gamma=4, cost_prior=prior,
+                            settle_probability=0.95, hysteresis=None)
+    assert isinstance(ctrl, StructuredController)
+    assert ctrl.config.settle_probability == 0.95 and ctrl.config.hysteresis == 0.02
+    assert ctrl.snapshot()["cost_prior"] == "startup-dummy-steps"
+    with pytest.raises(ValueError, match="windoww"):
+        build_controller("structured", min_gamma=0, max_gamma=4, windoww=3)
+    with pytest.raises(ValueError, match="cost prior"):
+        build_controller("fixed", min_gamma=0, max_gamma=4, cost_prior=prior)
