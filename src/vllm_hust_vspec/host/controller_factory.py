@@ -82,7 +82,7 @@ def controller_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
     elif warmup_return != "best":
         logger.warning("vSpec: adaptive_online_warmup_return only applies to the online "
                        "policy (the profile policy has no sweep); ignored by policy %r", policy)
-    if policy == "online" and settings.adaptive_gamma0_mode == "sticky":
+    if policy in ("online", "structured") and settings.adaptive_gamma0_mode == "sticky":
         # The host skips the drafter at a settled gamma 0: arm 0 costs a target-only step.
         kwargs["zero_skips_drafter"] = True
     return kwargs

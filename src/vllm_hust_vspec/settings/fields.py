@@ -138,8 +138,9 @@ class Settings:
         True, "Pick gamma every step (off: fixed gamma, vSpec only observes).", group="adaptive"
     )
     adaptive_policy: str = _opt(
-        "online", "Controller: online UCB on goodput, or offline profile + online acceptance.",
-        group="adaptive", choices=("online", "profile"),
+        "online", "Controller: online UCB on goodput, offline profile + online acceptance, or "
+        "structured (one cost posterior and Thompson sampling; being compared with online).",
+        group="adaptive", choices=("online", "profile", "structured"),
     )
     adaptive_profile: str | None = _opt(
         None, "Profile JSON (schema v1) for the profile policy.", group="adaptive",
