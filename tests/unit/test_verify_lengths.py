@@ -176,3 +176,15 @@ def test_per_request_controller_gains_on_a_bimodal_batch() -> None:
     assert per_req.goodput > 1.02 * online.goodput
     snap = wrapped.snapshot()["per_request"]
     assert snap["verified_share"] < 0.9 and snap["dispersion"] > 3.0
+
+
+def test_the_simulator_knows_the_per_request_policies_by_name() -> None:
+    from vllm_hust_vspec.sim.policies import PER_REQUEST, known_policy_help, make_controller
+
+    sc = load_scenario("b16-bimodal-h100v")
+    built = {name: make_controller(name, sc) for name in PER_REQUEST}
+    assert isinstance(built["online-per-request"], PerRequestController)
+    assert isinstance(built["per-request-oracle"], PerRequestOracle)
+    assert isinstance(built["vllm-adaptive-verification"], VllmAdaptiveVerification)
+    assert all(isinstance(c, LengthPolicy) for c in built.values())
+    assert all(name in known_policy_help() for name in PER_REQUEST)

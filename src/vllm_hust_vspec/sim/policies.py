@@ -15,6 +15,7 @@ from .baselines import FixedGamma, HfHeuristic, SglangAdaptive, Ucb1, VllmBatchS
 from .baselines_per_batch import NightjarBandit, SglangPerBatchEma
 from .baselines_vllm import AcceptanceAdaptiveK, DflashAdaptiveK
 from .oracle import Oracle
+from .per_request import PerRequestOracle, VllmAdaptiveVerification
 from .scenario import Scenario
 
 OURS = ("online", "profile", "structured")
@@ -22,6 +23,9 @@ BASELINES = ("vllm-batch-schedule", "sglang-adaptive", "hf-heuristic", "ucb1",
              "vllm-acceptance-adaptive-k", "vllm-dflash-adaptive-k", "sglang-per-batch-ema",
              "nightjar-bandit")
 REFERENCE = ("oracle",)
+# Per-request verify lengths (sim/per_request.py, adaptive/verify_lengths.py): run by name,
+# not part of the default suite (the per-request oracle is slow at large batches).
+PER_REQUEST = ("online-per-request", "per-request-oracle", "vllm-adaptive-verification")
 
 
 class PolicyError(ValueError):
@@ -40,7 +44,7 @@ def all_policies(scenario: Scenario) -> list[str]:
 
 def known_policy_help() -> str:
     """Human list of policy names for --help and errors."""
-    return ", ".join(["fixed:K", *OURS, *REFERENCE, *BASELINES])
+    return ", ".join(["fixed:K", *OURS, *REFERENCE, *BASELINES, *PER_REQUEST])
 
 
 def make_controller(name: str, scenario: Scenario) -> Controller:
@@ -73,6 +77,15 @@ def make_controller(name: str, scenario: Scenario) -> Controller:
         return SglangPerBatchEma(lo, hi)
     if name == "nightjar-bandit":
         return NightjarBandit(lo, hi)
+    if name == "per-request-oracle":
+        return PerRequestOracle(lo, hi)
+    if name == "vllm-adaptive-verification":
+        return VllmAdaptiveVerification(scenario)
+    if name == "online-per-request":
+        from ..adaptive.verify_lengths import PerRequestController  # noqa: PLC0415
+        from .adaptive_glue import build_ours  # noqa: PLC0415
+
+        return PerRequestController(build_ours("online", scenario), lo, hi)
     if name in OURS:
         from .adaptive_glue import build_ours  # noqa: PLC0415 - needs the adaptive package
 
