@@ -17,7 +17,8 @@ from .factory import POLICIES, build_controller
 from .feedback import Controller, ControllerSnapshot, StepFeedback
 from .fitting import FitError, FitResult, FitSample, fit_profile, load_samples, parse_samples
 from .fixed import FixedController
-from .online import OnlineConfig, OnlineController
+from .online import OnlineController
+from .online_config import OnlineConfig
 from .profile import (
     SCHEMA_VERSION,
     FitInfo,

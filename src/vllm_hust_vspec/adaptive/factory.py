@@ -8,7 +8,8 @@ from ._validate import config_field_names
 from .cost_prior import CostPrior
 from .feedback import Controller
 from .fixed import FixedController
-from .online import OnlineConfig, OnlineController
+from .online import OnlineController
+from .online_config import OnlineConfig
 from .profile import load_profile
 from .profile_policy import ProfileConfig, ProfilePolicy
 from .structured import StructuredConfig, StructuredController
