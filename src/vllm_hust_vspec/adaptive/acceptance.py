@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .feedback import StepFeedback
+
 _TINY = 1e-9
 # Discounting stops at this weight: far above _TINY, so a long stretch without verify data
 # (gamma 0 for thousands of steps) never turns a measured rate back into the prior; the
@@ -129,6 +131,20 @@ class AcceptanceModel:
                 s[k] *= d
                 n[k] *= d
         self._dirty = True
+
+    def observe(self, feedback: StepFeedback) -> bool:
+        """Fold in one step's verify data: its per-request counts, else its accept flags,
+        else (no drafts verified: gamma 0) age the counts. True when drafts were verified.
+        Valid on every step: prefill mixed in pollutes only the step's timing."""
+        g = feedback.gamma
+        if g > 0 and feedback.accepted:
+            self.update(g, feedback.drafted, feedback.accepted)
+            return True
+        if g > 0 and feedback.accept_flags:
+            self.update_flags(g, feedback.accept_flags)
+            return True
+        self.tick(feedback.batch_size)
+        return False
 
     def update_flags(self, gamma: int, flags: tuple[tuple[bool, ...], ...]) -> None:
         """Fold in per-position accept flags (used when per-request counts are missing)."""

@@ -140,13 +140,7 @@ class OnlineController(CadencedPolicy):
         """Learn from one completed step. Rewards are attributed to ``feedback.gamma``."""
         self._observations += 1
         g = feedback.gamma
-        # Acceptance is valid even on steps with prefill mixed in: only timing is polluted.
-        if g > 0 and feedback.accepted:
-            self._acc.update(g, feedback.drafted, feedback.accepted)
-        elif g > 0 and feedback.accept_flags:
-            self._acc.update_flags(g, feedback.accept_flags)
-        else:
-            self._acc.tick(feedback.batch_size)
+        self._acc.observe(feedback)
         # The first steps after the drafter is switched off or on run slow (caches refill);
         # counted on every step, steady or not: a cohort's first step is a prefill.
         if feedback.drafter_ran != self._drafter_ran:

@@ -86,12 +86,7 @@ class ProfilePolicy(CadencedPolicy):
     def observe(self, feedback: StepFeedback) -> None:
         """Update acceptance (every step) and latency calibration (steady steps only)."""
         g = feedback.gamma
-        if g > 0 and feedback.accepted:
-            self._acc.update(g, feedback.drafted, feedback.accepted)
-        elif g > 0 and feedback.accept_flags:
-            self._acc.update_flags(g, feedback.accept_flags)
-        else:
-            self._acc.tick(feedback.batch_size)
+        self._acc.observe(feedback)
         batch = feedback.batch_size
         if (not feedback.steady or feedback.interval_s <= 0.0 or batch <= 0
                 or g < self._lo or g > self.config.max_gamma

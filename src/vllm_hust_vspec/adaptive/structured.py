@@ -159,20 +159,11 @@ class StructuredController(CadencedPolicy):
         """Learn from one completed step; the reward is attributed to ``feedback.gamma``."""
         self._observations += 1
         g = feedback.gamma
-        # Acceptance is valid on every step (prefill mixed in pollutes only the timing).
-        if g > 0 and feedback.accepted:
-            self._acc.update(g, feedback.drafted, feedback.accepted)
-        elif g > 0 and feedback.accept_flags:
-            self._acc.update_flags(g, feedback.accept_flags)
-        else:
-            self._acc.tick(feedback.batch_size)
-            g = 0
-        if g:
+        if self._acc.observe(feedback):
             # Positions 0..g-1 were just measured: remember how precisely, and when.
             k = g if g < self._hi else self._hi
             self._seen_n[:k] = self._acc.weights()[:k]
             self._seen_t[:k] = [self._observations] * k
-        g = feedback.gamma
         if not feedback.steady:
             self._skipped_nonsteady += 1
             return
