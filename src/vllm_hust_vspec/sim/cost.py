@@ -9,6 +9,7 @@ step, verified in the next one).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -176,35 +177,27 @@ class TableCost:
 
 AnyCost = LinearCost | TableCost
 
-COST_PRESETS: dict[str, AnyCost] = {
-    # vLLM's published median ITL (ms), Llama-3.1-8B + EAGLE on H100, K = 0/1/3/5.
-    "h100-llama8b-eagle": TableCost(
-        batches=(1.0, 16.0, 64.0, 256.0),
-        gammas=(0.0, 1.0, 3.0, 5.0),
-        ms=(
-            (6.52, 7.37, 8.84, 10.33),
-            (6.90, 7.85, 9.52, 11.20),
-            (7.77, 9.66, 13.50, 16.83),
-            (14.49, 27.14, 41.85, 57.40),
-        ),
-        prefill_per_token_ms=0.02,
+# vLLM's published median ITL (ms), Llama-3.1-8B + EAGLE on H100, K = 0/1/3/5.
+_H100_LLAMA8B_EAGLE = TableCost(
+    batches=(1.0, 16.0, 64.0, 256.0),
+    gammas=(0.0, 1.0, 3.0, 5.0),
+    ms=(
+        (6.52, 7.37, 8.84, 10.33),
+        (6.90, 7.85, 9.52, 11.20),
+        (7.77, 9.66, 13.50, 16.83),
+        (14.49, 27.14, 41.85, 57.40),
     ),
+    prefill_per_token_ms=0.02,
+)
+
+COST_PRESETS: dict[str, AnyCost] = {
+    "h100-llama8b-eagle": _H100_LLAMA8B_EAGLE,
     # The same table with a gamma increment priced 85% verification, 15% drafting: what the
     # FLOPs say once the batch is compute-bound (Llama-3.1-8B: ~15 GFLOP per verified token;
     # an EAGLE-1 pass, one decoder layer plus the shared LM head, ~1.5 GFLOP). Steps that
     # verify fewer drafts than they draft (per-request verify lengths) save accordingly.
-    "h100-llama8b-eagle-verify-bound": TableCost(
-        batches=(1.0, 16.0, 64.0, 256.0),
-        gammas=(0.0, 1.0, 3.0, 5.0),
-        ms=(
-            (6.52, 7.37, 8.84, 10.33),
-            (6.90, 7.85, 9.52, 11.20),
-            (7.77, 9.66, 13.50, 16.83),
-            (14.49, 27.14, 41.85, 57.40),
-        ),
-        prefill_per_token_ms=0.02,
-        verify_share=0.85,
-    ),
+    "h100-llama8b-eagle-verify-bound": dataclasses.replace(_H100_LLAMA8B_EAGLE,
+                                                           verify_share=0.85),
     # A parallel drafter (DFlash / DSpark-like: one pass proposes every position, so drafting
     # costs the same at any depth) on a compute-bound ~8B target: the per-token slope is the
     # H100 table's between 64 and 256 tokens ((14.49 - 7.77) / 192 ms), the draft pass ~1/7 of

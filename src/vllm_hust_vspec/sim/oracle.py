@@ -28,11 +28,15 @@ class Oracle(SettledPolicy):
         """Called by the engine: gives read access to the scheduled batch."""
         self._sim = sim
 
+    def _bound(self) -> Simulation:
+        if self._sim is None:
+            raise RuntimeError(f"the {self.snapshot()['policy']} policy only runs inside the "
+                               "simulator")
+        return self._sim
+
     def decide(self, batch_size: int, token_budget: int) -> int:
         """Argmax over gamma of the expected goodput of the current batch."""
-        sim = self._sim
-        if sim is None:
-            raise RuntimeError("the oracle policy only runs inside the simulator")
+        sim = self._bound()
         best, best_val = self.min_gamma, -1.0
         for g in range(self.min_gamma, self.max_gamma + 1):
             val = sim.expected_goodput(g)

@@ -30,9 +30,9 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any, cast
 
 from ..adaptive.feedback import SettledPolicy, StepFeedback, VerifyQuery
+from .oracle import Oracle
 
 if TYPE_CHECKING:
-    from .engine import Simulation
     from .scenario import Scenario
 
 
@@ -49,25 +49,8 @@ def _best_prefix(scores: list[float], base_value: float,
     return best_n, best
 
 
-class PerRequestOracle(SettledPolicy):
+class PerRequestOracle(Oracle):
     """Knows every request's acceptance; verifies the best ranked prefix of slots."""
-
-    wants_confidence = False
-
-    def __init__(self, min_gamma: int, max_gamma: int) -> None:
-        self.min_gamma = min_gamma
-        self.max_gamma = max_gamma
-        self._sim: Simulation | None = None
-        self.last = min_gamma
-
-    def bind_simulation(self, sim: Simulation) -> None:
-        """Called by the engine: read access to the requests."""
-        self._sim = sim
-
-    def _sim_or_raise(self) -> Simulation:
-        if self._sim is None:
-            raise RuntimeError("the per-request oracle only runs inside the simulator")
-        return self._sim
 
     def _slots(self, reqs: list[Any], depth: int) -> list[tuple[float, int]]:
         out = []
@@ -82,7 +65,7 @@ class PerRequestOracle(SettledPolicy):
 
     def decide(self, batch_size: int, token_budget: int) -> int:
         """The depth whose best trimmed step has the best expected goodput."""
-        sim = self._sim_or_raise()
+        sim = self._bound()
         reqs = sim.batch
         if not reqs:
             return self.min_gamma
@@ -102,7 +85,7 @@ class PerRequestOracle(SettledPolicy):
 
     def verify_lengths(self, query: VerifyQuery) -> list[int]:
         """The ranked prefix of slots with the best expected goodput this step."""
-        sim = self._sim_or_raise()
+        sim = self._bound()
         reqs = [sim.live[cast(int, rid)] for rid in query.request_ids]
         depth = max(query.drafted, default=0)
         slots = [(s, i) for s, i in self._slots(reqs, depth)]
@@ -123,9 +106,6 @@ class PerRequestOracle(SettledPolicy):
         for _, i in ranked[:n]:
             out[i] += 1
         return out
-
-    def observe(self, feedback: StepFeedback) -> None:
-        """Nothing to learn."""
 
     def snapshot(self) -> dict[str, Any]:
         """State for reports."""
