@@ -76,6 +76,11 @@ class LengthsConfig:
         require_float(self, "batch_halflife", 1.0, math.inf)
 
 
+def _group_key(alpha: float) -> int:
+    """The request group of rate ``alpha``: its log on the ``_GRID``."""
+    return round(math.log(max(alpha, 1e-6)) / _GRID)
+
+
 class _StepCost:
     """Discounted NNLS of step time on (1, verified tokens, depth, batch x depth)."""
 
@@ -168,10 +173,13 @@ class PerRequestLengths:
     def alpha(self, rid: Hashable) -> float:
         """Request ``rid``'s acceptance rate (the batch mean for an unknown request)."""
         st = self._req.get(rid)
-        prior, mean = self.config.prior_positions, self._mean_alpha
-        if st is None:
-            return mean
-        return (st[0] + prior * mean) / (st[1] + prior)
+        return self._mean_alpha if st is None else self._shrunk(st)
+
+    def _shrunk(self, st: list[float]) -> float:
+        """A request's own rate shrunk toward the batch mean (``observe`` inlines it: it
+        runs for every request of every step)."""
+        prior = self.config.prior_positions
+        return (st[0] + prior * self._mean_alpha) / (st[1] + prior)
 
     def observe(self, fb: StepFeedback) -> None:
         """Fold in one verified step: per-request acceptance, positional profile, cost."""
@@ -208,7 +216,7 @@ class PerRequestLengths:
                 st[0] = st[0] * w + a
                 st[1] = st[1] * w + eff
                 st[2] = step
-            st[3] = round(math.log(max((st[0] + prior * mean) / (st[1] + prior), 1e-6)) / _GRID)
+            st[3] = _group_key((st[0] + prior * mean) / (st[1] + prior))
         pd = self._pos_decay
         pos_acc, pos_exp = self._pos_acc, self._pos_exp
         tried_beyond = accepted_beyond = 0.0
@@ -238,9 +246,7 @@ class PerRequestLengths:
     def _refresh_batch(self, table: dict[Hashable, list[float]]) -> None:
         """The batch's mean rate and whether its requests differ beyond chance: the
         dispersion of the requests' raw rates over what binomial noise alone would give."""
-        prior = self.config.prior_positions
-        mean = sum((st[0] + prior * self._mean_alpha) / (st[1] + prior)
-                   for st in table.values()) / len(table)
+        mean = sum(self._shrunk(st) for st in table.values()) / len(table)
         self._mean_alpha = mean
         var = mean * (1.0 - mean)
         ratios = [(st[0] / st[1] - mean) ** 2 * st[1] / var
@@ -251,9 +257,7 @@ class PerRequestLengths:
     # -- the rule -----------------------------------------------------------------------------
     def _key(self, rid: Hashable) -> int:
         st = self._req.get(rid)
-        if st is None:
-            return round(math.log(max(self._mean_alpha, 1e-6)) / _GRID)
-        return int(st[3])
+        return _group_key(self._mean_alpha) if st is None else int(st[3])
 
     def _survival(self, key: int) -> list[float]:
         """Cumulative survival sums ``[0, S(0), S(0)+S(1), ...]`` of a group's drafts, to
@@ -335,7 +339,7 @@ class PerRequestLengths:
             counts[key] = counts.get(key, 0) + 1
         extra = batch_size - sum(counts.values())
         if extra > 0:
-            mean_key = round(math.log(max(self._mean_alpha, 1e-6)) / _GRID)
+            mean_key = _group_key(self._mean_alpha)
             counts[mean_key] = counts.get(mean_key, 0) + extra
         out = []
         for d in range(lo, hi + 1):
