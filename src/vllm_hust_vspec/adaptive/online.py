@@ -115,17 +115,13 @@ class OnlineController(CadencedPolicy):
         for s in usable:
             self._cost.add(s.batch, s.gamma, s.seconds)
         for s in usable:
-            idx = bucket_index(s.batch)
-            bucket = self._buckets.get(idx) or self._new_bucket(idx)
-            at_reference = max(s.seconds - self._batch_shift(s.gamma + 1, s.batch, idx),
-                               0.1 * s.seconds)
-            if s.gamma == 0 and self._skip_zero and s.drafter_ran:
-                self._filter.update(bucket.sync_zero, at_reference)
-                continue
             if s.gamma == 0 and not s.drafter_ran and not self._skip_zero:
                 continue  # a drafter-skipping zero is not this controller's arm 0
-            self._filter.update(bucket.arms[s.gamma - lo], at_reference)
-            bucket.seed(s.gamma - lo)
+            idx = bucket_index(s.batch)
+            bucket = self._buckets.get(idx) or self._new_bucket(idx)
+            arm = self._fold_time(bucket, s.gamma, s.batch, s.seconds, s.drafter_ran)
+            if arm is not None:
+                bucket.seed(arm)
         for b in self._buckets.values():
             # a drafter-skipping zero the prior lacks is judged as after a sweep: by the prior
             # its sync-zero steps give it (see _skip_zero_prior)
@@ -171,17 +167,26 @@ class OnlineController(CadencedPolicy):
         # at the bucket's reference batch (its lower edge): a step at another batch inside the
         # bucket is moved there along the global per-token slope.
         load = self._filter.load()  # before this step moves it: the report window's unit
-        shift = self._batch_shift(g + 1, batch, idx)
-        at_reference = max(feedback.interval_s - shift, 0.1 * feedback.interval_s)
-        if g == 0 and self._skip_zero and feedback.drafter_ran:
-            # A zero in which the drafter still ran is not what arm 0 costs (see config).
-            self._filter.update(bucket.sync_zero, at_reference)
+        arm = self._fold_time(bucket, g, batch, feedback.interval_s, feedback.drafter_ran)
+        if arm is None:
             return
-        arm = g - self._lo
-        self._filter.update(bucket.arms[arm], at_reference)
         seconds = feedback.interval_s / load
         bucket.add(arm, seconds, feedback.committed / batch)
         self._cost.add(batch, g, seconds)
+
+    def _fold_time(self, bucket: BucketStats, g: int, batch: int, seconds: float,
+                   drafter_ran: bool) -> int | None:
+        """Put one step time into the load filter, moved to the bucket's reference batch;
+        returns the arm it measured, or None for a gamma-0 step in which the drafter still
+        ran (it only informs arm 0's prior: see OnlineConfig.zero_skips_drafter)."""
+        shift = self._batch_shift(g + 1, batch, bucket.index)
+        at_reference = max(seconds - shift, 0.1 * seconds)
+        if g == 0 and self._skip_zero and drafter_ran:
+            self._filter.update(bucket.sync_zero, at_reference)
+            return None
+        arm = g - self._lo
+        self._filter.update(bucket.arms[arm], at_reference)
+        return arm
 
     def settled(self) -> bool:
         """True in the 'exploit' phase: only then is a gamma-0 decision a considered one."""
