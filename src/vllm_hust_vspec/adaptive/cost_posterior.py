@@ -38,7 +38,7 @@ import random
 from operator import add, mul
 
 from .cost_prior import CostPrior
-from .load import DriftEstimator
+from .load import DriftEstimator, outlier_side
 
 N = 4  # coefficients per bucket: a, d, delta, z
 _A, _D, _DELTA, _Z = range(N)
@@ -204,10 +204,7 @@ class CostPosterior:
             # re-anchored at once). A vague prediction is never treated so: the surprise then
             # says more about the coefficients than about the machine.
             bound = _CLIP * math.sqrt(s)
-            side = 0
-            if hph <= level_var:
-                side = 1 if e > bound else -1 if e < -bound else 0
-            shifted = side != 0 and side == self._outlier
+            side, shifted = outlier_side(e, bound, hph <= level_var, self._outlier)
             self._outlier = side
             if shifted:
                 self.level += e

@@ -105,6 +105,17 @@ def _mean_square(v: float, d: float, n: int) -> float:
     return v + max(_VARIO_RATE, 1.0 / n) * (sq - v)
 
 
+def outlier_side(surprise: float, bound: float, precise: bool, previous: int) -> tuple[int, bool]:
+    """Classify one log-time surprise: ``(side, shifted)``. ``side`` is +1 / -1 when a
+    precise prediction (one at least as certain as the load level) is missed by more than
+    ``bound``, else 0; ``shifted`` when it is the second such miss in a row on the same side:
+    a load shift, to be re-anchored on at once, where a single miss is a stall, clipped."""
+    side = 0
+    if precise:
+        side = 1 if surprise > bound else -1 if surprise < -bound else 0
+    return side, side != 0 and side == previous
+
+
 class TimeFilter:
     """Shared load level plus per-arm log costs. Arms are any objects with ``mu``, ``var``
     (in units of ``r``) and ``seen`` (the filter clock when last updated) attributes."""
@@ -165,10 +176,7 @@ class TimeFilter:
         # two samples, possibly taken under another load, so a surprise says more about the
         # estimate than about a stall, and the plain update lets it take most of it.
         bound = _CLIP_SIGMAS * math.sqrt(s * self.r)
-        side = 0
-        if p_arm <= p_level:
-            side = 1 if e > bound else -1 if e < -bound else 0
-        shifted = side != 0 and side == self._outlier_side
+        side, shifted = outlier_side(e, bound, p_arm <= p_level, self._outlier_side)
         self._outlier_side = side
         if shifted:
             self.level += e
