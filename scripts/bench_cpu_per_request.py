@@ -83,7 +83,7 @@ def main() -> int:
                        "per-request": PerRequestController(build_controller("online", **kw),
                                                            0, MAX_K)}
         results: dict[str, list[float]] = {"target-only": [], "uniform": [], "per-request": []}
-        outputs: dict[str, list[list[int]]] = {}
+        expected: list[list[int]] | None = None  # every arm must produce the same tokens
         run(base, prompts, args.tokens // 2)  # warm-up, not measured
         for ctrl in controllers.values():
             hook.controller = ctrl
@@ -97,8 +97,9 @@ def main() -> int:
                     hook.controller = controllers[name]
                 tps, ids = run(llm, prompts, args.tokens)
                 results[name].append(tps)
-                outputs.setdefault(name, ids)
-                if ids != outputs["target-only" if "target-only" in outputs else name]:
+                if expected is None:
+                    expected = ids  # the first run is target-only's (rotation starts there)
+                elif ids != expected:
                     print(f"outputs of {name} differ from target-only", file=sys.stderr)
                     return 1
             print(f"  repetition {rep + 1}/{args.reps} done", file=sys.stderr, flush=True)

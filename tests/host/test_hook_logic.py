@@ -312,11 +312,17 @@ class LengthCtrl(Ctrl):
         return [d - (i % 2) + (2 if i == 2 else 0) for i, d in enumerate(query.drafted)]
 
 
-def test_per_request_lengths_trim_each_request_drafts_before_scheduling() -> None:
-    sched = FakeScheduler(running=4, waiting=0)
+def _drafting(running: int, drafts: list[int]) -> FakeScheduler:
+    """A scheduler whose running requests r0, r1, ... each hold ``drafts``."""
+    sched = FakeScheduler(running=running, waiting=0)
     for i, r in enumerate(sched.running):
         r.request_id = f"r{i}"
-        r.spec_token_ids = [7, 8, 9]
+        r.spec_token_ids = list(drafts)
+    return sched
+
+
+def test_per_request_lengths_trim_each_request_drafts_before_scheduling() -> None:
+    sched = _drafting(4, [7, 8, 9])
     sched.running[3].spec_token_ids = []  # nothing drafted: not asked about
     ctrl = LengthCtrl()
     hook = _hook(sched, ctrl)
@@ -329,10 +335,7 @@ def test_per_request_lengths_trim_each_request_drafts_before_scheduling() -> Non
 
 
 def test_a_failing_length_policy_falls_back_and_verifies_everything() -> None:
-    sched = FakeScheduler(running=2, waiting=0)
-    for i, r in enumerate(sched.running):
-        r.request_id = f"r{i}"
-        r.spec_token_ids = [7, 8, 9]
+    sched = _drafting(2, [7, 8, 9])
     hook = _hook(sched, LengthCtrl(fail=True))
     with hook.scheduling():
         pass
@@ -341,10 +344,7 @@ def test_a_failing_length_policy_falls_back_and_verifies_everything() -> None:
 
 
 def test_no_lengths_asked_while_a_sticky_cohort_is_pinned() -> None:
-    sched = FakeScheduler(running=2, waiting=0)
-    for i, r in enumerate(sched.running):
-        r.request_id = f"r{i}"
-        r.spec_token_ids = [7]
+    sched = _drafting(2, [7])
     ctrl = LengthCtrl()
     hook = _hook(sched, ctrl)
     hook.sticky.skip({"r0": 1, "r1": 1})
