@@ -41,13 +41,15 @@ class GuardedController:
     """Calls the controller; on its first exception switches to the fixed upper bound for
     the rest of the run, with one ERROR line and the fallback counter."""
 
-    __slots__ = ("controller", "max_gamma", "failed", "_metrics")
+    __slots__ = ("controller", "max_gamma", "failed", "_lengths", "_metrics")
 
     def __init__(self, controller: Controller, max_gamma: int,
                  metrics: VSpecMetrics | None = None) -> None:
         self.controller = controller
         self.max_gamma = max_gamma
         self.failed = False
+        # decided once: a runtime-checkable protocol check is too slow for every step
+        self._lengths = isinstance(controller, LengthPolicy)
         self._metrics = metrics
 
     def decide(self, batch_size: int, token_budget: int) -> int:
@@ -73,7 +75,7 @@ class GuardedController:
     @property
     def sets_lengths(self) -> bool:
         """True when the controller chooses per-request verify lengths (and has not failed)."""
-        return not self.failed and isinstance(self.controller, LengthPolicy)
+        return self._lengths and not self.failed
 
     def verify_lengths(self, query: VerifyQuery) -> list[int] | None:
         """The controller's per-request lengths, each clamped to ``[0, drafts]``; None when
