@@ -120,11 +120,6 @@ def read_state(path: str | os.PathLike[str]) -> tuple[dict[str, str], CostPrior]
     return dict(fp), CostPrior(source=f"persisted state {p}", samples=tuple(samples))
 
 
-def check_state_path(path: str) -> None:
-    """Pre-launch check: an existing file must be a valid state (raises CostStateError)."""
-    read_state(path)
-
-
 class CostState:
     """Discounted mean step time per (batch, gamma, drafter_ran), saved to ``path``."""
 
@@ -217,5 +212,5 @@ class CostState:
                     os.unlink(tmp)
 
 
-__all__ = ["SCHEMA", "CostState", "CostStateError", "check_state_path", "fingerprint_of",
+__all__ = ["SCHEMA", "CostState", "CostStateError", "fingerprint_of",
            "read_state"]

@@ -47,11 +47,11 @@ def _check_profile(path: str, where: str) -> None:
 
 
 def _check_state(path: str, where: str) -> None:
-    from vllm_hust_vspec.host.cost_state import CostStateError, check_state_path
+    from vllm_hust_vspec.host.cost_state import CostStateError, read_state
 
     check_writable_file(path, where)
     try:
-        check_state_path(path)
+        read_state(path)  # an existing file must be a valid state
     except CostStateError as exc:
         raise SettingsError(f"{where}: {exc}") from None
 
