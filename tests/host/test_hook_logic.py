@@ -351,3 +351,20 @@ def test_no_lengths_asked_while_a_sticky_cohort_is_pinned() -> None:
     with hook.scheduling():
         pass
     assert not ctrl.queries
+
+
+def test_the_verify_length_histogram_counts_request_steps_by_drafts_verified() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from vllm_hust_vspec.host.metrics import make_metrics
+
+    registry = CollectorRegistry()
+    metrics = make_metrics(registry)
+    metrics.observe_step((3, 1, 3, 0), (2, 1, 0, 0), 7)
+    metrics.observe_step((3, 3), (3, 3), 8)
+    assert registry.get_sample_value("vspec_verify_length_requests_total",
+                                     {"length": "3"}) is None  # buffered until a flush
+    metrics.flush()
+    counts = {n: registry.get_sample_value("vspec_verify_length_requests_total",
+                                           {"length": str(n)}) for n in (0, 1, 2, 3)}
+    assert counts == {0: 1.0, 1: 1.0, 2: None, 3: 4.0}
