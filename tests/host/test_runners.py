@@ -74,7 +74,7 @@ def test_no_worker_feature_is_silently_dropped_on_v2(name: str) -> None:
 def test_what_v2_honours_natively_is_kept(name: str) -> None:
     for method in ("draft", "eagle"):
         s = Settings(method=method, adaptive_zero_fast_path=False,
-                     **{name: WORKER_OPTIONS[name]})
+                     adaptive_startup_profile=False, **{name: WORKER_OPTIONS[name]})
         result = runners.plan(s, runners.V2, config(v2=True))
         assert result.settings == s and not result.errors and not result.warnings, method
 
@@ -111,9 +111,19 @@ def test_the_confidence_stop_on_v2_needs_eager_drafting_except_for_a_draft_model
 
 
 def test_draft_model_gamma_applies_on_v2() -> None:
-    result = runners.plan(Settings(method="draft", adaptive_zero_fast_path=False), runners.V2,
-                          config(v2=True))
+    result = runners.plan(Settings(method="draft", adaptive_zero_fast_path=False,
+                                   adaptive_startup_profile=False), runners.V2, config(v2=True))
     assert not result.errors and not result.warnings
+
+
+@pytest.mark.parametrize("runner", [runners.V2, runners.ASCEND])
+def test_the_startup_profile_is_turned_off_with_a_warning_off_the_v1_runner(runner: str) -> None:
+    s = Settings(method="draft", adaptive_zero_fast_path=False)
+    assert s.adaptive_startup_profile  # on by default
+    result = runners.plan(s, runner)
+    assert not result.errors and not result.settings.adaptive_startup_profile
+    assert any("start-up cost profile" in w for w in result.warnings)
+    assert runners.plan(s, runners.V1).settings.adaptive_startup_profile
 
 
 def test_multi_module_mtp_on_v2_warns_that_gamma_only_trims_verification() -> None:

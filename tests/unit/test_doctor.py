@@ -27,6 +27,9 @@ UPSTREAM = {
     """,
     "vllm/v1/engine/core.py": """
         class EngineCore:
+            def __init__(self, vllm_config):
+                self._initialize_kv_caches(vllm_config)
+            def _initialize_kv_caches(self, vllm_config): ...
             def shutdown(self): ...
     """,
     "vllm/v1/core/sched/scheduler.py": """
@@ -54,6 +57,7 @@ UPSTREAM = {
             def __init__(self, cfg):
                 self.num_speculative_tokens = 3
             def propose(self, num_speculative_tokens, target_token_ids): ...
+            def dummy_run(self, num_tokens): ...
     """,
     "vllm/v1/spec_decode/eagle.py": """
         from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
@@ -76,6 +80,7 @@ UPSTREAM = {
     """,
     "vllm/v1/worker/gpu_model_runner.py": """
         class GPUModelRunner:
+            def _dummy_run(self, num_tokens): ...
             def propose_draft_token_ids(self, scheduler_output):
                 return self.drafter.propose(scheduler_output.num_spec_tokens_to_schedule)
             def _prepare_inputs(self, scheduler_output):

@@ -100,8 +100,13 @@ class OnlineController(CadencedPolicy):
         self._drafter_ran = True  # path of the last feedback (see path_switch_discard)
         self._path_warmup = 0
         self._prior = "none" if cost_prior is None else cost_prior.source
+        # A prior of dummy batches gives the arms' shape at once and is scaled onto the first
+        # steady real step (_anchor_prior); decisions compare arms, so the shape suffices.
+        self._unanchored: CostPrior | None = None
         if cost_prior is not None:
             self._seed_costs(cost_prior)
+            if cost_prior.needs_anchor:
+                self._unanchored = cost_prior
 
     def _seed_costs(self, prior: CostPrior) -> None:
         """Start from earlier step times: each (batch, gamma) mean enters the cost filter as
@@ -148,6 +153,9 @@ class OnlineController(CadencedPolicy):
         batch = feedback.batch_size
         if feedback.interval_s <= 0.0 or batch <= 0 or g < self._lo or g > self.config.max_gamma:
             return
+        if self._unanchored is not None:
+            # the first steady step anchors it, warm-up or not: one scale, not an estimate
+            self._anchor_prior(self._unanchored, feedback)
         if self._discard_left:
             self._discard_left -= 1
             return
@@ -173,6 +181,21 @@ class OnlineController(CadencedPolicy):
         seconds = feedback.interval_s / load
         bucket.add(arm, seconds, feedback.committed / batch)
         self._cost.add(batch, g, seconds)
+
+    def _anchor_prior(self, prior: CostPrior, feedback: StepFeedback) -> None:
+        """Re-seed the costs from ``prior`` scaled onto this first steady step
+        (CostPrior.anchored). No real step time has been folded in yet, so the cost state is
+        rebuilt from the prior alone."""
+        self._unanchored = None
+        anchored = prior.anchored(feedback.batch_size, feedback.gamma, feedback.drafter_ran,
+                                  feedback.interval_s)
+        if anchored is None:
+            return  # no sample like this step: the unscaled shape stays, the filter adapts
+        self._prior = anchored.source
+        self._buckets = {}
+        self._cost = GlobalCost()
+        self._filter = TimeFilter(self.config.load_drift, 1.0 / self.config.staleness_halflife)
+        self._seed_costs(anchored)
 
     def _fold_time(self, bucket: BucketStats, g: int, batch: int, seconds: float,
                    drafter_ran: bool) -> int | None:
@@ -260,7 +283,7 @@ class OnlineController(CadencedPolicy):
     def phase(self) -> str:
         """'warmup', 'sweep', 'recheck' (re-measuring a gamma-0 prior) or 'exploit'. Only an
         'exploit' zero is a settled decision (a sticky host pins the cohort on it)."""
-        if self._discard_left:
+        if self._discard_left and not self._sweep_done:
             return "warmup"
         if not self._sweep_done:
             return "sweep"
@@ -288,7 +311,7 @@ class OnlineController(CadencedPolicy):
         self._last_batch = batch
         self._last_cap = cap
         self._last_bucket = idx
-        if self._discard_left:
+        if self._discard_left and not self._sweep_done:
             return cur
         if not self._sweep_done:
             target = self._sweep_target(cap)
@@ -340,7 +363,9 @@ class OnlineController(CadencedPolicy):
             if cur == 0:
                 self._probe.left_zero()
             self._held = 0
-            return step_toward(cur, best + self._lo, cfg.max_gamma_step)
+            # The first decision (a cost prior judges it) has no earlier gamma to move from.
+            step = cfg.max_gamma_step if self._calls > 1 else self._num_arms
+            return step_toward(cur, best + self._lo, step)
         if cur == 0 and cap >= 1 and self._probe.due():
             # Speculation is off, so acceptance is not observed: draft one token to look.
             return 1

@@ -23,7 +23,8 @@ class OnlineConfig(PolicyConfig):
     window: int = 32
     # UCB coefficient, relative to the best estimate of the bucket.
     exploration: float = 0.05
-    # Steady samples discarded at start (graph warm-up, cache effects).
+    # Steady samples discarded at start (graph warm-up, cache effects). Without a cost prior
+    # the gamma is held meanwhile; with one, decisions follow the prior from the first step.
     warmup_samples: int = 3
     # Steady samples discarded after the drafter is switched off (a sticky zero) or back on:
     # the first steps on the other path run slow while caches refill, and a filter that took

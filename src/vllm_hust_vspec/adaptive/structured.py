@@ -137,6 +137,8 @@ class StructuredController(CadencedPolicy):
         self._prior_source = "none"
         self._prior_samples = 0
         if cost_prior is not None and cost_prior.samples:
+            # shape only: the level is measured afresh, so a prior of dummy batches
+            # (CostPrior.needs_anchor) needs no anchoring here
             self._prior_samples = self._cost.apply_prior(cost_prior)
             self._prior_source = cost_prior.source
         self._observations = 0
@@ -214,7 +216,7 @@ class StructuredController(CadencedPolicy):
         out: dict[str, Any] = {
             "policy": "structured",
             "gamma": self._gamma,
-            "phase": "warmup" if self._warmup_left else "exploit",
+            "phase": "warmup" if self._warmup_left and not self._prior_samples else "exploit",
             "cost_prior": self._prior_source,
             "cost_prior_samples": self._prior_samples,
             "batch_size": self._last_batch,
@@ -274,8 +276,8 @@ class StructuredController(CadencedPolicy):
         self._last_batch = batch
         self._last_bucket = idx
         self._last_cap = cap
-        if self._warmup_left or self._cost.tau <= 0.0:
-            return cur
+        if self._cost.tau <= 0.0 or (self._warmup_left and not self._prior_samples):
+            return cur  # nothing to judge by yet (a prior decides from the first step)
         if self._visit:
             # The first step at a new arm mixes two arms (a transition step, never timed):
             # every arm moved to is held one more decision, a stop on the way to a far target

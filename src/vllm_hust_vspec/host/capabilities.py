@@ -26,7 +26,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "runner_forwards_k": ("vllm.runner_forwards_k",),
     "dynamic_schedule": ("vllm.dynamic_schedule",),
     "scheduler_methods": ("vllm.scheduler", "vllm.scheduler_state", "vllm.finished_ids",
-                          "vllm.engine_shutdown", "vllm.worker_load"),
+                          "vllm.engine_shutdown", "vllm.engine_kv_init", "vllm.worker_load"),
 }
 
 
@@ -49,7 +49,8 @@ class HostCapabilities:
     # switches off the padding of new decodes to 1 + max K.
     dynamic_schedule: bool
     # Scheduler methods and state the hook wraps and reads, EngineCore.shutdown and
-    # Worker.load_model (where the runner check runs).
+    # _initialize_kv_caches (the start-up cost profile runs after it),
+    # and Worker.load_model (where the runner check runs).
     scheduler_methods: bool
     missing: tuple[str, ...] = field(default_factory=tuple)
 

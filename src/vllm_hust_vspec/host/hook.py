@@ -28,6 +28,7 @@ from vllm_hust_vspec.host.metrics import VSpecMetrics
 from vllm_hust_vspec.host.trace import TraceWriter
 
 if TYPE_CHECKING:
+    from vllm_hust_vspec.adaptive.cost_prior import CostPrior
     from vllm_hust_vspec.settings import Settings
 
 # Set on a SchedulerOutput when the drafter must not run after this step (sticky gamma 0).
@@ -76,6 +77,7 @@ class SchedulerHook:
         metrics: VSpecMetrics | None = None,
         trace: TraceWriter | None = None,
         cost_state: CostState | None = None,
+        cost_prior: CostPrior | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.settings = settings
@@ -89,6 +91,7 @@ class SchedulerHook:
         self.refill = RefillAdmission(settings.refill_batch() if self.adaptive else 1, metrics)
         self.telemetry = Telemetry(metrics, trace)
         self.cost_state = cost_state
+        self.cost_prior = cost_prior  # what the controller started from (None: nothing)
         self.closed = False
         self.step = 0
         self.last_decided = max_gamma  # drafts made before the first decision use max K

@@ -106,6 +106,16 @@ FEATURES: tuple[RunnerFeature, ...] = (
              "exactly the trimmed drafts is not verified"},
     ),
     RunnerFeature(
+        "the start-up cost profile (--adaptive-startup-profile)",
+        lambda s: s.adaptive_speculation and s.adaptive_startup_profile,
+        {ASCEND: "it times the V1 GPUModelRunner's _dummy_run; NPUModelRunner's dummy runs "
+                 "(ACL graph dispatch, MTP's own drafter path) were not verified for timing",
+         V2: "it times the V1 runner's _dummy_run and proposer dummy_run, which Model Runner "
+             "V2 does not have"},
+        downgrade=lambda s: dataclasses.replace(s, adaptive_startup_profile=False),
+        downgrade_note="a fresh controller starts without a cost prior (learns the costs)",
+    ),
+    RunnerFeature(
         "relaxed acceptance (--confidence-accept-margin, --eagle-relaxed-accept-topk)",
         lambda s: s.relaxed_acceptance(),
         {},  # V2: host/acceptance_v2.py relaxes the greedy rows of V2's rejection_sample

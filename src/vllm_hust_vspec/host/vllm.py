@@ -27,7 +27,14 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from vllm_hust_vspec.host import controller_factory, fast_path, runner_v2, runners, schedule
+from vllm_hust_vspec.host import (
+    controller_factory,
+    fast_path,
+    runner_v2,
+    runners,
+    schedule,
+    startup_costs,
+)
 from vllm_hust_vspec.host.capabilities import ENGINE_CORE, MODEL_RUNNER, SCHEDULER, WORKER
 from vllm_hust_vspec.host.cost_state import CostState, fingerprint_of
 from vllm_hust_vspec.host.hook import SKIP_ATTR, GammaLookup, SchedulerHook
@@ -76,10 +83,13 @@ def attach(scheduler: Any, settings: Settings) -> SchedulerHook | None:
         logger.warning("vSpec: %s", warning)
     settings = runner_plan.settings
     state = prior = None
+    profiled = startup_costs.take(scheduler.vllm_config)
     if settings.adaptive_speculation and settings.adaptive_state_path:
         state = CostState(settings.adaptive_state_path,
                           fingerprint_of(scheduler.vllm_config, max_gamma))
         prior = state.load()
+    if prior is None and settings.adaptive_speculation:
+        prior = profiled  # real steps of an earlier run beat dummy batches of this one
     controller = controller_factory.make_controller(settings, max_gamma, cost_prior=prior)
     trace = None
     if settings.adaptive_trace:
@@ -87,7 +97,7 @@ def attach(scheduler: Any, settings: Settings) -> SchedulerHook | None:
             settings.fingerprint(), prior.source if prior is not None else "none"))
     hook = SchedulerHook(
         scheduler, settings, controller, max_gamma, metrics=get_metrics(), trace=trace,
-        cost_state=state,
+        cost_state=state, cost_prior=prior,
     )
     if hook.adaptive:
         if scheduler.dynamic_sd_lookup is not None and not schedule.is_declared(spec):
@@ -174,6 +184,21 @@ def _make_engine_shutdown_wrapper(orig: Callable[..., Any]) -> Callable[..., Any
     return shutdown
 
 
+def _make_kv_init_wrapper(
+    get_settings: Callable[[], Settings],
+) -> Callable[[Callable[..., Any]], Any]:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def _initialize_kv_caches(self: Any, vllm_config: Any, *args: Any, **kwargs: Any) -> Any:
+            out = orig(self, vllm_config, *args, **kwargs)
+            # The model is warm and the KV cache allocated; the scheduler is built next.
+            startup_costs.profile_engine(self.model_executor, vllm_config, get_settings())
+            return out
+
+        return _initialize_kv_caches
+
+    return make
+
+
 def _make_load_model_wrapper(
     get_settings: Callable[[], Settings],
 ) -> Callable[[Callable[..., Any]], Any]:
@@ -237,6 +262,8 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
     patcher.wrap(scheduler_cls, "update_from_output", _make_update_wrapper)
     patcher.wrap(scheduler_cls, "shutdown", _make_shutdown_wrapper)
     patcher.wrap(resolve(*ENGINE_CORE), "shutdown", _make_engine_shutdown_wrapper)
+    patcher.wrap(resolve(*ENGINE_CORE), "_initialize_kv_caches",
+                 _make_kv_init_wrapper(get_settings))
     patcher.wrap(runner_cls, "propose_draft_token_ids", _make_propose_wrapper)
     patcher.wrap(resolve(*WORKER), "load_model", _make_load_model_wrapper(get_settings))
     schedule.install(patcher, get_settings)

@@ -195,6 +195,12 @@ class Settings:
         "restarted engine with the same host, models and batch settings starts from them.",
         group="adaptive", metavar="PATH",
     )
+    adaptive_startup_profile: bool = _opt(
+        True, "Time the runner's dummy batches at start-up (every power-of-two batch up to "
+        "max_num_seqs, every gamma; well under a second on small models, at most ~20 s) so a "
+        "fresh controller starts from step costs instead of exploring them. V1 runner; "
+        "a matching --adaptive-state-path is preferred.", group="adaptive",
+    )
     adaptive_entropy_stop: bool = _opt(
         False, "Cut each request's draft at its first low-confidence position.",
         group="adaptive",

@@ -1,0 +1,191 @@
+"""Step costs timed at engine start-up: a cold controller's cost prior.
+
+Right after vLLM has profiled memory, allocated the KV cache and warmed the model up
+(``EngineCore._initialize_kv_caches``), and before the scheduler exists, every worker runs the
+runner's own dummy batches once more, timed: ``GPUModelRunner._dummy_run(T)`` (the target
+over ``T`` tokens, then the drafter's ``dummy_run(T)``) and the drafter's ``dummy_run(T)``
+alone, for ``T = B * (1 + gamma)`` at every power-of-two batch ``B`` up to ``max_num_seqs``
+and every gamma up to the maximum. Upstream's adaptive mechanisms (Model Runner V2's adaptive
+verification in vLLM 0.33, its DFlash adaptive K after it) profile step costs at start-up the
+same way instead of exploring.
+
+From those times a step is modelled as the target over its verified tokens plus the drafter's
+passes: the first over the verified tokens, each further one over ``B`` tokens (one pass in
+all for parallel drafting). A dummy batch has no scheduling, sampling or output processing,
+so the prior is marked ``needs_anchor``: the controller adds what its first real step shows
+on top (``CostPrior.anchored``). Ranks run the same dummy batches in step (tensor parallel
+stays in lockstep); a step waits for its slowest rank, so the slowest rank's time is kept.
+
+Only on the V1 runner: Model Runner V2 and vLLM-Ascend's NPU runner have other dummy-run
+paths, and there the runner table (host/runners.py) turns the profile off with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from vllm_hust_vspec.adaptive.cost_prior import CostPrior, CostSample
+
+logger = logging.getLogger("vllm_hust_vspec.host")
+
+SOURCE = "start-up profile"
+REPEATS = 3  # timed runs per shape (after one untimed), median kept
+BUDGET_S = 20.0  # no larger batch is profiled once this much time has gone
+# Methods whose drafter has a dummy_run (ngram drafts on the host: nothing to time).
+PROFILED_METHODS = frozenset({"draft_model", "eagle", "eagle3", "mtp"})
+
+# vllm_config id -> the prior measured for the engine being built (taken by the scheduler)
+_PENDING: dict[int, CostPrior] = {}
+
+
+def profile_batches(max_num_seqs: int) -> list[int]:
+    """The batch sizes profiled: every power of two up to ``max_num_seqs``."""
+    out, b = [], 1
+    while b <= max(1, max_num_seqs):
+        out.append(b)
+        b *= 2
+    return out
+
+
+def time_worker(worker: Any, batches: list[int], max_gamma: int,
+                budget_s: float = BUDGET_S) -> dict[str, dict[int, float]]:
+    """Run on each worker (``collective_rpc``): seconds per dummy run, by token count.
+
+    Returns ``{"step": {T: s}, "draft": {T: s}, "meta": {0: drafter passes per dummy run,
+    1: 1.0 for parallel drafting (one pass per step) else 0.0}}``.
+    """
+    import torch
+
+    runner = worker.model_runner
+    drafter = runner.drafter
+    sync: Callable[[], None] = getattr(runner, "_sync_device", None) or (lambda: None)
+    limit = min(int(runner.max_num_tokens), int(getattr(drafter, "max_num_tokens", 1 << 30)))
+
+    def median_time(fn: Callable[[], Any]) -> float:
+        fn()
+        sync()
+        times = []
+        for _ in range(REPEATS):
+            start = time.perf_counter()
+            fn()
+            sync()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    step: dict[int, float] = {}
+    draft: dict[int, float] = {}
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for batch in batches:
+            if step and time.perf_counter() - start > budget_s:
+                break
+            for gamma in range(max_gamma + 1):
+                tokens = batch * (1 + gamma)
+                if tokens > limit or tokens in step:
+                    continue
+                step[tokens] = median_time(lambda t=tokens: runner._dummy_run(t))
+                draft[tokens] = median_time(lambda t=tokens: drafter.dummy_run(t))
+    parallel = bool(getattr(drafter, "parallel_drafting", False))
+    passes = 1 if parallel else max(1, int(getattr(drafter, "num_speculative_tokens",
+                                                   max_gamma)))
+    return {"step": step, "draft": draft, "meta": {0: float(passes), 1: float(parallel)}}
+
+
+def step_samples(step: dict[int, float], draft: dict[int, float], passes: int,
+                 batches: Iterable[int], max_gamma: int,
+                 parallel: bool = False) -> tuple[CostSample, ...]:
+    """Step times per (batch, gamma, drafter ran) from dummy-run times by token count.
+
+    ``step[T]``: target over T tokens plus ``passes`` drafter passes over T; ``draft[T]``:
+    those passes alone. Shapes whose token count was not timed are left out."""
+    def one_pass(t: int) -> float:
+        return draft[t] / passes
+
+    def target(t: int) -> float:
+        # the difference of two medians; kept physically plausible
+        return max(step[t] - draft[t], 0.05 * step[t])
+
+    out: list[CostSample] = []
+    for b in batches:
+        if b not in step:
+            continue
+        out.append(CostSample(b, 0, target(b), drafter_ran=False))
+        out.append(CostSample(b, 0, target(b) + one_pass(b)))
+        for g in range(1, max_gamma + 1):
+            t = b * (1 + g)
+            if t not in step:
+                break
+            drafting = one_pass(t) + (0.0 if parallel else (g - 1) * one_pass(b))
+            out.append(CostSample(b, g, target(t) + drafting))
+    return tuple(out)
+
+
+def _slowest(results: list[dict[str, dict[int, float]]]) -> dict[str, dict[int, float]]:
+    """Per key, the slowest rank's time (a step waits for every rank)."""
+    merged: dict[str, dict[int, float]] = {}
+    for res in results:
+        for name, table in res.items():
+            into = merged.setdefault(name, {})
+            for key, value in table.items():
+                into[int(key)] = max(into.get(int(key), 0.0), float(value))
+    return merged
+
+
+def wanted(settings: Any, vllm_config: Any) -> bool:
+    """True when this engine should be profiled: adaptive gamma with a drafter to time on a
+    runner that can (the runner table turns the option off elsewhere, with a warning)."""
+    from vllm_hust_vspec.host import runners
+
+    spec = getattr(vllm_config, "speculative_config", None)
+    if spec is None or not settings.adaptive_speculation:
+        return False
+    if str(getattr(spec, "method", "")) not in PROFILED_METHODS:
+        return False
+    effective = runners.plan(settings, runners.runner_of(vllm_config)).settings
+    return bool(effective.adaptive_startup_profile)
+
+
+def profile_engine(executor: Any, vllm_config: Any, settings: Any) -> CostPrior | None:
+    """Time the dummy batches on every worker and keep the prior for this engine's
+    scheduler (:func:`take`). Never fails the launch: a host whose dummy runs cannot be
+    timed logs why and the controller starts without a prior."""
+    if not wanted(settings, vllm_config):
+        return None
+    spec = vllm_config.speculative_config
+    max_gamma = int(spec.num_speculative_tokens)
+    batches = profile_batches(int(vllm_config.scheduler_config.max_num_seqs))
+    start = time.perf_counter()
+    try:
+        results = executor.collective_rpc(time_worker, args=(batches, max_gamma))
+    except Exception as exc:  # noqa: BLE001 - a profile is optional; say why it is missing
+        logger.warning("vSpec: start-up cost profile not taken (%s: %s); the controller "
+                       "starts without a cost prior", type(exc).__name__, exc)
+        return None
+    merged = _slowest(list(results))
+    meta = merged.get("meta", {})
+    passes, parallel = int(meta.get(0, 1.0)), bool(meta.get(1, 0.0))
+    samples = step_samples(merged.get("step", {}), merged.get("draft", {}), passes, batches,
+                           max_gamma, parallel)
+    if not samples:
+        logger.warning("vSpec: start-up cost profile timed nothing; the controller starts "
+                       "without a cost prior")
+        return None
+    prior = CostPrior(SOURCE, samples, needs_anchor=True)
+    _PENDING[id(vllm_config)] = prior
+    logger.info("vSpec: start-up cost profile: %d step shapes (batch %d..%d, gamma 0..%d) in "
+                "%.1f s", len(samples), min(s.batch for s in samples),
+                max(s.batch for s in samples), max_gamma, time.perf_counter() - start)
+    return prior
+
+
+def take(vllm_config: Any) -> CostPrior | None:
+    """The prior :func:`profile_engine` measured for this engine (once; None if none)."""
+    return _PENDING.pop(id(vllm_config), None)
+
+
+__all__ = ["SOURCE", "profile_batches", "profile_engine", "step_samples", "take",
+           "time_worker", "wanted"]
