@@ -18,11 +18,14 @@ pytestmark = pytest.mark.vllm
 MAX_K = 4
 
 
-def _lifetime(tmp_path: Path, state: Path, trace: Path, **engine_kwargs: object) -> dict:
+def _lifetime(tmp_path: Path, state: Path, trace: Path, profile: bool = False,
+              **engine_kwargs: object) -> dict:
     spec = {"method": "draft_model", "model": es.model("draft-cheap-agree"),
             "num_speculative_tokens": MAX_K}
+    # without the start-up profile, so the first lifetime sweeps (the cold start to improve on)
     with (
-        es.vspec(method="draft", adaptive_state_path=str(state), adaptive_trace=str(trace)),
+        es.vspec(method="draft", adaptive_state_path=str(state), adaptive_trace=str(trace),
+                 adaptive_startup_profile=profile),
         es.engine(es.model("target-deep"), spec, **engine_kwargs) as llm,
     ):
         es.generate(llm, es.PROMPTS, 96)
@@ -47,15 +50,35 @@ def test_a_restarted_engine_starts_from_the_previous_step_costs(tmp_path: Path) 
     assert second["prior"] == f"persisted state {state}"
     headers = [r for r in es.read_trace_lines(trace) if "run" in r]
     assert [h["prior"] for h in headers] == ["none", f"persisted state {state}"]
-    # the seeded controller did not sweep: its first run's sweep played gamma 0, this one
-    # (a cheap agreeing drafter, gamma 0 far behind) never needs to
+    # the seeded controller did not sweep: the cold one played every arm, twice, before it
+    # judged; the seeded one judges from its first step (one look at acceptance, a gamma-0
+    # step with the drafter running while its acceptance prior still favours it) and is at
+    # its best arm (gamma 4: a cheap agreeing drafter) within a few decisions, never pinned
     runs = _decisions_per_run(trace)
-    assert 0 in runs[0][:30] and 0 not in runs[1][:30], runs
+    assert set(runs[0][:30]) == set(range(MAX_K + 1)), runs[0]
+    assert runs[1][5:] and set(runs[1][5:]) == {MAX_K}, runs[1]
+    assert not any(r.get("skip") for r in _steps_of_run(trace, 1)[:30])
 
-    # another engine configuration: not used, and replaced by this engine's state
+    # another engine configuration: not used (the start-up profile is, when on), and
+    # replaced by this engine's state
     third = _lifetime(tmp_path, state, trace, max_num_seqs=4)
     assert third["prior"] == "none"
     assert json.loads(state.read_text())["fingerprint"]["max_num_seqs"] == "4"
+    fourth = _lifetime(tmp_path, state, trace, profile=True, max_num_seqs=2)
+    assert fourth["prior"].startswith("start-up profile"), fourth["prior"]
+    # the same configuration again: its persisted state beats the profile
+    fifth = _lifetime(tmp_path, state, trace, profile=True, max_num_seqs=2)
+    assert fifth["prior"] == f"persisted state {state}"
+
+
+def _steps_of_run(trace: Path, run: int) -> list[dict]:
+    runs: list[list[dict]] = []
+    for r in es.read_trace_lines(trace):
+        if "run" in r:
+            runs.append([])
+        elif r.get("batch"):
+            runs[-1].append(r)
+    return runs[run]
 
 
 def _decisions_per_run(trace: Path) -> list[list[int]]:

@@ -84,6 +84,7 @@ class OnlineController(CadencedPolicy):
         self._last_est: list[float | None] = []
         self._last_score: list[float] = []
         self._observations = 0
+        self._acceptance_seen = False  # see settled()
         self._skipped_nonsteady = 0
         self._skipped_transition = 0
         self._skipped_path_switch = 0
@@ -141,7 +142,8 @@ class OnlineController(CadencedPolicy):
         """Learn from one completed step. Rewards are attributed to ``feedback.gamma``."""
         self._observations += 1
         g = feedback.gamma
-        self._acc.observe(feedback)
+        if self._acc.observe(feedback):
+            self._acceptance_seen = True
         # The first steps after the drafter is switched off or on run slow (caches refill);
         # counted on every step, steady or not: a cohort's first step is a prefill.
         if feedback.drafter_ran != self._drafter_ran:
@@ -212,8 +214,11 @@ class OnlineController(CadencedPolicy):
         return arm
 
     def settled(self) -> bool:
-        """True in the 'exploit' phase: only then is a gamma-0 decision a considered one."""
-        return self.phase == "exploit"
+        """True in the 'exploit' phase once acceptance has been seen: only then is a gamma-0
+        decision a considered one. (A cost prior lets the controller decide from the first
+        step, but acceptance then is only its prior guess, and a cohort pinned on that guess
+        would never show the drafter's real acceptance.)"""
+        return self._acceptance_seen and self.phase == "exploit"
 
     def report(self) -> ControllerSnapshot:
         """Per-arm goodput of the last bucket: the model's estimate, else the measured mean."""
@@ -366,8 +371,9 @@ class OnlineController(CadencedPolicy):
             # The first decision (a cost prior judges it) has no earlier gamma to move from.
             step = cfg.max_gamma_step if self._calls > 1 else self._num_arms
             return step_toward(cur, best + self._lo, step)
-        if cur == 0 and cap >= 1 and self._probe.due():
-            # Speculation is off, so acceptance is not observed: draft one token to look.
+        if cur == 0 and cap >= 1 and (not self._acceptance_seen or self._probe.due()):
+            # Speculation is off, so acceptance is not observed: draft one token to look
+            # (at once when it never was: a cost prior led straight to 0).
             return 1
         if cur > 0 and self._untried_skip_zero(bucket) and self._zero_recheck_due(idx):
             # Arm 0 (skipping the drafter) has never been tried here: it is judged by a prior

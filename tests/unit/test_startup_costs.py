@@ -1,0 +1,191 @@
+"""The start-up cost profile's arithmetic (host/startup_costs.py) and how controllers take a
+prior of dummy batches (CostPrior.needs_anchor)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from vllm_hust_vspec.adaptive import OnlineConfig, OnlineController
+from vllm_hust_vspec.adaptive.cost_prior import CostPrior, CostSample
+from vllm_hust_vspec.adaptive.feedback import StepFeedback
+from vllm_hust_vspec.host import startup_costs
+from vllm_hust_vspec.settings import Settings
+
+K = 4
+
+
+def _target(tokens: int) -> float:
+    return 1e-3 + 2e-5 * tokens
+
+
+def _pass(tokens: int) -> float:
+    return 3e-4 + 1e-5 * tokens
+
+
+def _timings(batches: list[int], passes: int) -> tuple[dict[int, float], dict[int, float]]:
+    step, draft = {}, {}
+    for b in batches:
+        for g in range(K + 1):
+            t = b * (1 + g)
+            draft[t] = passes * _pass(t)
+            step[t] = _target(t) + draft[t]
+    return step, draft
+
+
+def test_profile_batches_are_the_powers_of_two_up_to_max_num_seqs() -> None:
+    assert startup_costs.profile_batches(1) == [1]
+    assert startup_costs.profile_batches(48) == [1, 2, 4, 8, 16, 32]
+    assert startup_costs.profile_batches(256)[-1] == 256
+
+
+def test_step_samples_model_a_step_as_target_plus_the_drafter_passes() -> None:
+    batches = [1, 4, 16]
+    step, draft = _timings(batches, passes=K)
+    samples = startup_costs.step_samples(step, draft, K, batches, K)
+    got = {(s.batch, s.gamma, s.drafter_ran): s.seconds for s in samples}
+    assert len(got) == len(batches) * (K + 2)
+    for b in batches:
+        assert got[(b, 0, False)] == pytest.approx(_target(b))
+        assert got[(b, 0, True)] == pytest.approx(_target(b) + _pass(b))  # sync zero
+        for g in range(1, K + 1):
+            t = b * (1 + g)
+            # the first pass over the verified tokens, the others over one token per request
+            want = _target(t) + _pass(t) + (g - 1) * _pass(b)
+            assert got[(b, g, True)] == pytest.approx(want)
+
+
+def test_parallel_drafting_is_one_pass_per_step() -> None:
+    step, draft = _timings([8], passes=1)
+    samples = startup_costs.step_samples(step, draft, 1, [8], K, parallel=True)
+    g4 = next(s for s in samples if s.gamma == K)
+    assert g4.seconds == pytest.approx(_target(8 * (1 + K)) + _pass(8 * (1 + K)))
+
+
+def test_untimed_shapes_are_left_out() -> None:
+    step, draft = _timings([8], passes=K)
+    for t in (8 * 4, 8 * 5):  # gamma 3 and 4 did not fit the token budget
+        del step[t], draft[t]
+    samples = startup_costs.step_samples(step, draft, K, [8, 64], K)
+    assert {s.gamma for s in samples} == {0, 1, 2}
+    assert {s.batch for s in samples} == {8}
+
+
+def test_ranks_merge_to_the_slowest() -> None:
+    merged = startup_costs._slowest([{"step": {8: 1.0, 16: 3.0}}, {"step": {8: 2.0, 16: 1.0}}])
+    assert merged == {"step": {8: 2.0, 16: 3.0}}
+
+
+def _config(method: str = "draft_model", v2: bool = False) -> SimpleNamespace:
+    return SimpleNamespace(
+        speculative_config=SimpleNamespace(method=method, num_speculative_tokens=K),
+        scheduler_config=SimpleNamespace(max_num_seqs=8, async_scheduling=False),
+        parallel_config=SimpleNamespace(data_parallel_size=1),
+        use_v2_model_runner=v2)
+
+
+def test_only_adaptive_engines_with_a_drafter_on_the_v1_runner_are_profiled() -> None:
+    on = Settings(method="draft")
+    assert startup_costs.wanted(on, _config())
+    assert not startup_costs.wanted(Settings(method="draft", adaptive_startup_profile=False),
+                                    _config())
+    assert not startup_costs.wanted(Settings(method="draft", adaptive_speculation=False),
+                                    _config())
+    assert not startup_costs.wanted(on, _config(method="ngram"))  # nothing to time
+    assert not startup_costs.wanted(on, _config(v2=True))  # the runner table turns it off
+
+
+class _Executor:
+    def __init__(self, ranks: list[dict[str, dict[int, float]]]) -> None:
+        self.ranks = ranks
+        self.calls: list[tuple] = []
+
+    def collective_rpc(self, fn: object, args: tuple = ()) -> list[dict]:
+        self.calls.append((fn, args))
+        return self.ranks
+
+
+def test_profile_engine_keeps_the_prior_for_this_engines_scheduler_once() -> None:
+    step, draft = _timings([1, 2, 4, 8], passes=K)
+    meta = {0: float(K), 1: 0.0}
+    executor = _Executor([{"step": step, "draft": draft, "meta": meta}])
+    cfg = _config()
+    prior = startup_costs.profile_engine(executor, cfg, Settings(method="draft"))
+    assert prior is not None and prior.needs_anchor and prior.source == startup_costs.SOURCE
+    fn, args = executor.calls[0]
+    assert fn is startup_costs.time_worker and args == ([1, 2, 4, 8], K)
+    assert startup_costs.take(cfg) is prior
+    assert startup_costs.take(cfg) is None  # taken once
+
+
+def test_a_failing_profile_never_fails_the_launch() -> None:
+    class Broken:
+        def collective_rpc(self, fn: object, args: tuple = ()) -> list[dict]:
+            raise RuntimeError("no dummy runs here")
+
+    cfg = _config()
+    assert startup_costs.profile_engine(Broken(), cfg, Settings(method="draft")) is None
+    assert startup_costs.take(cfg) is None
+
+
+# -- CostPrior.predict / anchored -------------------------------------------------------------
+
+def _prior(needs_anchor: bool = True) -> CostPrior:
+    samples = [CostSample(b, g, 1e-3 * (1 + g) * (1 + b / 8)) for b in (1, 8) for g in range(K + 1)]
+    samples += [CostSample(b, 0, 5e-4 * (1 + b / 8), drafter_ran=False) for b in (1, 8)]
+    return CostPrior("start-up profile", tuple(samples), needs_anchor=needs_anchor)
+
+
+def test_predict_interpolates_in_batch_and_extends_flat() -> None:
+    p = _prior()
+    assert p.predict(8, 2) == pytest.approx(3e-3 * 2)
+    assert p.predict(4, 2) == pytest.approx(3e-3 * (1.125 + (2 - 1.125) * 3 / 7))
+    assert p.predict(64, 2) == p.predict(8, 2)
+    assert p.predict(8, 0, drafter_ran=False) == pytest.approx(1e-3)
+    assert CostPrior("x", ()).predict(8, 1) is None
+
+
+def test_anchored_scales_every_sample_onto_the_real_step() -> None:
+    p = _prior()
+    a = p.anchored(8, 2, True, 3 * p.predict(8, 2))  # the real step ran 3x slower
+    assert a is not None and not a.needs_anchor and "x3 to a real step" in a.source
+    for before, after in zip(p.samples, a.samples, strict=True):
+        assert after.seconds == pytest.approx(3 * before.seconds)
+    assert p.anchored(8, 9, True, 1e-3) is None  # no such gamma
+
+
+# -- controllers ------------------------------------------------------------------------------
+
+def _feedback(gamma: int, seconds: float, batch: int = 8, ran: bool = True) -> StepFeedback:
+    return StepFeedback(batch_size=batch, gamma=gamma, drafted=(gamma,) * batch,
+                        accepted=(0,) * batch, committed=batch, interval_s=seconds,
+                        token_budget=4096, drafter_ran=ran)
+
+
+def test_online_decides_from_a_dummy_prior_at_once_and_anchors_on_the_first_step() -> None:
+    # drafting is dear in this prior: gamma 0 best under the default acceptance prior
+    cold = OnlineController(OnlineConfig(max_gamma=K, zero_skips_drafter=True))
+    warm = OnlineController(OnlineConfig(max_gamma=K, zero_skips_drafter=True),
+                            cost_prior=_prior())
+    assert cold.decide(8, 4096) == K and cold.phase == "warmup"  # holds, sweeps later
+    first = warm.decide(8, 4096)
+    assert first == 0  # straight to 0, not max_gamma_step at a time
+    # but not settled (a sticky host would pin the cohort) before acceptance was seen
+    assert not warm.settled()
+    assert warm.snapshot()["prior"] == "start-up profile"
+    warm.observe(_feedback(0, 5e-3))  # a sync zero, 2.5x what the dummy batch showed
+    assert warm.snapshot()["prior"] == "start-up profile, x2.5 to a real step"
+    probe = warm.decide(8, 4096)
+    assert probe == 1  # looks at acceptance with one draft
+    warm.observe(_feedback(1, 1e-2))
+    assert warm.decide(8, 4096) == 0 and warm.settled()
+
+
+def test_a_controller_without_a_prior_still_holds_during_warm_up() -> None:
+    ctrl = OnlineController(OnlineConfig(max_gamma=K, warmup_samples=3))
+    decisions = []
+    for _ in range(3):
+        decisions.append(ctrl.decide(8, 4096))
+        ctrl.observe(_feedback(decisions[-1], 2e-3))
+    assert decisions == [K, K, K]
