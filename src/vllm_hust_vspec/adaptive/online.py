@@ -21,6 +21,7 @@ See docs/controller.md for the reasoning behind each piece.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 from ._limits import ZeroProbe, bucket_index, budget_cap, should_switch, step_toward
@@ -101,9 +102,10 @@ class OnlineController(CadencedPolicy):
         self._drafter_ran = True  # path of the last feedback (see path_switch_discard)
         self._path_warmup = 0
         self._prior = "none" if cost_prior is None else cost_prior.source
-        # A prior of dummy batches gives the arms' shape at once and is scaled onto the first
-        # steady real step (_anchor_prior); decisions compare arms, so the shape suffices.
+        # A prior of dummy batches gives the arms' shape at once (decisions compare arms, so
+        # the shape suffices) and is scaled onto the real steps of the warm-up (_anchor).
         self._unanchored: CostPrior | None = None
+        self._anchor_ratios: list[float] = []
         if cost_prior is not None:
             self._seed_costs(cost_prior)
             if cost_prior.needs_anchor:
@@ -156,8 +158,7 @@ class OnlineController(CadencedPolicy):
         if feedback.interval_s <= 0.0 or batch <= 0 or g < self._lo or g > self.config.max_gamma:
             return
         if self._unanchored is not None:
-            # the first steady step anchors it, warm-up or not: one scale, not an estimate
-            self._anchor_prior(self._unanchored, feedback)
+            self._anchor(self._unanchored, feedback)
         if self._discard_left:
             self._discard_left -= 1
             return
@@ -184,20 +185,25 @@ class OnlineController(CadencedPolicy):
         bucket.add(arm, seconds, feedback.committed / batch)
         self._cost.add(batch, g, seconds)
 
-    def _anchor_prior(self, prior: CostPrior, feedback: StepFeedback) -> None:
-        """Re-seed the costs from ``prior`` scaled onto this first steady step
-        (CostPrior.anchored). No real step time has been folded in yet, so the cost state is
-        rebuilt from the prior alone."""
+    def _anchor(self, prior: CostPrior, feedback: StepFeedback) -> None:
+        """Collect how much slower the warm-up's steps ran than ``prior`` predicts; when the
+        warm-up ends, re-seed the costs from the prior scaled by the median (one slow step
+        would otherwise scale every arm, and the drafter-skipping zero, measured only by
+        pinning a cohort, would keep that error). No real step time has been folded in yet,
+        so the cost state is rebuilt from the scaled prior alone."""
+        r = prior.ratio(feedback.batch_size, feedback.gamma, feedback.drafter_ran,
+                        feedback.interval_s)
+        if r is not None:
+            self._anchor_ratios.append(r)
+        if self._discard_left or not self._anchor_ratios:
+            return
         self._unanchored = None
-        anchored = prior.anchored(feedback.batch_size, feedback.gamma, feedback.drafter_ran,
-                                  feedback.interval_s)
-        if anchored is None:
-            return  # no sample like this step: the unscaled shape stays, the filter adapts
-        self._prior = anchored.source
+        scaled = prior.scaled(statistics.median(self._anchor_ratios))
+        self._prior = scaled.source
         self._buckets = {}
         self._cost = GlobalCost()
         self._filter = TimeFilter(self.config.load_drift, 1.0 / self.config.staleness_halflife)
-        self._seed_costs(anchored)
+        self._seed_costs(scaled)
 
     def _fold_time(self, bucket: BucketStats, g: int, batch: int, seconds: float,
                    drafter_ran: bool) -> int | None:
