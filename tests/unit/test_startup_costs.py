@@ -195,3 +195,33 @@ def test_a_controller_without_a_prior_still_holds_during_warm_up() -> None:
         decisions.append(ctrl.decide(8, 4096))
         ctrl.observe(_feedback(decisions[-1], 2e-3))
     assert decisions == [K, K, K]
+
+
+# -- the simulator's start-up profile ---------------------------------------------------------
+
+def test_the_simulated_profile_prices_every_shape_by_the_cost_model() -> None:
+    import dataclasses
+
+    from vllm_hust_vspec.sim.adaptive_glue import build_ours, startup_prior
+    from vllm_hust_vspec.sim.scenario import load_scenario
+
+    sc = load_scenario("b8-cpu-sticky-medium")
+    assert sc.startup_profile == 0.05 and sc.startup_zero_bias == 1.15
+    exact = dataclasses.replace(sc, startup_profile=0.0, startup_zero_bias=1.0)
+    prior = startup_prior(exact, seed=3)
+    assert prior.needs_anchor
+    batches = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= sc.max_num_seqs]
+    assert {s.batch for s in prior.samples} == set(batches)
+    for s in prior.samples:
+        real = sc.cost.step_time(s.batch, s.batch * s.gamma, s.gamma, s.batch, 0, 0,
+                                 zero_pass=s.drafter_ran and s.gamma == 0)
+        assert s.seconds == pytest.approx(0.5 * real)
+    biased = startup_prior(sc, seed=3)
+    again = startup_prior(sc, seed=3)
+    assert biased == again and biased != startup_prior(sc, seed=4)  # seeded per run
+    for e, b in zip(prior.samples, biased.samples, strict=True):
+        bias = 1.0 if e.drafter_ran else 1.15
+        assert abs(b.seconds / (e.seconds * bias) - 1.0) <= 0.05 + 1e-12
+    assert build_ours("online", sc, 3).snapshot()["prior"].startswith("start-up profile")
+    no_profile = dataclasses.replace(sc, startup_profile=None)
+    assert build_ours("online", no_profile, 3).snapshot()["prior"] == "none"

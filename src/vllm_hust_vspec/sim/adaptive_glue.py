@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from ..adaptive import FitError, FitSample, build_controller, fit_profile
+from ..adaptive.cost_prior import CostPrior, CostSample
 from ..adaptive.feedback import Controller
 from .scenario import Scenario
 
@@ -25,15 +26,45 @@ _profile_dir: Path | None = None
 _profile_paths: dict[tuple[str, int, int], Path] = {}
 
 
-def build_ours(name: str, scenario: Scenario) -> Controller:
-    """``online``, ``profile`` or ``structured`` for ``scenario``'s gamma range."""
+def build_ours(name: str, scenario: Scenario, seed: int = 0) -> Controller:
+    """``online``, ``profile`` or ``structured`` for ``scenario``'s gamma range (``seed``: the
+    run's, for the start-up profile's errors)."""
     lo, hi = scenario.min_gamma, scenario.max_gamma
     if name in ("online", "structured"):
         # as host/controller_factory.py builds online: on a sticky host arm 0 skips the drafter
-        return build_controller(name, min_gamma=lo, max_gamma=hi,
+        prior = (startup_prior(scenario, seed) if scenario.startup_profile is not None
+                 else None)
+        return build_controller(name, min_gamma=lo, max_gamma=hi, cost_prior=prior,
                                 zero_skips_drafter=scenario.gamma0 == "sticky")
     path = profile_path_for(scenario)
     return build_controller("profile", min_gamma=lo, max_gamma=hi, profile_path=str(path))
+
+
+# The level of a dummy batch against a real step: the controller scales it away.
+_DUMMY_LEVEL = 0.5
+
+
+def startup_prior(scenario: Scenario, seed: int) -> CostPrior:
+    """What host/startup_costs.py gives a fresh controller: every power-of-two batch up to
+    ``max_num_seqs`` and every gamma, the drafter skipped and sync zeros included, priced by
+    the cost model over empty contexts (dummy batches have none), at half the real level,
+    the drafter-skipping zero ``scenario.startup_zero_bias`` times dearer, and each off by up
+    to ``scenario.startup_profile`` (uniform, seeded by run and shape)."""
+    err = scenario.startup_profile or 0.0
+    cost = scenario.cost
+    samples: list[CostSample] = []
+    b = 1
+    while b <= scenario.max_num_seqs:
+        shapes = [(0, False), (0, True)] + [(g, True) for g in range(1, scenario.max_gamma + 1)]
+        for g, ran in shapes:
+            t = cost.step_time(b, b * g, g, b, 0, 0, zero_pass=ran and g == 0)
+            u = random.Random(f"vspec-startup/{scenario.name}/{seed}/{b}/{g}/{ran}").uniform(
+                -err, err)
+            bias = 1.0 if ran else scenario.startup_zero_bias
+            samples.append(CostSample(b, g, t * _DUMMY_LEVEL * bias * (1.0 + u),
+                                      drafter_ran=ran))
+        b *= 2
+    return CostPrior("start-up profile (simulated)", tuple(samples), needs_anchor=True)
 
 
 def profile_samples(scenario: Scenario, repeats: int = 2) -> list[FitSample]:

