@@ -53,10 +53,10 @@ def test_a_restarted_engine_starts_from_the_previous_step_costs(tmp_path: Path) 
     # the seeded controller did not sweep: the cold one played every arm, twice, before it
     # judged; the seeded one judges from its first step (one look at acceptance, a gamma-0
     # step with the drafter running while its acceptance prior still favours it) and is at
-    # its best arm (gamma 4: a cheap agreeing drafter) within a few decisions, never pinned
+    # the top of the range (3-4: a cheap agreeing drafter) within a few decisions, never pinned
     runs = _decisions_per_run(trace)
     assert set(runs[0][:30]) == set(range(MAX_K + 1)), runs[0]
-    assert runs[1][5:] and set(runs[1][5:]) == {MAX_K}, runs[1]
+    assert runs[1][5:] and set(runs[1][5:]) <= {MAX_K - 1, MAX_K}, runs[1]
     assert not any(r.get("skip") for r in _steps_of_run(trace, 1)[:30])
 
     # another engine configuration: not used (the start-up profile is, when on), and
