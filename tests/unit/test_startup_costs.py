@@ -73,8 +73,10 @@ def test_untimed_shapes_are_left_out() -> None:
 
 
 def test_ranks_merge_to_the_slowest() -> None:
-    merged = startup_costs._slowest([{"step": {8: 1.0, 16: 3.0}}, {"step": {8: 2.0, 16: 1.0}}])
-    assert merged == {"step": {8: 2.0, 16: 3.0}}
+    W = startup_costs.WorkerTimes
+    merged = startup_costs._slowest([W({8: 1.0, 16: 3.0}, {8: 0.5}, 4),
+                                     W({8: 2.0, 16: 1.0}, {8: 0.25}, 4)])
+    assert merged == W({8: 2.0, 16: 3.0}, {8: 0.5}, 4)
 
 
 def _config(method: str = "draft_model", v2: bool = False) -> SimpleNamespace:
@@ -97,19 +99,18 @@ def test_only_adaptive_engines_with_a_drafter_on_the_v1_runner_are_profiled() ->
 
 
 class _Executor:
-    def __init__(self, ranks: list[dict[str, dict[int, float]]]) -> None:
+    def __init__(self, ranks: list[startup_costs.WorkerTimes]) -> None:
         self.ranks = ranks
         self.calls: list[tuple] = []
 
-    def collective_rpc(self, fn: object, args: tuple = ()) -> list[dict]:
+    def collective_rpc(self, fn: object, args: tuple = ()) -> list[startup_costs.WorkerTimes]:
         self.calls.append((fn, args))
         return self.ranks
 
 
 def test_profile_engine_keeps_the_prior_for_this_engines_scheduler_once() -> None:
     step, draft = _timings([1, 2, 4, 8], passes=K)
-    meta = {0: float(K), 1: 0.0}
-    executor = _Executor([{"step": step, "draft": draft, "meta": meta}])
+    executor = _Executor([startup_costs.WorkerTimes(step, draft, K)])
     cfg = _config()
     prior = startup_costs.profile_engine(executor, cfg, Settings(method="draft"))
     assert prior is not None and prior.needs_anchor and prior.source == startup_costs.SOURCE
@@ -121,7 +122,7 @@ def test_profile_engine_keeps_the_prior_for_this_engines_scheduler_once() -> Non
 
 def test_a_failing_profile_never_fails_the_launch() -> None:
     class Broken:
-        def collective_rpc(self, fn: object, args: tuple = ()) -> list[dict]:
+        def collective_rpc(self, fn: object, args: tuple = ()) -> list:
             raise RuntimeError("no dummy runs here")
 
     cfg = _config()

@@ -10,6 +10,15 @@ def bucket_index(batch_size: int) -> int:
     return batch_size.bit_length() - 1 if batch_size > 1 else 0
 
 
+def bucket_batches(max_batch: int) -> list[int]:
+    """The lower edge of every bucket up to ``max_batch``: 1, 2, 4, ... (at least [1])."""
+    out, b = [], 1
+    while b <= max(1, max_batch):
+        out.append(b)
+        b *= 2
+    return out
+
+
 def budget_cap(batch_size: int, token_budget: int, min_gamma: int, max_gamma: int) -> int:
     """Largest gamma whose verify width ``batch * (1 + gamma)`` fits ``token_budget``.
 

@@ -62,8 +62,10 @@ class CostPrior:
             return None
         below = [p for p in points if p[0] <= batch]
         above = [p for p in points if p[0] >= batch]
-        if not below or not above:
-            return (below or above)[-1 if below else 0][1]
+        if not below:
+            return above[0][1]
+        if not above:
+            return below[-1][1]
         (b0, t0), (b1, t1) = below[-1], above[0]
         if b1 == b0:
             return t0

@@ -69,8 +69,8 @@ class OnlineController(CadencedPolicy):
         down_up = list(range(start, lo - 1, -1)) + list(range(start + 1, hi + 1))
         self._sweep_orders = [down_up if p % 2 == 0 else down_up[::-1]
                               for p in range(cfg.sweep_passes)]
-        self._buckets: dict[int, BucketStats] = {}
-        self._cost = GlobalCost()
+        self._buckets: dict[int, BucketStats]
+        self._reset_costs()
         self._acc = AcceptanceModel(
             hi,
             prior=(cfg.prior_acceptance,),
@@ -97,7 +97,6 @@ class OnlineController(CadencedPolicy):
         self._zero_recheck = False
         self._zero_home = 0
         self._zero_rechecks: dict[int, ZeroProbe] = {}  # per bucket (see _zero_recheck_due)
-        self._filter = TimeFilter(cfg.load_drift, 1.0 / cfg.staleness_halflife)
         self._sweep_end = 0  # filter clock when the sweep ended (see _scores)
         self._drafter_ran = True  # path of the last feedback (see path_switch_discard)
         self._path_warmup = 0
@@ -200,10 +199,14 @@ class OnlineController(CadencedPolicy):
         self._unanchored = None
         scaled = prior.scaled(statistics.median(self._anchor_ratios))
         self._prior = scaled.source
+        self._reset_costs()
+        self._seed_costs(scaled)
+
+    def _reset_costs(self) -> None:
+        """Empty cost state: no bucket, a fresh global cost model and load filter."""
         self._buckets = {}
         self._cost = GlobalCost()
         self._filter = TimeFilter(self.config.load_drift, 1.0 / self.config.staleness_halflife)
-        self._seed_costs(scaled)
 
     def _fold_time(self, bucket: BucketStats, g: int, batch: int, seconds: float,
                    drafter_ran: bool) -> int | None:

@@ -26,9 +26,14 @@ import logging
 import statistics
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
+from vllm_hust_vspec.adaptive._limits import bucket_batches
 from vllm_hust_vspec.adaptive.cost_prior import CostPrior, CostSample
+
+if TYPE_CHECKING:
+    from vllm_hust_vspec.settings import Settings
 
 logger = logging.getLogger("vllm_hust_vspec.host")
 
@@ -43,21 +48,24 @@ _PENDING: dict[int, CostPrior] = {}
 
 
 def profile_batches(max_num_seqs: int) -> list[int]:
-    """The batch sizes profiled: every power of two up to ``max_num_seqs``."""
-    out, b = [], 1
-    while b <= max(1, max_num_seqs):
-        out.append(b)
-        b *= 2
-    return out
+    """The batch sizes profiled: every power of two up to ``max_num_seqs`` (the controllers'
+    bucket edges)."""
+    return bucket_batches(max_num_seqs)
+
+
+@dataclass
+class WorkerTimes:
+    """One worker's dummy-run medians, by token count (what ``collective_rpc`` returns)."""
+
+    step: dict[int, float] = field(default_factory=dict)  # target over T + the passes over T
+    draft: dict[int, float] = field(default_factory=dict)  # the drafter's passes alone
+    passes: int = 1  # drafter passes per proposer dummy_run
+    parallel: bool = False  # parallel drafting: one pass per step, whatever gamma
 
 
 def time_worker(worker: Any, batches: list[int], max_gamma: int,
-                budget_s: float = BUDGET_S) -> dict[str, dict[int, float]]:
-    """Run on each worker (``collective_rpc``): seconds per dummy run, by token count.
-
-    Returns ``{"step": {T: s}, "draft": {T: s}, "meta": {0: drafter passes per dummy run,
-    1: 1.0 for parallel drafting (one pass per step) else 0.0}}``.
-    """
+                budget_s: float = BUDGET_S) -> WorkerTimes:
+    """Run on each worker (``collective_rpc``): seconds per dummy run, by token count."""
     import torch
 
     runner = worker.model_runner
@@ -92,7 +100,7 @@ def time_worker(worker: Any, batches: list[int], max_gamma: int,
     parallel = bool(getattr(drafter, "parallel_drafting", False))
     passes = 1 if parallel else max(1, int(getattr(drafter, "num_speculative_tokens",
                                                    max_gamma)))
-    return {"step": step, "draft": draft, "meta": {0: float(passes), 1: float(parallel)}}
+    return WorkerTimes(step, draft, passes, parallel)
 
 
 def step_samples(step: dict[int, float], draft: dict[int, float], passes: int,
@@ -124,18 +132,17 @@ def step_samples(step: dict[int, float], draft: dict[int, float], passes: int,
     return tuple(out)
 
 
-def _slowest(results: list[dict[str, dict[int, float]]]) -> dict[str, dict[int, float]]:
-    """Per key, the slowest rank's time (a step waits for every rank)."""
-    merged: dict[str, dict[int, float]] = {}
+def _slowest(results: list[WorkerTimes]) -> WorkerTimes:
+    """Per token count, the slowest rank's time (a step waits for every rank)."""
+    merged = WorkerTimes(passes=results[0].passes, parallel=results[0].parallel)
     for res in results:
-        for name, table in res.items():
-            into = merged.setdefault(name, {})
-            for key, value in table.items():
-                into[int(key)] = max(into.get(int(key), 0.0), float(value))
+        for into, table in ((merged.step, res.step), (merged.draft, res.draft)):
+            for tokens, seconds in table.items():
+                into[tokens] = max(into.get(tokens, 0.0), seconds)
     return merged
 
 
-def wanted(settings: Any, vllm_config: Any) -> bool:
+def wanted(settings: Settings, vllm_config: Any) -> bool:
     """True when this engine should be profiled: adaptive gamma with a drafter to time on a
     runner that can (the runner table turns the option off elsewhere, with a warning)."""
     from vllm_hust_vspec.host import runners
@@ -149,7 +156,7 @@ def wanted(settings: Any, vllm_config: Any) -> bool:
     return bool(effective.adaptive_startup_profile)
 
 
-def profile_engine(executor: Any, vllm_config: Any, settings: Any) -> CostPrior | None:
+def profile_engine(executor: Any, vllm_config: Any, settings: Settings) -> CostPrior | None:
     """Time the dummy batches on every worker and keep the prior for this engine's
     scheduler (:func:`take`). Never fails the launch: a host whose dummy runs cannot be
     timed logs why and the controller starts without a prior."""
@@ -166,10 +173,8 @@ def profile_engine(executor: Any, vllm_config: Any, settings: Any) -> CostPrior 
                        "starts without a cost prior", type(exc).__name__, exc)
         return None
     merged = _slowest(list(results))
-    meta = merged.get("meta", {})
-    passes, parallel = int(meta.get(0, 1.0)), bool(meta.get(1, 0.0))
-    samples = step_samples(merged.get("step", {}), merged.get("draft", {}), passes, batches,
-                           max_gamma, parallel)
+    samples = step_samples(merged.step, merged.draft, merged.passes, batches, max_gamma,
+                           merged.parallel)
     if not samples:
         logger.warning("vSpec: start-up cost profile timed nothing; the controller starts "
                        "without a cost prior")
@@ -187,5 +192,5 @@ def take(vllm_config: Any) -> CostPrior | None:
     return _PENDING.pop(id(vllm_config), None)
 
 
-__all__ = ["SOURCE", "profile_batches", "profile_engine", "step_samples", "take",
+__all__ = ["SOURCE", "WorkerTimes", "profile_batches", "profile_engine", "step_samples", "take",
            "time_worker", "wanted"]

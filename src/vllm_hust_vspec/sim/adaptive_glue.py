@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from ..adaptive import FitError, FitSample, build_controller, fit_profile
+from ..adaptive._limits import bucket_batches
 from ..adaptive.cost_prior import CostPrior, CostSample
 from ..adaptive.feedback import Controller
 from .scenario import Scenario
@@ -52,10 +53,9 @@ def startup_prior(scenario: Scenario, seed: int) -> CostPrior:
     to ``scenario.startup_profile`` (uniform, seeded by run and shape)."""
     err = scenario.startup_profile or 0.0
     cost = scenario.cost
+    shapes = [(0, False), (0, True)] + [(g, True) for g in range(1, scenario.max_gamma + 1)]
     samples: list[CostSample] = []
-    b = 1
-    while b <= scenario.max_num_seqs:
-        shapes = [(0, False), (0, True)] + [(g, True) for g in range(1, scenario.max_gamma + 1)]
+    for b in bucket_batches(scenario.max_num_seqs):
         for g, ran in shapes:
             t = cost.step_time(b, b * g, g, b, 0, 0, zero_pass=ran and g == 0)
             u = random.Random(f"vspec-startup/{scenario.name}/{seed}/{b}/{g}/{ran}").uniform(
@@ -63,7 +63,6 @@ def startup_prior(scenario: Scenario, seed: int) -> CostPrior:
             bias = 1.0 if ran else scenario.startup_zero_bias
             samples.append(CostSample(b, g, t * _DUMMY_LEVEL * bias * (1.0 + u),
                                       drafter_ran=ran))
-        b *= 2
     return CostPrior("start-up profile (simulated)", tuple(samples), needs_anchor=True)
 
 
@@ -75,12 +74,7 @@ def profile_samples(scenario: Scenario, repeats: int = 2) -> list[FitSample]:
     # A profiler sweeps a few batch sizes even for a batch-1 deployment: the draft cost per
     # request cannot be told from the fixed draft cost at a single batch size.
     top = max(scenario.max_num_seqs, 4)
-    batches: list[int] = []
-    b = 1
-    while b < top:
-        batches.append(b)
-        b *= 2
-    batches.append(top)
+    batches = [b for b in bucket_batches(top) if b < top] + [top]
     out: list[FitSample] = []
     for batch in batches:
         for gamma in range(scenario.min_gamma, scenario.max_gamma + 1):
