@@ -9,7 +9,14 @@ of the structured one (built beside it for comparison), and PASS/FAIL per target
 Exit code 0 when every target of the online controller passes, 1 otherwise (the structured
 controller's targets are reported, not enforced, while it is being compared).
 
+``--per-request`` runs the per-request verify lengths instead (issue 19's bars): on every
+scenario, vSpec's online controller with and without adaptive/verify_lengths.py, the
+per-request oracle and vLLM's adaptive verification (sim/per_request.py), with the bars
+for heterogeneous scenarios (tagged ``heterogeneous``) and homogeneous ones and the cost of
+decide + verify_lengths + observe at batch 128.
+
     .venv/bin/python scripts/bench_controller.py [--seeds 3] [--jobs 2] [--json OUT.json]
+    .venv/bin/python scripts/bench_controller.py --per-request [--seeds 6] [--scenario NAME]
 """
 
 from __future__ import annotations
@@ -35,8 +42,8 @@ from vllm_hust_vspec.sim import (  # noqa: E402
     run_many,
     summarise,
 )
-from vllm_hust_vspec.sim.policies import BASELINES  # noqa: E402
-from vllm_hust_vspec.sim.runner import seeds_for  # noqa: E402
+from vllm_hust_vspec.sim.policies import BASELINES, fixed_names  # noqa: E402
+from vllm_hust_vspec.sim.runner import paired_ratio, seeds_for  # noqa: E402
 
 COLUMNS = ["online", "structured", "profile", "oracle", *BASELINES]
 SHORT = {"structured": "struct", "vllm-batch-schedule": "vllm-bs", "sglang-adaptive": "sglang",
@@ -49,6 +56,12 @@ TARGET_COST_US = 20.0
 # Issue 18's bars for the structured controller (on top of the targets above).
 TARGET_NOISE_FREE = 0.99
 TARGET_ORACLE = 0.95
+# Issue 19's bars for per-request verify lengths.
+PR_POLICIES = ("online", "online-per-request", "per-request-oracle",
+               "vllm-adaptive-verification")
+TARGET_PR_HETERO = 1.05  # x the batch-uniform online controller, heterogeneous scenarios
+TARGET_PR_HOMO = 0.99  # x online, homogeneous scenarios
+TARGET_PR_ORACLE = 0.90  # x the per-request oracle, every scenario
 
 
 def _ratio(report: ScenarioReport, policy: str, attr: str) -> float:
@@ -83,26 +96,118 @@ def print_ratio_table(reports: list[ScenarioReport], attr: str, title: str) -> N
 
 
 def controller_cost_us(batch: int = 128, steps: int = 20000, max_gamma: int = 5,
-                       policy: str = "online") -> float:
-    """Median microseconds of one decide() + observe() pair of ``policy``'s controller."""
+                       policy: str = "online", per_request: bool = False) -> float:
+    """Median microseconds of one decide() + observe() pair of ``policy``'s controller;
+    ``per_request``: wrapped by the per-request layer, with verify_lengths() each step over
+    a batch of easy and hard requests (a fifth of them replaced every step)."""
+    from vllm_hust_vspec.adaptive.feedback import VerifyQuery
+    from vllm_hust_vspec.adaptive.verify_lengths import PerRequestController
+
     ctrl = build_controller(policy, min_gamma=0, max_gamma=max_gamma)
+    if per_request:
+        ctrl = PerRequestController(ctrl, 0, max_gamma)
     rng = random.Random(7)
     feedbacks = []
+    ids = list(range(batch))
+    next_id = batch
     for _ in range(512):
         g = rng.randint(0, max_gamma)
-        acc = tuple(min(g, int(rng.expovariate(0.7))) for _ in range(batch))
+        for _ in range(batch // 5):
+            ids[rng.randrange(batch)] = next_id
+            next_id += 1
+        acc = tuple(min(g, int(rng.expovariate(0.3 if rid % 2 else 2.0))) for rid in ids)
         feedbacks.append(StepFeedback(
             batch_size=batch, gamma=g, drafted=(g,) * batch, accepted=acc,
-            committed=sum(acc) + batch, interval_s=0.01 + 0.002 * g, token_budget=8192))
+            committed=sum(acc) + batch, interval_s=0.01 + 0.002 * g + 2e-5 * batch * g,
+            token_budget=8192, request_ids=tuple(ids) if per_request else None))
     samples: list[int] = []
     clock = time.perf_counter_ns
     for i in range(steps):
         fb = feedbacks[i % len(feedbacks)]
         t0 = clock()
-        ctrl.decide(batch, 8192)
+        g = ctrl.decide(batch, 8192)
+        if per_request and g > 0:
+            ctrl.verify_lengths(VerifyQuery(fb.request_ids, (g,) * batch, 8192))
         ctrl.observe(fb)
         samples.append(clock() - t0)
     return statistics.median(samples) / 1e3
+
+
+def per_request_main(args: argparse.Namespace) -> int:
+    """Issue 19's comparison: per-request lengths vs batch-uniform, its oracle and vLLM's."""
+    t_start = time.perf_counter()
+    scenarios = [load_scenario(n) for n in (args.scenario or list_scenarios())]
+    tasks = [(sc, p, s, False) for sc in scenarios for p in [*fixed_names(sc), *PR_POLICIES]
+             for s in seeds_for(sc, args.seeds)]
+    results = run_many(tasks, args.jobs)
+    reports = []
+    for sc in scenarios:
+        mine = [r for (tsc, _, _, _), r in zip(tasks, results, strict=True) if tsc is sc]
+        reports.append((sc, summarise(sc, mine)))
+    print(f"per-request verify lengths: {len(scenarios)} scenarios x {args.seeds} seeds, "
+          f"{len(tasks)} simulations in {time.perf_counter() - t_start:.1f} s")
+    print("columns: goodput / best fixed gamma (online, per-req = online-per-request, "
+          "pr-orc = per-request-oracle, v-av = vllm-adaptive-verification), then per-req over "
+          "online, over pr-orc and over v-av (paired over seeds)")
+    head = (f"{'scenario':28s} {'kind':6s} {'best':5s} {'online':>7s} {'per-req':>7s} "
+            f"{'pr-orc':>7s} {'v-av':>7s} {'/online':>8s} {'/pr-orc':>8s} {'/v-av':>8s}")
+    print(head)
+    print("-" * len(head))
+    rows = []
+    for sc, rep in reports:
+        pol = {p: rep.get(p) for p in PR_POLICIES}
+        if any(v is None for v in pol.values()):
+            continue
+        mine = pol["online-per-request"]
+        assert mine is not None
+        rel = {p: paired_ratio(mine, pol[p]) for p in ("online", "per-request-oracle",  # type: ignore[arg-type]
+                                                        "vllm-adaptive-verification")}
+        hetero = "heterogeneous" in sc.tags
+        rows.append((sc.name, hetero, rel))
+        best = (rep.best_fixed_policy or "-").replace("fixed:", "K=")
+        print(f"{sc.name:28s} {'hetero' if hetero else 'homo':6s} {best:5s} " + " ".join(
+            _fmt(_ratio(rep, p, "ratio_to_best_fixed")) for p in PR_POLICIES) + "  " + " ".join(
+            f"{_fmt(rel[p])} " for p in rel))
+    us_batch = controller_cost_us()
+    us_pr = controller_cost_us(per_request=True)
+    print(f"\ndecide + verify_lengths + observe at batch 128: median {us_pr:.1f} us "
+          f"(the batch controller alone {us_batch:.1f} us)")
+    ok_all = True
+
+    def verdict(ok: bool, text: str) -> None:
+        nonlocal ok_all
+        ok_all &= ok
+        print(f"[{'PASS' if ok else 'FAIL'}] {text}")
+
+    print("\ntargets (online-per-request)")
+    het = [(n, rel) for n, h, rel in rows if h]
+    hom = [(n, rel) for n, h, rel in rows if not h]
+    if het:
+        verdict(all(rel["online"] >= TARGET_PR_HETERO for _, rel in het),
+                f"per-request >= {TARGET_PR_HETERO} x online on every heterogeneous scenario ("
+                + ", ".join(f"{n} {rel['online']:.3f}" for n, rel in het) + ")")
+        verdict(all(rel["vllm-adaptive-verification"] >= 1.0 for _, rel in het),
+                "per-request >= vllm-adaptive-verification on every heterogeneous scenario ("
+                + ", ".join(f"{n} {rel['vllm-adaptive-verification']:.3f}" for n, rel in het)
+                + ")")
+    if hom:
+        low = [(n, rel["online"]) for n, rel in hom if not rel["online"] >= TARGET_PR_HOMO]
+        verdict(not low, f"per-request >= {TARGET_PR_HOMO} x online on every homogeneous "
+                f"scenario (worst {min(rel['online'] for _, rel in hom):.3f})" + "".join(
+                    f"; {n} {v:.3f}" for n, v in low))
+    weak = [(n, rel["per-request-oracle"]) for n, _, rel in rows
+            if not rel["per-request-oracle"] >= TARGET_PR_ORACLE]
+    verdict(not weak, f"per-request >= {TARGET_PR_ORACLE} x the per-request oracle everywhere"
+            + "".join(f"; {n} {v:.3f}" for n, v in weak))
+    verdict(us_pr < TARGET_COST_US, f"decide + verify_lengths + observe median < "
+            f"{TARGET_COST_US:g} us ({us_pr:.1f} us)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "reports": [rep.as_dict() for _, rep in reports],
+            "per_request_over": {n: rel for n, _, rel in rows},
+            "cost_us": us_pr, "all_pass": ok_all}, indent=2) + "\n", encoding="utf-8")
+    print(f"\ntotal wall time {time.perf_counter() - t_start:.1f} s")
+    return 0 if ok_all else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,7 +219,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenario", action="append", default=[],
                     help="limit to these shipped scenarios (repeatable)")
     ap.add_argument("--json", metavar="OUT.json", help="also write all summaries as JSON")
+    ap.add_argument("--per-request", action="store_true",
+                    help="compare per-request verify lengths (issue 19's bars) instead")
     args = ap.parse_args(argv)
+    if args.per_request:
+        return per_request_main(args)
 
     t_start = time.perf_counter()
     scenarios = [load_scenario(n) for n in (args.scenario or list_scenarios())]

@@ -56,6 +56,14 @@ def test_step_samples_model_a_step_as_target_plus_the_drafter_passes() -> None:
             assert got[(b, g, True)] == pytest.approx(want)
 
 
+def test_verify_times_are_the_target_alone_at_every_timed_token_count() -> None:
+    step, draft = _timings([1, 4, 16], passes=K)
+    times = startup_costs.verify_times(step, draft)
+    assert [t for t, _ in times] == sorted(step)
+    for tokens, seconds in times:
+        assert seconds == pytest.approx(_target(tokens))
+
+
 def test_parallel_drafting_is_one_pass_per_step() -> None:
     step, draft = _timings([8], passes=1)
     samples = startup_costs.step_samples(step, draft, 1, [8], K, parallel=True)

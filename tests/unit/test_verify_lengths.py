@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from vllm_hust_vspec.adaptive import build_controller
+from vllm_hust_vspec.adaptive.cost_prior import CostPrior, CostSample
 from vllm_hust_vspec.adaptive.feedback import LengthPolicy, StepFeedback, VerifyQuery
 from vllm_hust_vspec.adaptive.verify_lengths import (
     LengthsConfig,
@@ -188,3 +189,102 @@ def test_the_simulator_knows_the_per_request_policies_by_name() -> None:
     assert isinstance(built["vllm-adaptive-verification"], VllmAdaptiveVerification)
     assert all(isinstance(c, LengthPolicy) for c in built.values())
     assert all(name in known_policy_help() for name in PER_REQUEST)
+
+
+def _fixed_batch_feed(layer: PerRequestLengths, rates: dict[str, float], steps: int,
+                      level: float = 1.0) -> None:
+    """Every request every step, always at depth K: verified tokens and batch x depth move
+    together, so the steps alone cannot tell a verified token's cost from a drafted one's.
+    Step time ``level * (c0 + c_v V + c_d D)`` with 1% noise."""
+    rng = random.Random(1)
+    ids = tuple(rates)
+    for _ in range(steps):
+        acc = []
+        for rid in ids:
+            a = 0
+            while a < K and rng.random() < rates[rid]:
+                a += 1
+            acc.append(a)
+        t = level * (0.004 + 4e-5 * len(ids) * (1 + K) + 3e-4 * K)
+        layer.observe(StepFeedback(
+            batch_size=len(ids), gamma=K, drafted=(K,) * len(ids), accepted=tuple(acc),
+            committed=sum(acc) + len(ids), interval_s=t * (1.0 + 0.01 * rng.gauss(0.0, 1.0)),
+            token_budget=4096, next_gamma=K, request_ids=ids))
+
+
+def _dummy_profile(verify: bool) -> CostPrior:
+    """Dummy batches at half the real level, with the target alone over T if ``verify``."""
+    def target(tokens: int) -> float:
+        return 0.5 * (0.004 + 4e-5 * tokens)
+
+    samples = tuple(CostSample(b, g, target(b * (1 + g)) + 0.5 * 3e-4 * g)
+                    for b in (1, 2, 4, 8, 16, 32) for g in range(1, K + 1))
+    times = tuple((t, target(t)) for t in sorted({s.batch * (1 + s.gamma) for s in samples}))
+    return CostPrior("test profile", samples, needs_anchor=True, verify=times if verify else ())
+
+
+def test_a_profile_with_verify_times_identifies_a_verified_tokens_cost_on_a_fixed_batch() -> None:
+    rates = {f"easy{i}": 0.9 for i in range(8)} | {f"hard{i}": 0.2 for i in range(8)}
+    blind = PerRequestLengths(K)
+    _fixed_batch_feed(blind, rates, 200)
+    assert blind.heterogeneous and not blind.ready  # the real steps cannot separate the costs
+    seeded = PerRequestLengths(K, cost_prior=_dummy_profile(verify=True))
+    _fixed_batch_feed(seeded, rates, 200)
+    assert seeded.ready, seeded.snapshot()
+    # the prior's shape at the real steps' level (twice the dummy one)
+    assert seeded.snapshot()["verify_token_cost_s"] == pytest.approx(4e-5, rel=0.15)
+    query = VerifyQuery(tuple(rates), (K,) * len(rates), 4096)
+    lengths = dict(zip(rates, seeded.lengths(query), strict=True))
+    assert max(lengths[f"hard{i}"] for i in range(8)) < min(lengths[f"easy{i}"] for i in range(8))
+
+
+def test_step_samples_alone_do_not_identify_what_verify_times_do() -> None:
+    """The profile's speculative steps grow verified tokens and drafting together."""
+    rates = {f"easy{i}": 0.9 for i in range(8)} | {f"hard{i}": 0.2 for i in range(8)}
+    steps_only = PerRequestLengths(K, cost_prior=_dummy_profile(verify=False))
+    _fixed_batch_feed(steps_only, rates, 200)
+    with_verify = PerRequestLengths(K, cost_prior=_dummy_profile(verify=True))
+    _fixed_batch_feed(with_verify, rates, 200)
+    # same data but the verify times: only they pin c_v near the truth
+    err_steps = abs(steps_only.snapshot()["verify_token_cost_s"] - 4e-5)
+    err_verify = abs(with_verify.snapshot()["verify_token_cost_s"] - 4e-5)
+    assert err_verify < 0.15 * 4e-5 and err_verify < err_steps
+
+
+class _SettledAt:
+    """A batch controller settled on one gamma."""
+
+    def __init__(self, gamma: int) -> None:
+        self.gamma = gamma
+
+    def decide(self, batch_size: int, token_budget: int) -> int:
+        return self.gamma
+
+    def observe(self, feedback: StepFeedback) -> None:
+        pass
+
+    def settled(self) -> bool:
+        return True
+
+
+def test_the_layer_never_overrides_a_settled_gamma_zero() -> None:
+    rates = {f"easy{i}": 0.95 for i in range(8)} | {f"hard{i}": 0.2 for i in range(8)}
+    for inner_gamma, may_change in ((0, False), (1, True)):
+        ctrl = PerRequestController(_SettledAt(inner_gamma), 0, K,
+                                    cost_prior=_dummy_profile(verify=True))
+        _fixed_batch_feed(ctrl.lengths, rates, 200)
+        assert ctrl.lengths.ready
+        chosen = ctrl.decide(16, 4096)
+        if may_change:
+            assert chosen > inner_gamma  # easy requests at 0.95: deeper pays, the layer says so
+        else:
+            assert chosen == 0
+
+
+def test_cost_prior_verify_times_are_validated_and_scaled() -> None:
+    with pytest.raises(ValueError, match="verify times"):
+        CostPrior("x", (), verify=((0, 1e-3),))
+    with pytest.raises(ValueError, match="verify times"):
+        CostPrior("x", (), verify=((4, float("nan")),))
+    prior = CostPrior("x", (CostSample(1, 1, 1e-3),), verify=((4, 2e-3),))
+    assert prior.scaled(2.0).verify == ((4, 4e-3),)

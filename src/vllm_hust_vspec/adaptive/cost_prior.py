@@ -44,10 +44,18 @@ class CostPrior:
     # sampling, output processing): dummy forward passes do. A controller then takes the
     # shape at once and the level from its first real steps (:meth:`ratio`, :meth:`scaled`).
     needs_anchor: bool = False
+    # The target's forward pass alone over ``tokens`` tokens, (tokens, seconds) ascending:
+    # what a verified token costs apart from drafting (a step's samples cannot separate the
+    # two when verified tokens and drafter work grow together). Empty when not measured.
+    verify: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.source:
             raise ValueError("cost prior: source must name where the samples came from")
+        for tokens, seconds in self.verify:
+            if tokens < 1 or not (math.isfinite(seconds) and seconds > 0):
+                raise ValueError(f"cost prior: verify times need tokens >= 1 and finite "
+                                 f"seconds > 0, got ({tokens}, {seconds})")
 
     def gammas(self) -> tuple[int, ...]:
         """The gammas that have at least one sample, ascending."""
@@ -85,7 +93,8 @@ class CostPrior:
         at gamma 4 over dummy batches, while every arm's real time is 2.0-2.4x its dummy
         one.)"""
         samples = tuple(replace(s, seconds=s.seconds * ratio) for s in self.samples)
-        return CostPrior(f"{self.source}, x{ratio:.3g} to real steps", samples)
+        verify = tuple((t, sec * ratio) for t, sec in self.verify)
+        return CostPrior(f"{self.source}, x{ratio:.3g} to real steps", samples, verify=verify)
 
 
 __all__ = ["CostPrior", "CostSample"]

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._validate import require_float
+from .cost_prior import CostPrior
 from .feedback import ControllerSnapshot, StepFeedback, VerifyQuery
 from .nnls import nnls_normal
 
@@ -67,6 +68,9 @@ class LengthsConfig:
     # exceed this (about 1 for identical requests). Otherwise the batch controller decides
     # alone, exactly as without this layer.
     dispersion_threshold: float = 3.0
+    # Steps a start-up cost profile counts as in the step-cost fit (it never decays; real
+    # steps do, over ``batch_halflife``, about 370 steps' weight in steady state).
+    prior_steps: float = 32.0
 
     def __post_init__(self) -> None:
         require_float(self, "margin", 0.0, 1.0)
@@ -74,6 +78,7 @@ class LengthsConfig:
         require_float(self, "prior_positions", 0.0, math.inf)
         require_float(self, "request_halflife", 1.0, math.inf)
         require_float(self, "batch_halflife", 1.0, math.inf)
+        require_float(self, "prior_steps", 0.0, math.inf)
 
 
 def _group_key(alpha: float) -> int:
@@ -82,17 +87,87 @@ def _group_key(alpha: float) -> int:
 
 
 class _StepCost:
-    """Discounted NNLS of step time on (1, verified tokens, depth, batch x depth)."""
+    """Discounted NNLS of step time on (1, verified tokens, depth, batch x depth).
 
-    __slots__ = ("_decay", "_g", "_r", "_tt", "coef", "samples")
+    On a fixed batch that verifies everything, verified tokens and batch x depth move
+    together and a verified token's cost cannot be told from a drafted one's. A start-up cost
+    profile (:class:`CostPrior`, dummy batches over every batch size and depth) separates
+    them: its steps enter as pseudo-observations of constant weight (a prior, so it does not
+    decay), scaled onto the real steps' level by the ratio of their discounted times to the
+    prior's prediction of them (dummy batches leave out host overhead). A prior that timed the
+    target alone over T tokens measured a verified token's cost directly, so it counts as
+    identified at once; otherwise the standard-error test of :meth:`_identified` decides.
+    """
 
-    def __init__(self, halflife: float) -> None:
+    __slots__ = ("_decay", "_first_fit", "_g", "_gp", "_measured_split", "_pcoef", "_r", "_rp",
+                 "_tt", "_ttp", "coef", "known", "samples")
+
+    def __init__(self, halflife: float, prior: CostPrior | None = None,
+                 prior_steps: float = 0.0) -> None:
         self._decay = 0.5 ** (1.0 / halflife)
         self._g = [[0.0] * 4 for _ in range(4)]
         self._r = [0.0] * 4
         self._tt = 0.0
+        # the prior's normal equations, weighted to ``prior_steps`` steps in all
+        self._gp = [[0.0] * 4 for _ in range(4)]
+        self._rp = [0.0] * 4
+        self._ttp = 0.0
+        self._pcoef: list[float] | None = None
         self.coef: list[float] | None = None
+        self.known = False  # identified(), as of the last fit
         self.samples = 0
+        self._first_fit = _MIN_COST_SAMPLES
+        # True when the prior timed the target alone: a verified token's cost is then
+        # measured, not inferred from how step times co-vary (real steps set only its level)
+        self._measured_split = False
+        if prior is not None and prior_steps > 0.0:
+            self._seed(prior, prior_steps)
+
+    def _seed(self, prior: CostPrior, prior_steps: float) -> None:
+        # Speculative steps (a drafter-skipping zero is the batch controller's business) and
+        # the target alone over T tokens (verified tokens without drafting: what separates
+        # the two costs). Without verify times the steps alone rarely identify c_v.
+        points = [((1.0, float(s.batch * (1 + s.gamma)), float(s.gamma),
+                    float(s.batch * s.gamma)), s.seconds, float(s.count))
+                  for s in prior.samples if s.gamma >= 1 and s.drafter_ran]
+        points += [((1.0, float(t), 0.0, 0.0), sec, 1.0) for t, sec in prior.verify]
+        if not points:
+            return
+        w = prior_steps / sum(count for _, _, count in points)
+        for x, seconds, count in points:
+            c = w * count
+            self._ttp += c * seconds * seconds
+            for i in range(4):
+                self._rp[i] += c * x[i] * seconds
+                for j in range(4):
+                    self._gp[i][j] += c * x[i] * x[j]
+        self._pcoef = nnls_normal(self._gp, self._rp)
+        self._measured_split = bool(prior.verify)
+        self._first_fit = 1
+        self._refit()
+
+    def _level(self) -> float:
+        """Real steps' time over the prior's prediction of them (1 before any real step)."""
+        pc = self._pcoef
+        assert pc is not None
+        predicted = sum(ci * gi for ci, gi in zip(pc, self._g[0], strict=True))
+        return self._r[0] / predicted if predicted > 0.0 and self._r[0] > 0.0 else 1.0
+
+    def _normal(self) -> tuple[list[list[float]], list[float], float]:
+        """Normal equations of the real steps plus the level-scaled prior."""
+        if self._pcoef is None:
+            return self._g, self._r, self._tt
+        s = self._level()
+        g = [[a + b for a, b in zip(ra, rb, strict=True)]
+             for ra, rb in zip(self._g, self._gp, strict=True)]
+        r = [a + s * b for a, b in zip(self._r, self._rp, strict=True)]
+        return g, r, self._tt + s * s * self._ttp
+
+    def _refit(self) -> None:
+        g, r, tt = self._normal()
+        self.coef = coef = nnls_normal(g, r)
+        self.known = coef is not None and (
+            (coef[1] > 0.0 and self._measured_split) or self._identified(g, r, tt))
 
     def add(self, verified: int, depth: int, batch: int, seconds: float) -> None:
         x = (1.0, float(verified), float(depth), float(batch * depth))
@@ -105,14 +180,15 @@ class _StepCost:
             for j in range(4):
                 row[j] = row[j] * d + x[i] * x[j]
         self.samples += 1
-        if self.samples >= _MIN_COST_SAMPLES and self.samples % _REFIT_EVERY == 0:
-            self.coef = nnls_normal(g, r)
+        late = self.samples - self._first_fit
+        if late >= 0 and late % _REFIT_EVERY == 0:
+            self._refit()
 
-    def identified(self) -> bool:
+    def _identified(self, g: list[list[float]], r: list[float], tt: float) -> bool:
         """True when the cost of a verified token is known to within ``_COST_REL_SE`` of
         itself: verified tokens must vary apart from batch x depth (with a fixed batch
         verifying everything the two move together and cannot be told apart)."""
-        c, g = self.coef, self._g
+        c = self.coef
         n = g[0][0]
         if c is None or c[1] <= 0.0 or n <= 1.0:
             return False
@@ -121,7 +197,7 @@ class _StepCost:
         var_b = g[3][3] / n - mb * mb
         cov = g[1][3] / n - mv * mb
         apart = var_v - (cov * cov / var_b if var_b > 0.0 else 0.0)  # var(V | B x D)
-        rss = self._tt - 2.0 * sum(ci * ri for ci, ri in zip(c, self._r, strict=True)) + sum(
+        rss = tt - 2.0 * sum(ci * ri for ci, ri in zip(c, r, strict=True)) + sum(
             c[i] * g[i][j] * c[j] for i in range(4) for j in range(4))
         if apart <= 0.0:
             return False
@@ -137,7 +213,10 @@ class _StepCost:
 class PerRequestLengths:
     """Survival per request and the length / depth rule (see the module docstring)."""
 
-    def __init__(self, max_gamma: int, config: LengthsConfig | None = None) -> None:
+    def __init__(self, max_gamma: int, config: LengthsConfig | None = None,
+                 cost_prior: CostPrior | None = None) -> None:
+        """``cost_prior``: start-up step times (host/startup_costs.py) that identify a
+        verified token's cost before the real steps can (see :class:`_StepCost`)."""
         self.config = cfg = config or LengthsConfig()
         self.margin = cfg.margin
         self.max_gamma = max_gamma
@@ -151,7 +230,7 @@ class PerRequestLengths:
         self._cum_rho = [float(k) for k in range(max_gamma + 1)]  # [0, rho_0, rho_0+rho_1..]
         self._curves: dict[int, list[float]] = {}  # group -> cumulative survival (this step)
         self._mean_alpha = 0.6
-        self._cost = _StepCost(cfg.batch_halflife)
+        self._cost = _StepCost(cfg.batch_halflife, cost_prior, cfg.prior_steps)
         self._step = 0
         self._batch_keys: list[int] = []  # groups of the last verify's requests
         self.trimmed = 0  # drafts left unverified, for reports
@@ -167,7 +246,7 @@ class PerRequestLengths:
         and says verified tokens cost something."""
         c = self._cost.coef
         return (self.heterogeneous and c is not None and c[1] > 0.0
-                and self._cost.identified())
+                and self._cost.known)
 
     # -- learning -----------------------------------------------------------------------------
     def alpha(self, rid: Hashable) -> float:
@@ -307,7 +386,7 @@ class PerRequestLengths:
             return list(drafted)
         if not self.ready:
             self._verifies += 1
-            if (self.heterogeneous and not self._cost.identified()
+            if (self.heterogeneous and not self._cost.known
                     and self._verifies % _PROBE_EVERY == 0):
                 # a probe: verified tokens must vary apart from batch x depth once for their
                 # cost to be learned (greedy outputs never change; a few drafts go unchecked)
@@ -358,7 +437,7 @@ class PerRequestLengths:
                 "verified_share": self.verified / total if total else 1.0,
                 "verify_token_cost_s": None if c is None else c[1],
                 "dispersion": round(self.dispersion, 3),
-                "cost_identified": self._cost.identified(),
+                "cost_identified": self._cost.known,
                 "probes": self.probes,
                 "position_profile": [round(r, 3) for r in self._rho]}
 
@@ -373,11 +452,12 @@ class PerRequestController:
     """
 
     def __init__(self, inner: Any, min_gamma: int, max_gamma: int,
-                 config: LengthsConfig | None = None) -> None:
+                 config: LengthsConfig | None = None,
+                 cost_prior: CostPrior | None = None) -> None:
         self.inner = inner
         self.min_gamma = min_gamma
         self.max_gamma = max_gamma
-        self.lengths = PerRequestLengths(max_gamma, config)
+        self.lengths = PerRequestLengths(max_gamma, config, cost_prior)
         self.depth_decisions = 0
 
     def decide(self, batch_size: int, token_budget: int) -> int:
@@ -387,15 +467,14 @@ class PerRequestController:
             return g  # not identified yet, or exploring: the batch controller's probe
         lo = self.min_gamma
         hi = min(self.max_gamma, max(0, token_budget // max(batch_size, 1) - 1))
-        if not lo <= g <= hi:
-            return g
+        if g == 0 or not lo <= g <= hi:
+            return g  # speculation off is the batch controller's call (a sticky host pins it)
         # Scored by this layer's model of the trimmed step at each depth: the batch
         # controller's arm times were measured under other lengths (before trimming began,
         # or at another depth's trimming) and would misrank depths.
         score = [v / t if t > 0.0 else 0.0
                  for v, t in self.lengths.depth_steps(batch_size, lo, hi)]
-        # never down to gamma 0: switching speculation off is the batch controller's call
-        # (a host's sticky zero pins the cohort on it)
+        # never down to gamma 0 either
         first = 1 if lo == 0 else lo
         best = max(range(first - lo, len(score)), key=score.__getitem__, default=g - lo)
         if best + lo != g and score[best] > (1.0 + self.lengths.margin) * score[g - lo]:

@@ -106,7 +106,8 @@ def make_controller(settings: Settings, max_gamma: int,
     if settings.adaptive_per_request_lengths:
         from vllm_hust_vspec.adaptive.verify_lengths import PerRequestController
 
-        return PerRequestController(controller, kwargs["min_gamma"], max_gamma)
+        return PerRequestController(controller, kwargs["min_gamma"], max_gamma,
+                                    cost_prior=cost_prior)
     return controller
 
 

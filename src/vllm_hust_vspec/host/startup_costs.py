@@ -103,6 +103,18 @@ def time_worker(worker: Any, batches: list[int], max_gamma: int,
     return WorkerTimes(step, draft, passes, parallel)
 
 
+def target_time(step: dict[int, float], draft: dict[int, float], tokens: int) -> float:
+    """The target's forward alone over ``tokens``: the step's time less the drafter's (the
+    difference of two medians, kept physically plausible)."""
+    return max(step[tokens] - draft[tokens], 0.05 * step[tokens])
+
+
+def verify_times(step: dict[int, float], draft: dict[int, float]) -> tuple[tuple[int, float],
+                                                                            ...]:
+    """(tokens, target seconds) for every timed token count, ascending."""
+    return tuple((t, target_time(step, draft, t)) for t in sorted(step))
+
+
 def step_samples(step: dict[int, float], draft: dict[int, float], passes: int,
                  batches: Iterable[int], max_gamma: int,
                  parallel: bool = False) -> tuple[CostSample, ...]:
@@ -114,8 +126,7 @@ def step_samples(step: dict[int, float], draft: dict[int, float], passes: int,
         return draft[t] / passes
 
     def target(t: int) -> float:
-        # the difference of two medians; kept physically plausible
-        return max(step[t] - draft[t], 0.05 * step[t])
+        return target_time(step, draft, t)
 
     out: list[CostSample] = []
     for b in batches:
@@ -179,7 +190,8 @@ def profile_engine(executor: Any, vllm_config: Any, settings: Settings) -> CostP
         logger.warning("vSpec: start-up cost profile timed nothing; the controller starts "
                        "without a cost prior")
         return None
-    prior = CostPrior(SOURCE, samples, needs_anchor=True)
+    prior = CostPrior(SOURCE, samples, needs_anchor=True,
+                      verify=verify_times(merged.step, merged.draft))
     _PENDING[id(vllm_config)] = prior
     logger.info("vSpec: start-up cost profile: %d step shapes (batch %d..%d, gamma 0..%d) in "
                 "%.1f s", len(samples), min(s.batch for s in samples),
@@ -193,4 +205,4 @@ def take(vllm_config: Any) -> CostPrior | None:
 
 
 __all__ = ["SOURCE", "WorkerTimes", "profile_batches", "profile_engine", "step_samples", "take",
-           "time_worker", "wanted"]
+           "target_time", "time_worker", "verify_times", "wanted"]

@@ -50,7 +50,8 @@ def startup_prior(scenario: Scenario, seed: int) -> CostPrior:
     ``max_num_seqs`` and every gamma, the drafter skipped and sync zeros included, priced by
     the cost model over empty contexts (dummy batches have none), at half the real level,
     the drafter-skipping zero ``scenario.startup_zero_bias`` times dearer, and each off by up
-    to ``scenario.startup_profile`` (uniform, seeded by run and shape)."""
+    to ``scenario.startup_profile`` (uniform, seeded by run and shape); the target alone over
+    every profiled token count as its verify times."""
     err = scenario.startup_profile or 0.0
     cost = scenario.cost
     shapes = [(0, False), (0, True)] + [(g, True) for g in range(1, scenario.max_gamma + 1)]
@@ -63,7 +64,11 @@ def startup_prior(scenario: Scenario, seed: int) -> CostPrior:
             bias = 1.0 if ran else scenario.startup_zero_bias
             samples.append(CostSample(b, g, t * _DUMMY_LEVEL * bias * (1.0 + u),
                                       drafter_ran=ran))
-    return CostPrior("start-up profile (simulated)", tuple(samples), needs_anchor=True)
+    tokens = sorted({b * (1 + g) for b in bucket_batches(scenario.max_num_seqs)
+                     for g in range(scenario.max_gamma + 1)})
+    verify = tuple((t, cost.step_time(t, 0, 0, 0, 0, 0) * _DUMMY_LEVEL) for t in tokens)
+    return CostPrior("start-up profile (simulated)", tuple(samples), needs_anchor=True,
+                     verify=verify)
 
 
 def profile_samples(scenario: Scenario, repeats: int = 2) -> list[FitSample]:

@@ -83,9 +83,12 @@ def make_controller(name: str, scenario: Scenario, seed: int = 0) -> Controller:
         return VllmAdaptiveVerification(scenario)
     if name == "online-per-request":
         from ..adaptive.verify_lengths import PerRequestController  # noqa: PLC0415
-        from .adaptive_glue import build_ours  # noqa: PLC0415
+        from .adaptive_glue import build_ours, startup_prior  # noqa: PLC0415
 
-        return PerRequestController(build_ours("online", scenario, seed), lo, hi)
+        prior = (startup_prior(scenario, seed) if scenario.startup_profile is not None
+                 else None)
+        return PerRequestController(build_ours("online", scenario, seed), lo, hi,
+                                    cost_prior=prior)
     if name in OURS:
         from .adaptive_glue import build_ours  # noqa: PLC0415 - needs the adaptive package
 

@@ -146,9 +146,9 @@ def summarise(scenario: Scenario, results: list[RunResult]) -> ScenarioReport:
     oracle = next((s for s in summaries if s.policy == "oracle"), None)
     for s in summaries:
         if best is not None:
-            s.ratio_to_best_fixed = _paired_ratio(s, best)
+            s.ratio_to_best_fixed = paired_ratio(s, best)
         if oracle is not None:
-            s.ratio_to_oracle = _paired_ratio(s, oracle)
+            s.ratio_to_oracle = paired_ratio(s, oracle)
     seeds = sorted({r.seed for r in results})
     return ScenarioReport(
         scenario=scenario.name,
@@ -160,7 +160,7 @@ def summarise(scenario: Scenario, results: list[RunResult]) -> ScenarioReport:
     )
 
 
-def _paired_ratio(a: PolicySummary, b: PolicySummary) -> float:
+def paired_ratio(a: PolicySummary, b: PolicySummary) -> float:
     """Mean over seeds of goodput(a, seed) / goodput(b, seed) (pairs share random numbers)."""
     ref = {r.seed: r.goodput for r in b.runs}
     ratios = [r.goodput / ref[r.seed] for r in a.runs if ref.get(r.seed)]
