@@ -176,7 +176,7 @@ def test_per_request_controller_gains_on_a_bimodal_batch() -> None:
     per_req = simulate(sc, wrapped, 1)  # type: ignore[arg-type]
     assert per_req.goodput > 1.02 * online.goodput
     snap = wrapped.snapshot()["per_request"]
-    assert snap["verified_share"] < 0.9 and snap["dispersion"] > 3.0
+    assert snap["verified_share"] < 0.9
 
 
 def test_the_simulator_knows_the_per_request_policies_by_name() -> None:

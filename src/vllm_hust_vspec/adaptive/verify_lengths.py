@@ -41,12 +41,13 @@ from .nnls import nnls_normal
 
 _GRID = 0.1  # log-rate resolution of the request groups
 _Q_MAX = 0.995  # no position is certain
-_EVICT_EVERY = 256  # steps between sweeps of requests no longer seen
+_EVICT_EVERY = 64  # steps between sweeps of requests no longer seen
 _MIN_COST_SAMPLES = 32  # steady steps before the cost model decides anything
 _REFIT_EVERY = 16
 _DISPERSION_MIN_TRIED = 8.0  # tried positions a request needs to enter the dispersion test
 _COST_REL_SE = 0.25  # relative standard error below which a verified token's cost is known
 _PROBE_EVERY = 8  # while unidentified, every 8th verify checks half of each request's drafts
+_REFRESH_EVERY = 16  # steps between updates of the batch mean rate and the dispersion test
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +223,8 @@ class PerRequestLengths:
         self.max_gamma = max_gamma
         # id -> [accepted, effective tried, last step, group key]
         self._req: dict[Hashable, list[float]] = {}
-        self._req_decay = 0.5 ** (1.0 / cfg.request_halflife)
+        rd = 0.5 ** (1.0 / cfg.request_halflife)
+        self._req_decay = [rd ** k for k in range(max_gamma + 1)]  # by positions tried
         self._pos_decay = 0.5 ** (1.0 / cfg.batch_halflife)
         self._pos_acc = [0.0] * max_gamma
         self._pos_exp = [0.0] * max_gamma  # sum of alpha_i over the requests that tried k
@@ -268,34 +270,40 @@ class PerRequestLengths:
         rho = self._rho
         depth = len(rho)
         prior, mean = self.config.prior_positions, self._mean_alpha
-        rd = self._req_decay
+        decay = self._req_decay
         table = self._req
         # per position: accepted, and the summed rate of the requests that tried it, built
         # from per-"tried count" sums (O(batch + depth))
         alpha_by_tried = [0.0] * (depth + 1)
         acc_hist = [0] * (depth + 1)
         cum_rho = self._cum_rho
-        for i, (d, a) in enumerate(zip(fb.drafted, fb.accepted, strict=True)):
+        pm = prior * mean
+        log, inv_grid = math.log, 1.0 / _GRID
+        get = table.get
+        rids = ids if ids is not None else (None,) * len(fb.drafted)
+        for rid, d, a in zip(rids, fb.drafted, fb.accepted, strict=True):
             if d <= 0:
                 continue
             tried = a + 1 if a < d else a
             if tried > depth:
                 tried = depth
-            st = table.get(ids[i]) if ids is not None else None
-            al = mean if st is None else (st[0] + prior * mean) / (st[1] + prior)
-            alpha_by_tried[tried] += al
             acc_hist[a if a < depth else depth] += 1
-            if ids is None:
-                continue
-            eff = cum_rho[tried]
+            st = None if rid is None else get(rid)
             if st is None:
-                st = table[ids[i]] = [float(a), eff, step, 0.0]
+                alpha_by_tried[tried] += mean
+                if rid is None:
+                    continue
+                s0, s1 = float(a), cum_rho[tried]
+                st = table[rid] = [s0, s1, step, 0.0]
             else:
-                w = rd ** tried
-                st[0] = st[0] * w + a
-                st[1] = st[1] * w + eff
+                s0, s1 = st[0], st[1]
+                alpha_by_tried[tried] += (s0 + pm) / (s1 + prior)
+                w = decay[tried]
+                st[0] = s0 = s0 * w + a
+                st[1] = s1 = s1 * w + cum_rho[tried]
                 st[2] = step
-            st[3] = _group_key((st[0] + prior * mean) / (st[1] + prior))
+            x = (s0 + pm) / (s1 + prior)
+            st[3] = round(log(x if x > 1e-6 else 1e-6) * inv_grid)  # _group_key, inlined
         pd = self._pos_decay
         pos_acc, pos_exp = self._pos_acc, self._pos_exp
         tried_beyond = accepted_beyond = 0.0
@@ -315,29 +323,29 @@ class PerRequestLengths:
                 fb.next_gamma is None or fb.next_gamma == fb.gamma):
             self._cost.add(len(fb.drafted) + sum(fb.drafted), fb.gamma, len(fb.drafted),
                            fb.interval_s)
-        if self._step % 64 == 0 and table:
-            self._refresh_batch(table)
+        if self._step % _REFRESH_EVERY == 0 and table:
+            self._refresh_batch(list(table.values()))
         if self._step % _EVICT_EVERY == 0:
             stale = step - _EVICT_EVERY
             for rid in [r for r, st in table.items() if st[2] < stale]:
                 del table[rid]
 
-    def _refresh_batch(self, table: dict[Hashable, list[float]]) -> None:
+    def _refresh_batch(self, batch: list[list[float]]) -> None:
         """The batch's mean rate and whether its requests differ beyond chance: the
-        dispersion of the requests' raw rates over what binomial noise alone would give."""
-        mean = sum(self._shrunk(st) for st in table.values()) / len(table)
+        dispersion of the requests' raw rates over what binomial noise alone would give,
+        over the requests seen in the last ``_EVICT_EVERY`` steps (finished ones too: their
+        long histories keep the mean honest where most running requests are young)."""
+        if not batch:
+            return
+        mean = sum(self._shrunk(st) for st in batch) / len(batch)
         self._mean_alpha = mean
         var = mean * (1.0 - mean)
         ratios = [(st[0] / st[1] - mean) ** 2 * st[1] / var
-                  for st in table.values() if st[1] >= _DISPERSION_MIN_TRIED]
+                  for st in batch if st[1] >= _DISPERSION_MIN_TRIED]
         self.dispersion = sum(ratios) / len(ratios) if ratios and var > 0 else 1.0
         self.heterogeneous = self.dispersion > self.config.dispersion_threshold
 
     # -- the rule -----------------------------------------------------------------------------
-    def _key(self, rid: Hashable) -> int:
-        st = self._req.get(rid)
-        return _group_key(self._mean_alpha) if st is None else int(st[3])
-
     def _survival(self, key: int) -> list[float]:
         """Cumulative survival sums ``[0, S(0), S(0)+S(1), ...]`` of a group's drafts, to
         the maximum depth (cached until the next observe)."""
@@ -380,7 +388,9 @@ class PerRequestLengths:
         """How many of each request's drafts to verify (each at most its drafts)."""
         drafted = query.drafted
         depth = max(drafted, default=0)
-        keys = [self._key(rid) for rid in query.request_ids]
+        table, fallback = self._req, _group_key(self._mean_alpha)
+        keys = [fallback if st is None else int(st[3])
+                for st in map(table.get, query.request_ids)]
         self._batch_keys = keys
         if depth <= 0:
             return list(drafted)
