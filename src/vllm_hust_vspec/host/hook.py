@@ -64,6 +64,19 @@ class GammaLookup:
         return self._size
 
 
+class VSpecHostError(RuntimeError):
+    """The scheduler hook cannot run with this configuration."""
+
+
+@dataclass
+class InsideStep:
+    """Which per-step wrapper is running (a subclass's wrapped override may call the base
+    method, whose wrapper must then pass through)."""
+
+    schedule: bool = False
+    update: bool = False
+
+
 class SchedulerHook:
     """Per-Scheduler state: the decision, the gamma-0 mode, feedback and outputs."""
 
@@ -96,6 +109,7 @@ class SchedulerHook:
         self.step = 0
         self.last_decided = max_gamma  # drafts made before the first decision use max K
         self._decided: int | None = None
+        self.inside = InsideStep()
         self._records: dict[int, _StepRecord] = {}
         self._last_update_t: float | None = None
         self._idle = True
@@ -171,6 +185,15 @@ class SchedulerHook:
         now = time.monotonic()
         if not num_sched:
             return
+        if self.adaptive and self._decided is None:
+            # Every supported Scheduler.schedule asks dynamic_sd_lookup once it schedules
+            # anything (the doctor's requirement); a replacement that does not would run a
+            # fixed K while vSpec reports adaptive gamma.
+            raise VSpecHostError(
+                f"vSpec: {type(self.scheduler).__qualname__}.schedule() scheduled a step "
+                "without asking Scheduler.dynamic_sd_lookup, so adaptive gamma cannot apply "
+                "with this scheduler class; use vLLM's Scheduler (no --scheduler-cls, or "
+                "vllm-ascend without a custom scheduler) or turn adaptive speculation off")
         decided = self._decided if self._decided is not None else out.num_spec_tokens_to_schedule
         skip = False
         if self.adaptive and self.mode == "sticky":
@@ -310,4 +333,5 @@ def step_counts(
     return tuple(drafted), tuple(accepted), committed, tuple(ids)
 
 
-__all__ = ["SKIP_ATTR", "GammaLookup", "SchedulerHook", "step_counts"]
+__all__ = ["SKIP_ATTR", "GammaLookup", "InsideStep", "SchedulerHook", "VSpecHostError",
+           "step_counts"]

@@ -37,7 +37,7 @@ from vllm_hust_vspec.host import (
 )
 from vllm_hust_vspec.host.capabilities import ENGINE_CORE, MODEL_RUNNER, SCHEDULER, WORKER
 from vllm_hust_vspec.host.cost_state import CostState, fingerprint_of
-from vllm_hust_vspec.host.hook import SKIP_ATTR, GammaLookup, SchedulerHook
+from vllm_hust_vspec.host.hook import SKIP_ATTR, GammaLookup, SchedulerHook, VSpecHostError
 from vllm_hust_vspec.host.hook_parts import REFILL_MAX_HOLD_STEPS
 from vllm_hust_vspec.host.metrics import get_metrics
 from vllm_hust_vspec.host.patching import Patcher, resolve
@@ -52,10 +52,6 @@ HOOK_ATTR = "_vspec_hook"
 # Methods whose proposer drafts exactly the K it is given. suffix asserts K == configured K
 # and custom_class ignores it, so neither can be driven per step; medusa is gone in vLLM 0.33.
 SUPPORTED_METHODS = frozenset({"draft_model", "eagle", "eagle3", "mtp", "ngram", "ngram_gpu"})
-
-
-class VSpecHostError(RuntimeError):
-    """The scheduler hook cannot run with this configuration."""
 
 
 # ---- attaching to a Scheduler -----------------------------------------------------------
@@ -107,6 +103,9 @@ def attach(scheduler: Any, settings: Settings) -> SchedulerHook | None:
             )
         size = int(getattr(scheduler, "max_num_running_reqs", 0)) + 1
         scheduler.dynamic_sd_lookup = GammaLookup(hook, size)
+    for label in wrap_overrides(type(scheduler)):
+        logger.info("vSpec: %s overrides the base scheduler's; the per-step hook wraps it too",
+                    label)
     setattr(scheduler, HOOK_ATTR, hook)
     logger.info(
         "vSpec: scheduler hook active (method=%s, max gamma=%d, adaptive=%s, gamma0=%s, "
@@ -138,10 +137,15 @@ def _make_init_wrapper(
 def _make_schedule_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
     def schedule(self: Any, *args: Any, **kwargs: Any) -> Any:
         hook = getattr(self, HOOK_ATTR, None)
-        if hook is None:
+        if hook is None or hook.inside.schedule:
+            # no hook, or a subclass's wrapped override calling the base's: once per call
             return orig(self, *args, **kwargs)
-        with hook.scheduling():
-            out = orig(self, *args, **kwargs)
+        hook.inside.schedule = True
+        try:
+            with hook.scheduling():
+                out = orig(self, *args, **kwargs)
+        finally:
+            hook.inside.schedule = False
         hook.after_schedule(out)
         return out
 
@@ -151,14 +155,46 @@ def _make_schedule_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
 def _make_update_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
     def update_from_output(self: Any, scheduler_output: Any, model_runner_output: Any) -> Any:
         hook = getattr(self, HOOK_ATTR, None)
-        if hook is None:
+        if hook is None or hook.inside.update:
             return orig(self, scheduler_output, model_runner_output)
-        finish = hook.on_update(scheduler_output, model_runner_output)
-        result = orig(self, scheduler_output, model_runner_output)
+        hook.inside.update = True
+        try:
+            finish = hook.on_update(scheduler_output, model_runner_output)
+            result = orig(self, scheduler_output, model_runner_output)
+        finally:
+            hook.inside.update = False
         finish()
         return result
 
     return update_from_output
+
+
+# The per-step methods the hook runs around, and their wrapper factories.
+_STEP_METHODS: tuple[tuple[str, Callable[[Callable[..., Any]], Callable[..., Any]]], ...] = (
+    ("schedule", _make_schedule_wrapper),
+    ("update_from_output", _make_update_wrapper),
+)
+_patcher: Patcher | None = None  # install()'s, for overrides met at attach time
+
+
+def wrap_overrides(scheduler_cls: type) -> list[str]:
+    """Wrap the per-step methods a scheduler subclass overrides (vllm-ascend's recompute,
+    profiling-chunk and load-balancing schedulers, any ``--scheduler-cls``): without this
+    their ``schedule`` would run without the hook (no sticky bookkeeping, no per-request
+    lengths, no refill hold). An override that calls the base method runs the hook once
+    (the wrappers are re-entrance guarded). Returns ``Class.method`` of what it wrapped."""
+    wrapped = []
+    for name, make in _STEP_METHODS:
+        if getattr(getattr(scheduler_cls, name), "__vspec_original__", None) is not None:
+            continue
+        owner = next(c for c in scheduler_cls.__mro__ if name in vars(c))
+        if _patcher is None:
+            raise VSpecHostError(
+                f"vSpec cannot run its per-step hook around {owner.__qualname__}.{name}: the "
+                "scheduler patches are not installed (enable vSpec before vLLM builds engines)")
+        _patcher.wrap(owner, name, make)
+        wrapped.append(f"{owner.__qualname__}.{name}")
+    return wrapped
 
 
 def _make_shutdown_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -255,6 +291,8 @@ def _make_propose_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
 
 def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
     """Apply every upstream-vLLM patch (the one list of them)."""
+    global _patcher
+    _patcher = patcher
     scheduler_cls = resolve(*SCHEDULER)
     runner_cls = resolve(*MODEL_RUNNER)
     patcher.wrap(scheduler_cls, "__init__", _make_init_wrapper(get_settings))
