@@ -98,6 +98,8 @@ class _StepCost:
     prior's prediction of them (dummy batches leave out host overhead). A prior that timed the
     target alone over T tokens measured a verified token's cost directly, so it counts as
     identified at once; otherwise the standard-error test of :meth:`_identified` decides.
+    Once the real steps alone pass that test (trimming varies verified tokens), their own
+    fit replaces the combined one.
     """
 
     __slots__ = ("_decay", "_first_fit", "_g", "_gp", "_measured_split", "_pcoef", "_r", "_rp",
@@ -165,10 +167,18 @@ class _StepCost:
         return g, r, self._tt + s * s * self._ttp
 
     def _refit(self) -> None:
+        if self._pcoef is not None and self.samples >= _MIN_COST_SAMPLES:
+            # Once trimmed steps vary verified tokens apart from drafting, the real steps
+            # identify a verified token's cost themselves and the prior's shape (whose level
+            # is scaled by whole steps, not by the target's slope) steps aside.
+            own = nnls_normal(self._g, self._r)
+            if own is not None and self._identified(own, self._g, self._r, self._tt):
+                self.coef, self.known = own, True
+                return
         g, r, tt = self._normal()
         self.coef = coef = nnls_normal(g, r)
         self.known = coef is not None and (
-            (coef[1] > 0.0 and self._measured_split) or self._identified(g, r, tt))
+            (coef[1] > 0.0 and self._measured_split) or self._identified(coef, g, r, tt))
 
     def add(self, verified: int, depth: int, batch: int, seconds: float) -> None:
         x = (1.0, float(verified), float(depth), float(batch * depth))
@@ -185,13 +195,14 @@ class _StepCost:
         if late >= 0 and late % _REFIT_EVERY == 0:
             self._refit()
 
-    def _identified(self, g: list[list[float]], r: list[float], tt: float) -> bool:
-        """True when the cost of a verified token is known to within ``_COST_REL_SE`` of
-        itself: verified tokens must vary apart from batch x depth (with a fixed batch
-        verifying everything the two move together and cannot be told apart)."""
-        c = self.coef
+    @staticmethod
+    def _identified(c: list[float], g: list[list[float]], r: list[float], tt: float) -> bool:
+        """True when the cost of a verified token in fit ``c`` is known to within
+        ``_COST_REL_SE`` of itself: verified tokens must vary apart from batch x depth (with
+        a fixed batch verifying everything the two move together and cannot be told
+        apart)."""
         n = g[0][0]
-        if c is None or c[1] <= 0.0 or n <= 1.0:
+        if c[1] <= 0.0 or n <= 1.0:
             return False
         mv, mb = g[0][1] / n, g[0][3] / n
         var_v = g[1][1] / n - mv * mv
