@@ -100,6 +100,8 @@ def main() -> int:
                         "tokens a step, and with equal lengths the easy ones finish first "
                         "and most steps would run hard requests alone)")
     args = parser.parse_args()
+    if not 1 <= args.fixed <= MAX_K:
+        parser.error(f"--fixed must be within 1..{MAX_K}, got {args.fixed}")
     if not models_ready(args.models):
         return 2
     from vllm_hust_vspec import host
@@ -129,9 +131,10 @@ def main() -> int:
         controllers = {"uniform": build_controller("online", **kw),
                        "per-request": PerRequestController(build_controller("online", **kw),
                                                            0, MAX_K, cost_prior=prior),
-                       fixed: FixedController(args.fixed, MAX_K),
+                       fixed: FixedController(args.fixed, args.fixed),
                        f"{fixed}+lengths": PerRequestController(
-                           FixedController(args.fixed, MAX_K), 0, MAX_K, cost_prior=prior)}
+                           FixedController(args.fixed, args.fixed), 0, MAX_K,
+                           cost_prior=prior)}
         results: dict[str, list[float]] = {"target-only": [], **{k: [] for k in controllers}}
         expected: list[list[int]] | None = None  # every arm must produce the same tokens
         run(base, prompts, warm)  # warm-up, not measured

@@ -11,6 +11,7 @@ import pytest
 from vllm_hust_vspec.adaptive import build_controller
 from vllm_hust_vspec.adaptive.cost_prior import CostPrior, CostSample
 from vllm_hust_vspec.adaptive.feedback import LengthPolicy, StepFeedback, VerifyQuery
+from vllm_hust_vspec.adaptive.fixed import FixedController
 from vllm_hust_vspec.adaptive.verify_lengths import (
     LengthsConfig,
     PerRequestController,
@@ -251,26 +252,10 @@ def test_step_samples_alone_do_not_identify_what_verify_times_do() -> None:
     assert err_verify < 0.15 * 4e-5 and err_verify < err_steps
 
 
-class _SettledAt:
-    """A batch controller settled on one gamma."""
-
-    def __init__(self, gamma: int) -> None:
-        self.gamma = gamma
-
-    def decide(self, batch_size: int, token_budget: int) -> int:
-        return self.gamma
-
-    def observe(self, feedback: StepFeedback) -> None:
-        pass
-
-    def settled(self) -> bool:
-        return True
-
-
 def test_the_layer_never_overrides_a_settled_gamma_zero() -> None:
     rates = {f"easy{i}": 0.95 for i in range(8)} | {f"hard{i}": 0.2 for i in range(8)}
     for inner_gamma, may_change in ((0, False), (1, True)):
-        ctrl = PerRequestController(_SettledAt(inner_gamma), 0, K,
+        ctrl = PerRequestController(FixedController(inner_gamma, inner_gamma), 0, K,
                                     cost_prior=_dummy_profile(verify=True))
         _fixed_batch_feed(ctrl.lengths, rates, 200)
         assert ctrl.lengths.ready
