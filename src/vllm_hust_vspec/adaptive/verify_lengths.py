@@ -30,7 +30,7 @@ gamma 0 (speculation off stays off). Requests are grouped by ``log alpha_i`` on 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,7 @@ from .feedback import ControllerSnapshot, StepFeedback, VerifyQuery
 from .nnls import nnls_normal
 
 _GRID = 0.1  # log-rate resolution of the request groups
+_PER_GRID = 1.0 / _GRID
 _Q_MAX = 0.995  # no position is certain
 _EVICT_EVERY = 64  # steps between sweeps of requests no longer seen
 _MIN_COST_SAMPLES = 32  # steady steps before the cost model decides anything
@@ -84,7 +85,7 @@ class LengthsConfig:
 
 def _group_key(alpha: float) -> int:
     """The request group of rate ``alpha``: its log on the ``_GRID``."""
-    return round(math.log(max(alpha, 1e-6)) / _GRID)
+    return round(math.log(max(alpha, 1e-6)) * _PER_GRID)
 
 
 class _StepCost:
@@ -289,7 +290,7 @@ class PerRequestLengths:
         acc_hist = [0] * (depth + 1)
         cum_rho = self._cum_rho
         pm = prior * mean
-        log, inv_grid = math.log, 1.0 / _GRID
+        log = math.log
         get = table.get
         rids = ids if ids is not None else (None,) * len(fb.drafted)
         for rid, d, a in zip(rids, fb.drafted, fb.accepted, strict=True):
@@ -314,7 +315,7 @@ class PerRequestLengths:
                 st[1] = s1 = s1 * w + cum_rho[tried]
                 st[2] = step
             x = (s0 + pm) / (s1 + prior)
-            st[3] = round(log(x if x > 1e-6 else 1e-6) * inv_grid)  # _group_key, inlined
+            st[3] = round(log(x if x > 1e-6 else 1e-6) * _PER_GRID)  # _group_key, inlined
         pd = self._pos_decay
         pos_acc, pos_exp = self._pos_acc, self._pos_exp
         tried_beyond = accepted_beyond = 0.0
@@ -335,19 +336,17 @@ class PerRequestLengths:
             self._cost.add(len(fb.drafted) + sum(fb.drafted), fb.gamma, len(fb.drafted),
                            fb.interval_s)
         if self._step % _REFRESH_EVERY == 0 and table:
-            self._refresh_batch(list(table.values()))
+            self._refresh_batch(table.values())
         if self._step % _EVICT_EVERY == 0:
             stale = step - _EVICT_EVERY
             for rid in [r for r, st in table.items() if st[2] < stale]:
                 del table[rid]
 
-    def _refresh_batch(self, batch: list[list[float]]) -> None:
+    def _refresh_batch(self, batch: Collection[list[float]]) -> None:
         """The batch's mean rate and whether its requests differ beyond chance: the
         dispersion of the requests' raw rates over what binomial noise alone would give,
         over the requests seen in the last ``_EVICT_EVERY`` steps (finished ones too: their
         long histories keep the mean honest where most running requests are young)."""
-        if not batch:
-            return
         mean = sum(self._shrunk(st) for st in batch) / len(batch)
         self._mean_alpha = mean
         var = mean * (1.0 - mean)

@@ -125,21 +125,19 @@ def step_samples(step: dict[int, float], draft: dict[int, float], passes: int,
     def one_pass(t: int) -> float:
         return draft[t] / passes
 
-    def target(t: int) -> float:
-        return target_time(step, draft, t)
-
     out: list[CostSample] = []
     for b in batches:
         if b not in step:
             continue
-        out.append(CostSample(b, 0, target(b), drafter_ran=False))
-        out.append(CostSample(b, 0, target(b) + one_pass(b)))
+        alone = target_time(step, draft, b)
+        out.append(CostSample(b, 0, alone, drafter_ran=False))
+        out.append(CostSample(b, 0, alone + one_pass(b)))
         for g in range(1, max_gamma + 1):
             t = b * (1 + g)
             if t not in step:
                 break
             drafting = one_pass(t) + (0.0 if parallel else (g - 1) * one_pass(b))
-            out.append(CostSample(b, g, target(t) + drafting))
+            out.append(CostSample(b, g, target_time(step, draft, t) + drafting))
     return tuple(out)
 
 

@@ -55,8 +55,9 @@ def startup_prior(scenario: Scenario, seed: int) -> CostPrior:
     err = scenario.startup_profile or 0.0
     cost = scenario.cost
     shapes = [(0, False), (0, True)] + [(g, True) for g in range(1, scenario.max_gamma + 1)]
+    batches = bucket_batches(scenario.max_num_seqs)
     samples: list[CostSample] = []
-    for b in bucket_batches(scenario.max_num_seqs):
+    for b in batches:
         for g, ran in shapes:
             t = cost.step_time(b, b * g, g, b, 0, 0, zero_pass=ran and g == 0)
             u = random.Random(f"vspec-startup/{scenario.name}/{seed}/{b}/{g}/{ran}").uniform(
@@ -64,8 +65,7 @@ def startup_prior(scenario: Scenario, seed: int) -> CostPrior:
             bias = 1.0 if ran else scenario.startup_zero_bias
             samples.append(CostSample(b, g, t * _DUMMY_LEVEL * bias * (1.0 + u),
                                       drafter_ran=ran))
-    tokens = sorted({b * (1 + g) for b in bucket_batches(scenario.max_num_seqs)
-                     for g in range(scenario.max_gamma + 1)})
+    tokens = sorted({b * (1 + g) for b in batches for g in range(scenario.max_gamma + 1)})
     verify = tuple((t, cost.step_time(t, 0, 0, 0, 0, 0) * _DUMMY_LEVEL) for t in tokens)
     return CostPrior("start-up profile (simulated)", tuple(samples), needs_anchor=True,
                      verify=verify)
