@@ -25,6 +25,14 @@ from vllm_hust_vspec.sim.scenario import load_scenario
 K = 5
 
 
+def _accepted(rng: random.Random, rate: float, drafts: int) -> int:
+    """Drafts accepted in a row, each with probability ``rate``."""
+    a = 0
+    while a < drafts and rng.random() < rate:
+        a += 1
+    return a
+
+
 def feed(layer: PerRequestLengths, rates: dict[str, float], steps: int, *, seed: int = 0,
          c0: float = 0.007, c_v: float = 3.5e-5, jitter: bool = True) -> None:
     """Steps at depth K - 1 or K, each over a random part of the requests (the batch varies,
@@ -36,12 +44,7 @@ def feed(layer: PerRequestLengths, rates: dict[str, float], steps: int, *, seed:
     for i in range(steps):
         ids = tuple(r for r in everyone if rng.random() < 0.8) or everyone
         gamma = K if not jitter else rng.choice((K - 1, K))
-        acc = []
-        for rid in ids:
-            a = 0
-            while a < gamma and rng.random() < rates[rid]:
-                a += 1
-            acc.append(a)
+        acc = [_accepted(rng, rates[rid], gamma) for rid in ids]
         verified = len(ids) * (1 + gamma)
         t = (c0 + c_v * verified) * (1.0 + 0.01 * rng.gauss(0.0, 1.0))
         layer.observe(StepFeedback(
@@ -192,21 +195,15 @@ def test_the_simulator_knows_the_per_request_policies_by_name() -> None:
     assert all(name in known_policy_help() for name in PER_REQUEST)
 
 
-def _fixed_batch_feed(layer: PerRequestLengths, rates: dict[str, float], steps: int,
-                      level: float = 1.0) -> None:
+def _fixed_batch_feed(layer: PerRequestLengths, rates: dict[str, float], steps: int) -> None:
     """Every request every step, always at depth K: verified tokens and batch x depth move
     together, so the steps alone cannot tell a verified token's cost from a drafted one's.
-    Step time ``level * (c0 + c_v V + c_d D)`` with 1% noise."""
+    Step time ``c0 + c_v V + c_d D`` with 1% noise."""
     rng = random.Random(1)
     ids = tuple(rates)
     for _ in range(steps):
-        acc = []
-        for rid in ids:
-            a = 0
-            while a < K and rng.random() < rates[rid]:
-                a += 1
-            acc.append(a)
-        t = level * (0.004 + 4e-5 * len(ids) * (1 + K) + 3e-4 * K)
+        acc = [_accepted(rng, rates[rid], K) for rid in ids]
+        t = 0.004 + 4e-5 * len(ids) * (1 + K) + 3e-4 * K
         layer.observe(StepFeedback(
             batch_size=len(ids), gamma=K, drafted=(K,) * len(ids), accepted=tuple(acc),
             committed=sum(acc) + len(ids), interval_s=t * (1.0 + 0.01 * rng.gauss(0.0, 1.0)),
@@ -237,6 +234,36 @@ def test_a_profile_with_verify_times_identifies_a_verified_tokens_cost_on_a_fixe
     query = VerifyQuery(tuple(rates), (K,) * len(rates), 4096)
     lengths = dict(zip(rates, seeded.lengths(query), strict=True))
     assert max(lengths[f"hard{i}"] for i in range(8)) < min(lengths[f"easy{i}"] for i in range(8))
+
+
+def test_trimmed_real_steps_replace_an_overstated_profile_slope() -> None:
+    """Real steps carry 7 ms of host work the dummy batches lack, so scaling the profile by
+    whole steps (~2x) doubles its verified-token slope; once trimmed steps vary verified
+    tokens apart from drafting, the real steps' own fit gives the true 4e-5 s."""
+    def dummy(tokens: int) -> float:
+        return 0.001 + 4e-5 * tokens
+
+    samples = tuple(CostSample(b, g, dummy(b * (1 + g)) + 3e-4 * g)
+                    for b in (1, 2, 4, 8, 16) for g in range(1, K + 1))
+    times = tuple((t, dummy(t)) for t in sorted({x.batch * (1 + x.gamma) for x in samples}))
+    layer = PerRequestLengths(K, cost_prior=CostPrior("test", samples, verify=times))
+    rng = random.Random(2)
+    ids = tuple(f"r{i}" for i in range(16))
+    first = None
+    for step in range(400):
+        drafted = tuple(rng.randint(0, K) for _ in ids)  # what the trimmed step verified
+        acc = tuple(_accepted(rng, 0.7, d) for d in drafted)
+        verified = len(ids) + sum(drafted)
+        t = (0.008 + 4e-5 * verified + 3e-4 * K) * (1.0 + 0.01 * rng.gauss(0.0, 1.0))
+        layer.observe(StepFeedback(
+            batch_size=len(ids), gamma=K, drafted=drafted, accepted=acc,
+            committed=sum(acc) + len(ids), interval_s=t, token_budget=4096, next_gamma=K,
+            request_ids=ids))
+        if step == 16:
+            first = layer.snapshot()["verify_token_cost_s"]
+    assert first is not None and first > 1.5 * 4e-5  # the scaled profile, overstated
+    assert layer.snapshot()["cost_identified"]
+    assert layer.snapshot()["verify_token_cost_s"] == pytest.approx(4e-5, rel=0.15)
 
 
 def test_step_samples_alone_do_not_identify_what_verify_times_do() -> None:
