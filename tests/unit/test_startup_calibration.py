@@ -1,0 +1,114 @@
+"""The start-up calibration's script (host/startup_calibration.py) driven by the feedback a
+host gives it: which arms it plays, which steps it keeps, the prior it makes."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from vllm_hust_vspec.adaptive.cost_prior import CostPrior, CostSample
+from vllm_hust_vspec.adaptive.feedback import StepFeedback
+from vllm_hust_vspec.host.startup_calibration import CalibrationScript, blocker, scaled_verify
+from vllm_hust_vspec.settings import Settings
+
+K = 4
+BUDGET = 8192
+
+
+def _cost(batch: int, gamma: int, ran: bool) -> float:
+    return 1e-3 + 1e-5 * batch * (1 + gamma) + (5e-4 + 3e-4 * gamma if ran else 0.0)
+
+
+def _drive(script: CalibrationScript, batch: int, *, sticky: bool = True,
+           limit: int = 200) -> list[int]:
+    """Run one cohort the way the hook does: decide, then the feedback of the step that
+    verified the previous decision (a sticky zero is pinned and no longer asks decide)."""
+    script.start(batch, BUDGET)
+    played: list[int] = []
+    verified = K  # drafts made before the first decision use max K
+    pinned = False
+    for _ in range(limit):
+        if script.done():
+            break
+        decided = 0 if pinned else script.decide(batch, BUDGET)
+        skip = sticky and decided == 0 and (pinned or script.settled())
+        pinned = pinned or skip
+        played.append(decided)
+        script.observe(StepFeedback(
+            batch_size=batch, gamma=verified, drafted=(verified,) * batch,
+            accepted=(0,) * batch, committed=batch, interval_s=_cost(batch, verified, not skip),
+            token_budget=BUDGET, drafter_ran=not skip, next_gamma=decided))
+        verified = decided
+    return played
+
+
+def test_every_arm_is_played_top_down_and_zero_last() -> None:
+    script = CalibrationScript(K, clean_steps=3)
+    played = _drive(script, 8)
+    assert script.done()
+    # each arm in one run, from the top of the range down to gamma 0
+    runs = [g for i, g in enumerate(played) if i == 0 or played[i - 1] != g]
+    assert runs == [4, 3, 2, 1, 0]
+    samples = {(s.batch, s.gamma, s.drafter_ran): s for s in script.samples()}
+    assert set(samples) == {(8, g, True) for g in range(1, K + 1)} | {(8, 0, False)}
+    for (b, g, ran), s in samples.items():
+        assert s.count == 3 and s.seconds == pytest.approx(_cost(b, g, ran))
+
+
+def test_transition_steps_and_partial_batches_are_not_kept() -> None:
+    script = CalibrationScript(K, clean_steps=2)
+    script.start(4, BUDGET)
+    mixed = StepFeedback(batch_size=4, gamma=4, drafted=(4,) * 4, accepted=(0,) * 4,
+                         committed=4, interval_s=1.0, token_budget=BUDGET, next_gamma=3)
+    partial = StepFeedback(batch_size=3, gamma=4, drafted=(4,) * 3, accepted=(0,) * 3,
+                           committed=3, interval_s=1.0, token_budget=BUDGET, next_gamma=4)
+    prefill = StepFeedback(batch_size=4, gamma=4, drafted=(4,) * 4, accepted=(0,) * 4,
+                           committed=4, interval_s=1.0, token_budget=BUDGET, next_gamma=4,
+                           steady=False)
+    for fb in (mixed, partial, prefill):
+        script.observe(fb)
+    assert script.samples() == ()
+
+
+def test_a_sync_zero_is_timed_with_the_drafter_running() -> None:
+    script = CalibrationScript(K, clean_steps=2)
+    _drive(script, 2, sticky=False)
+    zero = [s for s in script.samples() if s.gamma == 0]
+    assert [(s.drafter_ran, s.count) for s in zero] == [(True, 2)]
+
+
+def test_the_token_budget_caps_the_arms() -> None:
+    script = CalibrationScript(K, clean_steps=2)
+    script.start(16, 16 * 3)  # room for 1 + 2 tokens per request
+    assert script.decide(16, 16 * 3) == 2
+
+
+def test_cohorts_of_several_batches_make_one_prior() -> None:
+    script = CalibrationScript(K, clean_steps=2)
+    for b in (1, 2, 4):
+        _drive(script, b)
+    got = {(s.batch, s.gamma, s.drafter_ran) for s in script.samples()}
+    assert {b for b, _, _ in got} == {1, 2, 4} and len(got) == 3 * (K + 1)
+
+
+def test_verify_times_are_scaled_onto_the_real_target_only_steps() -> None:
+    real = (CostSample(4, 0, 3e-3, drafter_ran=False), CostSample(8, 0, 5e-3, drafter_ran=False),
+            CostSample(8, 2, 9e-3))
+    dummy = CostPrior("start-up profile", (), needs_anchor=True,
+                      verify=((4, 1e-3), (8, 2.5e-3), (24, 4e-3)))
+    # real / dummy target alone: 3.0 at 4 tokens, 2.0 at 8: median 2.5
+    got = scaled_verify(real, dummy)
+    assert [t for t, _ in got] == [4, 8, 24]
+    assert [sec for _, sec in got] == pytest.approx([2.5e-3, 6.25e-3, 1e-2])
+    assert scaled_verify(real, None) == ()
+    assert scaled_verify(real[2:], dummy) == ()  # no target-only step to scale by
+
+
+def test_engines_whose_steps_others_record_are_not_calibrated() -> None:
+    plain = SimpleNamespace(connector=None)
+    assert blocker(Settings(method="draft"), plain) is None
+    traced = blocker(Settings(method="eagle", eagle_draft_trace=True), plain)
+    assert traced is not None and "eagle_draft_trace" in traced
+    assert "KV connector" in (blocker(Settings(method="draft"),
+                                      SimpleNamespace(connector=object())) or "")
