@@ -231,6 +231,43 @@ def test_the_simulated_profile_prices_every_shape_by_the_cost_model() -> None:
     for e, b in zip(prior.samples, biased.samples, strict=True):
         bias = 1.0 if e.drafter_ran else 1.15
         assert abs(b.seconds / (e.seconds * bias) - 1.0) <= 0.05 + 1e-12
-    assert build_ours("online", sc, 3).snapshot()["prior"].startswith("start-up profile")
-    no_profile = dataclasses.replace(sc, startup_profile=None)
+    profiled = dataclasses.replace(sc, startup_calibration=None)
+    assert build_ours("online", profiled, 3).snapshot()["prior"].startswith("start-up profile")
+    no_profile = dataclasses.replace(profiled, startup_profile=None)
     assert build_ours("online", no_profile, 3).snapshot()["prior"] == "none"
+
+
+def test_the_simulated_calibration_prices_real_steps_as_the_host_plays_them() -> None:
+    import dataclasses
+
+    from vllm_hust_vspec.sim.adaptive_glue import (
+        build_ours,
+        calibration_prior,
+        startup_prior,
+    )
+    from vllm_hust_vspec.sim.scenario import load_scenario
+
+    sc = load_scenario("b8-cpu-sticky-medium")
+    assert sc.startup_calibration == 0.05 and sc.gamma0 == "sticky"
+    exact = dataclasses.replace(sc, startup_calibration=0.0)
+    prior = calibration_prior(exact, 3, startup_prior(exact, 3))
+    assert not prior.needs_anchor  # real steps
+    shapes = {(s.batch, s.gamma, s.drafter_ran) for s in prior.samples}
+    batches = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= sc.max_num_seqs]
+    # the sticky host's settled zero skips the drafter; every other arm runs it
+    assert shapes == ({(b, 0, False) for b in batches}
+                      | {(b, g, True) for b in batches for g in range(1, sc.max_gamma + 1)})
+    for s in prior.samples:
+        real = sc.cost.step_time(s.batch, s.batch * s.gamma, s.gamma, s.batch, 0, s.batch * 84)
+        assert s.seconds == pytest.approx(real)  # no bias, no dummy level
+    # the profile's target-alone times come along at the real level
+    assert prior.verify and prior.verify[0][1] == pytest.approx(
+        2.0 * startup_prior(exact, 3).verify[0][1])
+    noisy = calibration_prior(sc, 3, None)
+    for e, n in zip(prior.samples, noisy.samples, strict=True):
+        assert abs(n.seconds / e.seconds - 1.0) <= 0.05 + 1e-12
+    assert build_ours("structured", sc, 3).snapshot()["cost_prior"].startswith(
+        "start-up calibration")
+    sync = dataclasses.replace(exact, gamma0="sync")
+    zero = [s for s in calibration_prior(sync, 3, None).samples if s.gamma == 0]
+    assert zero and all(s.drafter_ran for s in zero)
