@@ -68,6 +68,7 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
     target = models / DRAFTERS[drafter]
     base = make_llm(target, None)
     settings = load_settings({"HUST_VSPEC_METHOD": "draft", "HUST_VSPEC_ADAPTIVE_POLICY": policy,
+                              "HUST_VSPEC_ADAPTIVE_STARTUP_CALIBRATION": "1",
                               "HUST_VSPEC_ADAPTIVE_ZERO_FAST_PATH": "1" if fast_path else "0",
                               **({"HUST_VSPEC_ADAPTIVE_TRACE": os.environ["BENCH_TRACE"]}
                                  if os.environ.get("BENCH_TRACE") else {})})

