@@ -100,20 +100,14 @@ class SchedulerHook:
         self.token_budget = int(scheduler.max_num_scheduled_tokens)
         self._metrics = metrics
         self.guard = GuardedController(controller, max_gamma, metrics)
-        self.sticky = StickyCohort()
         self.refill = RefillAdmission(settings.refill_batch() if self.adaptive else 1, metrics)
         self.telemetry = Telemetry(metrics, trace)
         self.cost_state = cost_state
         self.cost_prior = cost_prior  # what the controller started from (None: nothing)
         self.closed = False
-        self.step = 0
-        self.last_decided = max_gamma  # drafts made before the first decision use max K
-        self._decided: int | None = None
         self.inside = InsideStep()
         self._records: dict[int, _StepRecord] = {}
-        self._last_update_t: float | None = None
-        self._idle = True
-        self._lengths: tuple[int, ...] | None = None  # this step's per-request lengths
+        self._reset_steps()
         # the engine runs its start-up calibration once built (host/startup_calibration.py)
         self.calibration_pending = False
         self.startup_profile: CostPrior | None = None  # this engine's dummy batches, if timed
@@ -133,6 +127,17 @@ class SchedulerHook:
         # Benchmarks swap controllers between repetitions; each gets a fresh fallback guard.
         self.guard = GuardedController(controller, self.max_gamma, self._metrics)
 
+    def _reset_steps(self) -> None:
+        """The per-step state of an engine that has served nothing yet."""
+        self.sticky = StickyCohort()
+        self.step = 0
+        self.last_decided = self.max_gamma  # drafts made before the first decision use max K
+        self._decided: int | None = None
+        self._records.clear()
+        self._last_update_t: float | None = None
+        self._idle = True
+        self._lengths: tuple[int, ...] | None = None  # this step's per-request lengths
+
     # ---- start-up calibration ----------------------------------------------------------
     @contextmanager
     def calibrating(self, controller: Controller) -> Iterator[None]:
@@ -150,14 +155,7 @@ class SchedulerHook:
         finally:
             self.telemetry, self.cost_state, self.guard = telemetry, state, guard
             self.refill = RefillAdmission(refill.batch, self._metrics)
-            self.sticky = StickyCohort()
-            self.step = 0
-            self.last_decided = self.max_gamma
-            self._decided = None
-            self._records.clear()
-            self._last_update_t = None
-            self._idle = True
-            self._lengths = None
+            self._reset_steps()
 
     def restart(self, controller: Controller, prior: CostPrior | None,
                 trace: TraceWriter | None) -> None:

@@ -28,7 +28,7 @@ import logging
 import random
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from vllm_hust_vspec.adaptive._limits import bucket_batches, budget_cap
@@ -149,6 +149,7 @@ def calibrate(core: Any, hook: SchedulerHook, budget_s: float = BUDGET_S,
         logger.warning("vSpec: start-up calibration skipped: max_model_len %d leaves no room "
                        "for its requests (%d tokens)", max_len, need + 4)
         return None
+    make_request = _request_factory(core, need)
     rng = random.Random(_SEED)
     start = time.perf_counter()
     n_steps = 0
@@ -159,7 +160,7 @@ def calibrate(core: Any, hook: SchedulerHook, budget_s: float = BUDGET_S,
             ids = [f"{REQUEST_PREFIX}{batch}-{i}" for i in range(batch)]
             for rid in ids:
                 prompt = [rng.randrange(min(vocab, 1 << 15)) for _ in range(prompt_len)]
-                core.add_request(_request(core, rid, prompt, need))
+                core.add_request(make_request(rid, prompt))
             script.start(batch, hook.token_budget)
             cap = 8 * (hook.max_gamma + 1) * steps_per_arm + 4 * batch * prompt_len // max(
                 hook.token_budget, 1) + 16
@@ -210,20 +211,25 @@ def _steps(core: Any, limit: int) -> Iterator[None]:
         yield
 
 
-def _request(core: Any, request_id: str, prompt: list[int], max_tokens: int) -> Any:
-    """A greedy request of ``prompt`` that never stops early, as the engine builds them."""
+def _request_factory(core: Any, max_tokens: int) -> Callable[[str, list[int]], Any]:
+    """Builds greedy requests that never stop early, as the engine builds them (the host's
+    ``Request`` parameters are read once)."""
     from vllm import SamplingParams
     from vllm.v1.request import Request
 
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     accepted = inspect.signature(Request).parameters
-    kwargs: dict[str, Any] = {"request_id": request_id, "prompt_token_ids": prompt,
-                              "sampling_params": params, "pooling_params": None}
+    extra: dict[str, Any] = {"pooling_params": None}
     if "block_hasher" in accepted:
-        kwargs["block_hasher"] = getattr(core, "request_block_hasher", None)
+        extra["block_hasher"] = getattr(core, "request_block_hasher", None)
     if "eos_token_id" in accepted:
-        kwargs["eos_token_id"] = None
-    return Request(**kwargs)
+        extra["eos_token_id"] = None
+
+    def make(request_id: str, prompt: list[int]) -> Any:
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+        return Request(request_id=request_id, prompt_token_ids=prompt,
+                       sampling_params=params, **extra)
+
+    return make
 
 
 __all__ = ["SOURCE", "CalibrationScript", "blocker", "calibrate", "scaled_verify"]
