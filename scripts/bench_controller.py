@@ -4,10 +4,10 @@
 Runs the shipped scenario suite (every policy, several seeds, common random numbers) in the
 offline simulator and prints, per scenario, each policy's goodput as a ratio to the best
 fixed gamma in hindsight and to the oracle, geomean summary rows (suite, stationary,
-non-stationary), the decide+observe cost per step at batch 128 of the online controller and
-of the structured one (built beside it for comparison), and PASS/FAIL per target for each.
-Exit code 0 when every target of the online controller passes, 1 otherwise (the structured
-controller's targets are reported, not enforced, while it is being compared).
+non-stationary), the decide+observe cost per step at batch 128 of the online controller, and
+PASS/FAIL per target. Exit code 0 when every target passes, 1 otherwise. "No scenario worse
+than before" compares with scripts/reference/online-v1.json: the previous online controller
+(UCB over a load filter, replaced in issue 18) measured by this script at 12 seeds.
 
 ``--per-request`` runs the per-request verify lengths instead (issue 19's bars): on every
 scenario, vSpec's online controller with and without adaptive/verify_lengths.py, the
@@ -45,17 +45,18 @@ from vllm_hust_vspec.sim import (  # noqa: E402
 from vllm_hust_vspec.sim.policies import BASELINES, fixed_names  # noqa: E402
 from vllm_hust_vspec.sim.runner import paired_ratio, seeds_for  # noqa: E402
 
-COLUMNS = ["online", "structured", "profile", "oracle", *BASELINES]
-SHORT = {"structured": "struct", "vllm-batch-schedule": "vllm-bs", "sglang-adaptive": "sglang",
+COLUMNS = ["online", "profile", "oracle", *BASELINES]
+SHORT = {"vllm-batch-schedule": "vllm-bs", "sglang-adaptive": "sglang",
          "hf-heuristic": "hf",
          "vllm-acceptance-adaptive-k": "acc-k", "vllm-dflash-adaptive-k": "dflash",
          "sglang-per-batch-ema": "sgl-bs", "nightjar-bandit": "nghtjar"}
 TARGET_STATIONARY = 0.97
 TARGET_NONSTATIONARY = 1.05
 TARGET_COST_US = 20.0
-# Issue 18's bars for the structured controller (on top of the targets above).
+# Issue 18's bars (on top of the targets above).
 TARGET_NOISE_FREE = 0.99
 TARGET_ORACLE = 0.95
+REFERENCE = Path(__file__).resolve().parent / "reference" / "online-v1.json"
 # Issue 19's bars for per-request verify lengths.
 PR_POLICIES = ("online", "online-per-request", "per-request-oracle",
                "vllm-adaptive-verification")
@@ -243,39 +244,42 @@ def main(argv: list[str] | None = None) -> int:
                       "goodput / best fixed gamma in hindsight (mean over seeds, paired)")
     print_ratio_table(reports, "ratio_to_oracle", "goodput / oracle (mean over seeds, paired)")
 
-    print("\nspread: std of goodput over seeds, % of mean (online | structured | best fixed)")
+    print("\nspread: std of goodput over seeds, % of mean (online | best fixed)")
     for rep in reports:
         on = rep.get("online")
-        st = rep.get("structured")
         bf = rep.get(rep.best_fixed_policy or "")
-        if on and st and bf:
+        if on and bf:
             print(f"  {rep.scenario:28s} {100 * on.goodput_std / on.goodput_mean:5.2f}% | "
-                  f"{100 * st.goodput_std / st.goodput_mean:5.2f}% | "
                   f"{100 * bf.goodput_std / bf.goodput_mean:5.2f}%")
 
-    costs = {p: controller_cost_us(policy=p) for p in ("online", "structured")}
-    print()
-    for p, us in costs.items():
-        print(f"{p} controller decide+observe per step at batch 128: median {us:.2f} us")
-
-    ok_online = print_targets(reports, "online", costs["online"])
-    print_targets(reports, "structured", costs["structured"], extra=True)
+    cost = controller_cost_us()
+    print(f"\nonline controller decide+observe per step at batch 128: median {cost:.2f} us")
+    ok = print_targets(reports, "online", cost, reference=_reference(args.seeds))
     print(f"\ntotal wall time {time.perf_counter() - t_start:.1f} s")
 
     if args.json:
         Path(args.json).write_text(json.dumps({
             "reports": [r.as_dict() for r in reports],
-            "controller_cost_us": costs["online"],
-            "structured_cost_us": costs["structured"],
-            "all_pass": ok_online,
+            "controller_cost_us": cost,
+            "all_pass": ok,
         }, indent=2) + "\n", encoding="utf-8")
-    return 0 if ok_online else 1
+    return 0 if ok else 1
+
+
+def _reference(seeds: int) -> dict[str, float]:
+    """The previous online controller's goodput / best fixed per scenario (12 seeds; {} when
+    this run uses other seeds: the figures are only comparable at the same seeds)."""
+    if seeds != 12 or not REFERENCE.is_file():
+        return {}
+    data = json.loads(REFERENCE.read_text(encoding="utf-8"))
+    return {str(k): float(v) for k, v in data["ratio_to_best_fixed"].items()}
 
 
 def print_targets(reports: list[ScenarioReport], policy: str, cost_us: float, *,
-                  extra: bool = False) -> bool:
-    """PASS/FAIL lines of ``policy``; ``extra`` adds issue 18's bars (noise-free stationary,
-    oracle, per non-stationary scenario against each baseline, no scenario below online).
+                  reference: dict[str, float]) -> bool:
+    """PASS/FAIL lines of ``policy``: the stationary and non-stationary targets, issue 18's
+    bars (noise-free stationary, oracle, each non-stationary scenario against each baseline),
+    no scenario below ``reference`` (the previous controller, when given) and the cost.
     Returns True when every printed target passes."""
     ok_all = True
 
@@ -297,7 +301,7 @@ def print_targets(reports: list[ScenarioReport], policy: str, cost_us: float, *,
         verdict(not misses, f"{policy} >= {TARGET_STATIONARY} x best fixed on every "
                 f"stationary scenario{label} (worst {worst:.3f})" + "".join(
                     f"; {n} {v:.3f} (short by {TARGET_STATIONARY - v:.3f})" for n, v in misses))
-        if extra and not noisy:
+        if not noisy:
             low = [(x.scenario, r(x)) for x in stat if not r(x) >= TARGET_NOISE_FREE]
             verdict(not low, f"{policy} >= {TARGET_NOISE_FREE} x best fixed on every "
                     f"noise-free stationary scenario" + "".join(
@@ -318,22 +322,27 @@ def print_targets(reports: list[ScenarioReport], policy: str, cost_us: float, *,
             beaten.append(f"{b} {gb:.3f}")
     verdict(not beaten, f"{policy} >= every published baseline on geomean ({policy} "
             f"{g_pol:.3f}" + (f"; beaten by {', '.join(beaten)}" if beaten else "") + ")")
-    if extra:
-        lost = [f"{x.scenario} by {b} ({r(x, b):.3f} vs {r(x):.3f})" for x in nonst
-                for b in BASELINES if not r(x) >= r(x, b)]
-        verdict(not lost, f"{policy} >= every published baseline on each non-stationary "
-                "scenario" + (f"; beaten on {', '.join(lost)}" if lost else ""))
-        weak = [(x.scenario, _ratio(x, policy, "ratio_to_oracle")) for x in reports
-                if not _ratio(x, policy, "ratio_to_oracle") >= TARGET_ORACLE]
-        verdict(not weak, f"{policy} >= {TARGET_ORACLE} x the oracle on every scenario" +
-                "".join(f"; {n} {v:.3f}" for n, v in weak))
-        worse = [f"{x.scenario} {r(x):.3f} < {r(x, 'online'):.3f}" for x in reports
-                 if not r(x) >= r(x, "online")]
-        verdict(not worse, f"{policy} >= online on every scenario" +
+    lost = [f"{x.scenario} by {b} ({r(x, b):.3f} vs {r(x):.3f})" for x in nonst
+            for b in BASELINES if not r(x) >= r(x, b)]
+    verdict(not lost, f"{policy} >= every published baseline on each non-stationary "
+            "scenario" + (f"; beaten on {', '.join(lost)}" if lost else ""))
+    weak = [(x.scenario, _ratio(x, policy, "ratio_to_oracle")) for x in reports
+            if not _ratio(x, policy, "ratio_to_oracle") >= TARGET_ORACLE]
+    verdict(not weak, f"{policy} >= {TARGET_ORACLE} x the oracle on every scenario" +
+            "".join(f"; {n} {v:.3f}" for n, v in weak))
+    if reference:
+        known = [x for x in reports if x.scenario in reference]
+        worse = [f"{x.scenario} {r(x):.3f} < {reference[x.scenario]:.3f}" for x in known
+                 if not r(x) >= reference[x.scenario]]
+        verdict(not worse, f"{policy} >= the previous online controller on every scenario" +
                 (f" ({len(worse)} below: {', '.join(worse)})" if worse else ""))
-        g_on = geomean([r(x, "online") for x in reports])
-        verdict(g_pol >= g_on, f"{policy} >= online on the suite geomean ({g_pol:.3f} vs "
-                f"{g_on:.3f})")
+        g_ref = geomean([reference[x.scenario] for x in known])
+        g_now = geomean([r(x) for x in known])
+        verdict(g_now >= g_ref, f"{policy} >= the previous online controller on the suite "
+                f"geomean ({g_now:.3f} vs {g_ref:.3f})")
+    else:
+        print("       (no comparison with the previous online controller: it was measured at "
+              "12 seeds, run --seeds 12)")
     verdict(cost_us < TARGET_COST_US, f"{policy} decide+observe median < {TARGET_COST_US:g} us "
             f"({cost_us:.2f} us)")
     return ok_all

@@ -57,7 +57,7 @@ DRAFTERS = {
 
 
 def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
-                  tokens: int, fast_path: bool, policy: str = "online") -> dict[str, list[float]]:
+                  tokens: int, fast_path: bool) -> dict[str, list[float]]:
     from vllm_hust_vspec import host
     from vllm_hust_vspec.adaptive import FixedController
     from vllm_hust_vspec.adaptive.cost_prior import CostPrior
@@ -67,8 +67,7 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
 
     target = models / DRAFTERS[drafter]
     base = make_llm(target, None)
-    settings = load_settings({"HUST_VSPEC_METHOD": "draft", "HUST_VSPEC_ADAPTIVE_POLICY": policy,
-                              "HUST_VSPEC_ADAPTIVE_STARTUP_CALIBRATION": "1",
+    settings = load_settings({"HUST_VSPEC_METHOD": "draft",
                               "HUST_VSPEC_ADAPTIVE_ZERO_FAST_PATH": "1" if fast_path else "0",
                               **({"HUST_VSPEC_ADAPTIVE_TRACE": os.environ["BENCH_TRACE"]}
                                  if os.environ.get("BENCH_TRACE") else {})})
@@ -130,8 +129,6 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_load_arguments(parser, list(DRAFTERS), list(DRAFTERS))
-    parser.add_argument("--policy", default="online", choices=("online", "structured"),
-                        help="the adaptive policy of the vspec, vspec-cold and vspec-restart arms")
     parser.add_argument("--no-fast-path", action="store_true",
                         help="keep vLLM's speculative path on gamma-0 steps "
                              "(adaptive_zero_fast_path off), to measure what the fast path buys")
@@ -145,10 +142,10 @@ def main() -> int:
     for drafter in args.drafters:
         print(f"benchmarking {drafter} ...", file=sys.stderr, flush=True)
         res = bench_drafter(args.models, drafter, args.reps, prompts, args.tokens,
-                            not args.no_fast_path, args.policy)
+                            not args.no_fast_path)
         rows.append((drafter, {k: statistics.median(v) for k, v in res.items()}, res))
 
-    print(f"\nvllm-cpu end-to-end, policy {args.policy}, batch {args.batch} x {args.tokens} "
+    print(f"\nvllm-cpu end-to-end, batch {args.batch} x {args.tokens} "
           f"tokens, medians of "
           f"{args.reps} interleaved repetitions (tokens/s; ratios in the same run; zero-draft "
           f"fast path {'off' if args.no_fast_path else 'on'})\n")

@@ -1,4 +1,5 @@
-"""OnlineController behaviour on a synthetic environment (seeded, no simulator, no vllm)."""
+"""OnlineController behaviour on a synthetic environment (seeded, no simulator, no vllm): what
+any gamma controller must do (test_online_posterior.py tests its posteriors)."""
 
 from __future__ import annotations
 
@@ -59,38 +60,35 @@ def test_budget_ineligible_arms_are_never_chosen() -> None:
 
 
 def test_hysteresis_prevents_flapping_under_noise() -> None:
-    # Arms 1..4 within a few percent of each other and very noisy step times.
+    # Arms 1..4 within a few percent of each other and very noisy step times (30% jitter):
+    # Thompson draws of near-tied arms cross often; the margin damps that and the posterior
+    # narrows, so late switches are rare.
     kw: dict[str, Any] = {"alpha": 0.6, "c": 0.002, "overhead": 0.002, "noise": 0.3, "seed": 6}
 
-    def switches(h: float, check: int = 0) -> int:
-        # neighbour re-checks off: they switch on purpose (counted separately below)
-        cfg = OnlineConfig(hysteresis=h, neighbour_check_interval=check)
+    def switches(h: float) -> tuple[int, int]:
+        cfg = OnlineConfig(hysteresis=h)
         _, decisions = run(OnlineController(cfg), SynthEnv(**kw), 2000)
-        return sum(a != b for a, b in zip(decisions, decisions[1:], strict=False))
+        moves = [a != b for a, b in zip(decisions, decisions[1:], strict=False)]
+        return sum(moves), sum(moves[1000:])
 
-    with_h = switches(0.05)
-    without = switches(0.0)
-    assert with_h < 60
-    assert with_h * 1.5 < without
-    # a re-check is two switches (there and back) per interval at most
-    assert switches(0.05, check=64) <= with_h + 2 * (2000 // 64) + 2
+    with_h, late = switches(0.05)
+    without, _ = switches(0.0)
+    assert with_h < 0.8 * without
+    assert with_h < 70 and late < 40  # fewer than 4% of the late decisions switch
 
 
-def test_new_bucket_is_seeded_from_nearest_measured_neighbour() -> None:
+def test_a_new_bucket_starts_from_the_nearest_measured_one() -> None:
     ctrl = OnlineController(OnlineConfig(max_gamma_step=4))
     low = SynthEnv(alpha=0.15, batch=8, seed=7)  # gamma 0/1 territory
-    run(ctrl, low, 600)
-    best_low = ctrl.best_gamma(8)
-    assert best_low is not None and best_low <= 1
+    _, decisions = run(ctrl, low, 600)
+    assert sum(g <= 1 for g in decisions[300:]) >= 0.9 * 300
     high = SynthEnv(alpha=0.95, batch=128, b=1e-6, seed=8)
     _, decisions = run(ctrl, high, 600)  # acceptance is shared: the high bucket learns 4
     assert Counter(decisions[300:]).most_common(1)[0][0] == 4
-    # Batch 16 was never measured; its nearest measured bucket is 8 (not 128), and step times
-    # transfer from there, so the first decision already heads for bucket 8's best arm.
     assert ctrl.snapshot()["buckets"] == [8, 128]
-    g = ctrl.decide(16, 8192)
-    assert g == ctrl.best_gamma(16)
-    assert ctrl.snapshot()["bucket"] == 16
+    ctrl.decide(16, 8192)  # batch 16: its costs start from bucket 8's, not 128's
+    snap = ctrl.snapshot()
+    assert snap["bucket"] == 16 and snap["buckets"] == [8, 16, 128]
 
 
 def test_control_interval_is_respected() -> None:
@@ -172,40 +170,40 @@ def test_rewards_are_attributed_to_feedback_gamma() -> None:
 
 
 def test_host_reported_next_gamma_decides_what_is_a_transition_step() -> None:
-    """A host that holds gamma without asking (sticky zero) reports what it drafted; the
-    controller's own last decision does not make those steps transitions."""
-    ctrl = OnlineController(OnlineConfig(warmup_samples=0, zero_skips_drafter=True,
-                                         path_switch_discard=0))
+    """A host that holds gamma without asking (sticky zero) reports what it drafted: a step
+    that verified 0 and drafted 3 is a transition, one that drafted 0 again is timed."""
+    ctrl = OnlineController(OnlineConfig(warmup_samples=0, zero_skips_drafter=True))
     assert ctrl.decide(8, 4096) == 4
-    assert ctrl.decide(8, 4096) == 4  # sweep: 2 decisions per visit
-    assert ctrl.decide(8, 4096) == 3  # its own view: this step drafts 3 after verifying 4
 
     def zero(next_gamma: int | None) -> StepFeedback:
         return StepFeedback(batch_size=8, gamma=0, drafted=(0,) * 8, accepted=(0,) * 8,
                             committed=8, interval_s=0.002, token_budget=4096,
                             drafter_ran=False, next_gamma=next_gamma)
 
-    ctrl.observe(zero(None))  # judged by its own bookkeeping: 3 after 4, a transition
-    assert ctrl.snapshot()["skipped_transition"] == 1
     ctrl.observe(zero(3))  # verified 0, drafted 3: a transition
-    assert ctrl.snapshot()["skipped_transition"] == 2
+    assert ctrl.snapshot()["skipped_transition"] == 1
     for _ in range(5):  # the host held 0 and drafted nothing: plain gamma-0 steps
         ctrl.observe(zero(0))
+    ctrl.observe(zero(None))  # no report: its own bookkeeping (no switch) says steady
     snap = ctrl.snapshot()
-    assert snap["skipped_transition"] == 2
-    assert {a["gamma"]: a["samples"] for a in snap["arms"]}[0] == 5
+    assert snap["skipped_transition"] == 1
+    assert {a["gamma"]: a["samples"] for a in snap["arms"]}[0] == 6
 
 
 def test_non_steady_steps_do_not_touch_arm_timing() -> None:
     ctrl = OnlineController(OnlineConfig(warmup_samples=0))
     ctrl.decide(8, 4096)
+    ctrl.observe(StepFeedback(batch_size=8, gamma=4, drafted=(4,) * 8, accepted=(4,) * 8,
+                              committed=40, interval_s=0.01, token_budget=4096))
+    before = ctrl.snapshot()["coefficients_s"]
     fb = StepFeedback(batch_size=8, gamma=4, drafted=(4,) * 8, accepted=(0,) * 8, committed=8,
                       interval_s=5.0, token_budget=4096, steady=False)
     ctrl.observe(fb)
     snap = ctrl.snapshot()
-    assert all(a["samples"] == 0 for a in snap["arms"])
+    assert {a["gamma"]: a["samples"] for a in snap["arms"]}[4] == 1
+    assert snap["coefficients_s"] == before
     assert snap["skipped_nonsteady"] == 1
-    assert snap["acceptance"][0] == 0.0  # acceptance is still learned from the step
+    assert snap["acceptance"][0] < 0.9  # acceptance is still learned from the step
 
 
 def test_accept_flags_are_used_when_counts_are_missing() -> None:
@@ -228,7 +226,7 @@ def test_snapshot_is_json_serialisable() -> None:
     assert snap["gamma"] == ctrl.gamma
     assert snap["phase"] == "exploit"
     assert len(snap["arms"]) == 5
-    assert {"gamma", "samples", "estimated_goodput", "score"} <= set(snap["arms"][0])
+    assert {"gamma", "samples", "estimated_goodput", "measured_goodput"} <= set(snap["arms"][0])
 
 
 @pytest.mark.parametrize(
@@ -266,37 +264,5 @@ def test_batch_drift_inside_a_bucket_does_not_bias_arms() -> None:
 
     _, decisions = run(OnlineController(), env, 900, drain)
     tail = decisions[600:]
-    # biased arms would settle at 1-2; neighbour re-checks spend ~5% of decisions at 2
+    # biased arms would settle at 1-2
     assert sum(g >= 3 for g in tail) >= 0.85 * len(tail)
-
-
-def test_global_cost_model_recovers_coefficients() -> None:
-    from vllm_hust_vspec.adaptive.cost_model import GlobalCost
-
-    model = GlobalCost(refit_every=1)
-    for batch in (1, 8, 64, 200):
-        for gamma in range(5):
-            model.add(batch, gamma, 0.004 + 3e-5 * batch * (1 + gamma) + 0.0007 * gamma)
-    coef = model.coefficients()
-    assert coef is not None
-    assert coef == pytest.approx((0.004, 3e-5, 0.0007), rel=1e-6)
-    assert model.predict(32, 2) == pytest.approx(0.004 + 3e-5 * 96 + 0.0014, rel=1e-6)
-
-
-def test_first_steps_after_the_drafter_is_switched_off_or_on_are_not_timed() -> None:
-    """After a sticky zero switches the drafter off (and when it runs again) the first steps
-    run slow while caches refill; their times must not set arm costs or the load level."""
-    cfg = OnlineConfig(warmup_samples=0, zero_skips_drafter=True, path_switch_discard=3)
-    ctrl = OnlineController(cfg)
-    ctrl.decide(8, 4096)  # snapshot() reports the arms of the last decision's bucket
-
-    def step(ran: bool, gamma: int) -> StepFeedback:
-        return StepFeedback(batch_size=8, gamma=gamma, drafted=(gamma,) * 8,
-                            accepted=(0,) * 8, committed=8, interval_s=0.002,
-                            token_budget=4096, drafter_ran=ran, next_gamma=gamma)
-
-    for ran, gamma in ((False, 0),) * 5 + ((True, 1),) * 5 + ((False, 0),) * 2:
-        ctrl.observe(step(ran, gamma))
-    snap = ctrl.snapshot()
-    assert snap["skipped_path_switch"] == 3 + 3 + 2
-    assert {a["gamma"]: a["samples"] for a in snap["arms"]} == {0: 2, 1: 2, 2: 0, 3: 0, 4: 0}

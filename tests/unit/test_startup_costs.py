@@ -146,26 +146,6 @@ def _prior(needs_anchor: bool = True) -> CostPrior:
     return CostPrior("start-up profile", tuple(samples), needs_anchor=needs_anchor)
 
 
-def test_predict_interpolates_in_batch_and_extends_flat() -> None:
-    p = _prior()
-    assert p.predict(8, 2) == pytest.approx(3e-3 * 2)
-    assert p.predict(4, 2) == pytest.approx(3e-3 * (1.125 + (2 - 1.125) * 3 / 7))
-    assert p.predict(64, 2) == p.predict(8, 2)
-    assert p.predict(8, 0, drafter_ran=False) == pytest.approx(1e-3)
-    assert CostPrior("x", ()).predict(8, 1) is None
-
-
-def test_ratio_and_scaled_put_the_shape_on_real_steps() -> None:
-    p = _prior()
-    r = p.ratio(8, 2, True, 3 * p.predict(8, 2))  # the real step ran 3x slower
-    assert r == pytest.approx(3.0)
-    a = p.scaled(r)
-    assert not a.needs_anchor and "x3 to real steps" in a.source
-    for before, after in zip(p.samples, a.samples, strict=True):
-        assert after.seconds == pytest.approx(3 * before.seconds)
-    assert p.ratio(8, 9, True, 1e-3) is None  # no such gamma
-
-
 # -- controllers ------------------------------------------------------------------------------
 
 def _feedback(gamma: int, seconds: float, batch: int = 8, ran: bool = True) -> StepFeedback:
@@ -174,27 +154,21 @@ def _feedback(gamma: int, seconds: float, batch: int = 8, ran: bool = True) -> S
                         token_budget=4096, drafter_ran=ran)
 
 
-def test_online_decides_from_a_dummy_prior_at_once_and_anchors_on_the_first_step() -> None:
+def test_online_decides_from_a_dummy_prior_at_once() -> None:
     # drafting is dear in this prior: gamma 0 best under the default acceptance prior
     cold = OnlineController(OnlineConfig(max_gamma=K, zero_skips_drafter=True))
     warm = OnlineController(OnlineConfig(max_gamma=K, zero_skips_drafter=True),
                             cost_prior=_prior())
-    assert cold.decide(8, 4096) == K and cold.phase == "warmup"  # holds, sweeps later
+    assert cold.decide(8, 4096) == K and cold.snapshot()["phase"] == "warmup"  # holds
     first = warm.decide(8, 4096)
-    assert first == 0  # straight to 0, not max_gamma_step at a time
-    # but not settled (a sticky host would pin the cohort) before acceptance was seen
-    assert not warm.settled()
-    assert warm.snapshot()["prior"] == "start-up profile"
-    warm.observe(_feedback(0, 5e-3))  # a sync zero, 2.5x what the dummy batch showed
-    probe = warm.decide(8, 4096)
-    assert probe == 1  # looks at acceptance with one draft
-    warm.observe(_feedback(1, 1e-2))  # 2.5x
-    assert warm.decide(8, 4096) == 0 and warm.settled()
-    for seconds in (2e-2, 5e-3):  # one slow step (10x) among the warm-up's
-        warm.observe(_feedback(0, seconds))
-        warm.decide(8, 4096)
-    # scaled by the median of the warm-up's steps (3 discarded + the first kept)
-    assert warm.snapshot()["prior"] == "start-up profile, x2.5 to real steps"
+    assert first < K  # decides from the prior at the first step, during the warm-up
+    assert warm.snapshot()["phase"] == "exploit"
+    assert warm.snapshot()["cost_prior"] == "start-up profile"
+    # a dummy prior is taken loosely: the same shape from real steps binds the posterior more
+    real = OnlineController(OnlineConfig(max_gamma=K), cost_prior=_prior(needs_anchor=False))
+    warm_sd = OnlineController(OnlineConfig(max_gamma=K), cost_prior=_prior())
+    assert (real._cost.bucket(3).cov[0][0]  # noqa: SLF001 - the posterior's own variance
+            < warm_sd._cost.bucket(3).cov[0][0])  # noqa: SLF001
 
 
 def test_a_controller_without_a_prior_still_holds_during_warm_up() -> None:
@@ -232,9 +206,9 @@ def test_the_simulated_profile_prices_every_shape_by_the_cost_model() -> None:
         bias = 1.0 if e.drafter_ran else 1.15
         assert abs(b.seconds / (e.seconds * bias) - 1.0) <= 0.05 + 1e-12
     profiled = dataclasses.replace(sc, startup_calibration=None)
-    assert build_ours("online", profiled, 3).snapshot()["prior"].startswith("start-up profile")
+    assert build_ours("online", profiled, 3).snapshot()["cost_prior"].startswith("start-up profile")
     no_profile = dataclasses.replace(profiled, startup_profile=None)
-    assert build_ours("online", no_profile, 3).snapshot()["prior"] == "none"
+    assert build_ours("online", no_profile, 3).snapshot()["cost_prior"] == "none"
 
 
 def test_the_simulated_calibration_prices_real_steps_as_the_host_plays_them() -> None:
@@ -266,7 +240,7 @@ def test_the_simulated_calibration_prices_real_steps_as_the_host_plays_them() ->
     noisy = calibration_prior(sc, 3, None)
     for e, n in zip(prior.samples, noisy.samples, strict=True):
         assert abs(n.seconds / e.seconds - 1.0) <= 0.05 + 1e-12
-    assert build_ours("structured", sc, 3).snapshot()["cost_prior"].startswith(
+    assert build_ours("online", sc, 3).snapshot()["cost_prior"].startswith(
         "start-up calibration")
     sync = dataclasses.replace(exact, gamma0="sync")
     zero = [s for s in calibration_prior(sync, 3, None).samples if s.gamma == 0]

@@ -293,10 +293,9 @@ def test_the_layer_never_overrides_a_settled_gamma_zero() -> None:
             assert chosen == 0
 
 
-def test_cost_prior_verify_times_are_validated_and_scaled() -> None:
+def test_cost_prior_verify_times_are_validated() -> None:
     with pytest.raises(ValueError, match="verify times"):
         CostPrior("x", (), verify=((0, 1e-3),))
     with pytest.raises(ValueError, match="verify times"):
         CostPrior("x", (), verify=((4, float("nan")),))
-    prior = CostPrior("x", (CostSample(1, 1, 1e-3),), verify=((4, 2e-3),))
-    assert prior.scaled(2.0).verify == ((4, 4e-3),)
+    assert CostPrior("x", (CostSample(1, 1, 1e-3),), verify=((4, 2e-3),)).verify == ((4, 2e-3),)

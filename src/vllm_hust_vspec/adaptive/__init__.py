@@ -1,9 +1,8 @@
 """Pure-Python gamma controllers (no vllm, no torch): the public API of vSpec's adaptive layer.
 
-* :class:`OnlineController` / :class:`OnlineConfig`: the default online policy.
+* :class:`OnlineController` / :class:`OnlineConfig`: the default online policy (one cost
+  posterior, Thompson sampling), with :class:`CostPrior`.
 * :class:`ProfilePolicy` / :class:`ProfileConfig` with :class:`Profile`, :func:`load_profile`.
-* :class:`StructuredController` / :class:`StructuredConfig`: one cost posterior, Thompson
-  sampling (being compared with the online policy), with :class:`CostPrior`.
 * :class:`FixedController`: always the largest eligible gamma.
 * :func:`build_controller`: policy name -> controller.
 * :func:`fit_profile`: fit a profile's latency model to measured steps.
@@ -29,7 +28,6 @@ from .profile import (
     load_profile,
 )
 from .profile_policy import ProfileConfig, ProfilePolicy
-from .structured import StructuredConfig, StructuredController
 
 __all__ = [
     "CONFIDENCE_RULES",
@@ -52,8 +50,6 @@ __all__ = [
     "ProfileError",
     "ProfilePolicy",
     "StepFeedback",
-    "StructuredConfig",
-    "StructuredController",
     "TableEntry",
     "build_controller",
     "confidence_keep",

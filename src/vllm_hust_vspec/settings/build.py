@@ -102,25 +102,14 @@ def check_consistency(s: Settings, origins: Mapping[str, str]) -> None:
             " adaptive_profile is given; set --adaptive-profile PATH (see"
             " vllm-hust-vspec-profile)"
         )
-    if s.adaptive_state_path and (s.adaptive_policy not in ("online", "structured")
-                                  or not s.adaptive_speculation):
+    if s.adaptive_state_path and (s.adaptive_policy != "online" or not s.adaptive_speculation):
         raise SettingsError(
             f"adaptive_state_path is set ({_where(origins, 'adaptive_state_path')}) but it keeps"
-            " the online / structured controller's step costs, and "
+            " the online controller's step costs, and "
             + ("adaptive_speculation is off" if not s.adaptive_speculation else
                f"adaptive_policy is {s.adaptive_policy!r} ({_where(origins, 'adaptive_policy')})")
             + "; drop adaptive_state_path or use the online policy"
         )
-    if s.adaptive_policy == "structured":
-        # the structured controller has no sliding window, UCB bonus or sweep
-        defaults = {"adaptive_online_warmup_return": "best"}
-        for name in ("adaptive_online_window", "adaptive_online_exploration",
-                     "adaptive_online_warmup_return"):
-            if getattr(s, name) not in (None, defaults.get(name)):
-                raise SettingsError(
-                    f"{name} is set ({_where(origins, name)}) but adaptive_policy is"
-                    " 'structured', which has no such knob; drop it or use the online policy"
-                )
     gamma = s.effective_gamma()
     if s.adaptive_min_gamma > gamma:
         raise SettingsError(

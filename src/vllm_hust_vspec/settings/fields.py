@@ -138,9 +138,10 @@ class Settings:
         True, "Pick gamma every step (off: fixed gamma, vSpec only observes).", group="adaptive"
     )
     adaptive_policy: str = _opt(
-        "online", "Controller: online UCB on goodput, offline profile + online acceptance, or "
-        "structured (one cost posterior and Thompson sampling; being compared with online).",
-        group="adaptive", choices=("online", "profile", "structured"),
+        "online", "Controller: 'online' learns step costs and acceptance as it serves (one "
+        "cost posterior, Thompson sampling); 'profile' reads step costs from an offline "
+        "profile and learns acceptance online.",
+        group="adaptive", choices=("online", "profile"),
     )
     adaptive_profile: str | None = _opt(
         None, "Profile JSON (schema v1) for the profile policy.", group="adaptive",
@@ -162,15 +163,18 @@ class Settings:
         group="adaptive", minimum=1,
     )
     adaptive_online_window: int | None = _opt(
-        None, "Samples kept per arm (sliding window; default: controller's).",
+        None, "Online policy: steady samples per arm kept for the measured goodput in its "
+        "reports (default: controller's; decisions use the posteriors).",
         group="adaptive", minimum=1,
     )
     adaptive_online_exploration: float | None = _opt(
-        None, "UCB exploration coefficient (default: controller's).", group="adaptive",
-        minimum=0.0,
+        None, "Online policy: width of its Thompson draws in posterior standard deviations "
+        "(1 by default; 0 plays the posterior mean and explores nothing).", group="adaptive",
+        minimum=0.0, maximum=100.0,
     )
     adaptive_online_warmup_samples: int | None = _opt(
-        None, "Samples discarded before learning (default: controller's).", group="adaptive",
+        None, "Steady samples discarded before learning step costs (default: "
+        "controller's).", group="adaptive",
         minimum=0,
     )
     adaptive_gamma0_mode: str = _opt(
@@ -202,12 +206,11 @@ class Settings:
         "a matching --adaptive-state-path is preferred.", group="adaptive",
     )
     adaptive_startup_calibration: bool = _opt(
-        False, "Before serving, time a few real decode steps of vSpec's own (random-token "
+        True, "Before serving, time a few real decode steps of vSpec's own (random-token "
         "requests at every power-of-two batch up to max_num_seqs, every gamma, gamma 0 as the "
         "host plays it; a few seconds on small models, at most ~30 s; then aborted) so a "
-        "fresh controller starts from real step costs, which dummy batches misprice. "
-        "Recommended with --adaptive-policy structured; a matching --adaptive-state-path is "
-        "preferred.", group="adaptive",
+        "fresh controller starts from real step costs, which dummy batches misprice. Online "
+        "policy; a matching --adaptive-state-path is preferred.", group="adaptive",
     )
     adaptive_entropy_stop: bool = _opt(
         False, "Cut each request's draft at its first low-confidence position.",
@@ -254,8 +257,10 @@ class Settings:
         " (default: controller's).", group="adaptive", minimum=0.001, maximum=1.0,
     )
     adaptive_online_warmup_return: str = _opt(
-        "best", "After the initial sweep: play the best-estimated arm, or return to the arm"
-        " played before it ('incumbent').", group="adaptive", choices=("best", "incumbent"),
+        "best", "Online policy: 'best' may leave the initial gamma on the first decision the"
+        " posterior favours another arm; 'incumbent' keeps it until the posterior says, with"
+        " probability 0.9, that another arm beats it.", group="adaptive",
+        choices=("best", "incumbent"),
     )
     adaptive_full_graph: bool = _opt(
         False, "Graphs for every candidate gamma: FULL graph mode with every verify width in"

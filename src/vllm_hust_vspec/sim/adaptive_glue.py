@@ -1,4 +1,4 @@
-"""Build vSpec's own controllers ('online', 'profile', 'structured') via the adaptive package.
+"""Build vSpec's own controllers ('online', 'profile') via the adaptive package.
 
 The 'profile' policy needs an offline profile. We make one the way a user would: "measure"
 decode steps over a sweep of batch sizes, gammas and context lengths -- here by asking the
@@ -28,19 +28,26 @@ _profile_paths: dict[tuple[str, int, int], Path] = {}
 
 
 def build_ours(name: str, scenario: Scenario, seed: int = 0) -> Controller:
-    """``online``, ``profile`` or ``structured`` for ``scenario``'s gamma range (``seed``: the
-    run's, for the start-up profile's errors)."""
+    """``online`` or ``profile`` for ``scenario``'s gamma range (``seed``: the run's, for the
+    start-up profile's errors)."""
     lo, hi = scenario.min_gamma, scenario.max_gamma
-    if name in ("online", "structured"):
+    if name == "online":
         # as host/controller_factory.py builds online: on a sticky host arm 0 skips the drafter
-        prior = (startup_prior(scenario, seed) if scenario.startup_profile is not None
-                 else None)
-        if scenario.startup_calibration is not None:
-            prior = calibration_prior(scenario, seed, prior)
-        return build_controller(name, min_gamma=lo, max_gamma=hi, cost_prior=prior,
+        return build_controller(name, min_gamma=lo, max_gamma=hi,
+                                cost_prior=host_prior(scenario, seed),
                                 zero_skips_drafter=scenario.gamma0 == "sticky")
     path = profile_path_for(scenario)
     return build_controller("profile", min_gamma=lo, max_gamma=hi, profile_path=str(path))
+
+
+def host_prior(scenario: Scenario, seed: int) -> CostPrior | None:
+    """The cost prior the host gives a fresh controller in ``scenario``: the start-up
+    calibration's real steps, else the dummy-batch profile, else none."""
+    prior = (startup_prior(scenario, seed) if scenario.startup_profile is not None
+             else None)
+    if scenario.startup_calibration is not None:
+        prior = calibration_prior(scenario, seed, prior)
+    return prior
 
 
 # The level of a dummy batch against a real step: the controller scales it away.

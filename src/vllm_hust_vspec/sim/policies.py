@@ -1,7 +1,6 @@
 """Policy names -> controllers for a scenario.
 
-Names: ``fixed:K``, ``online``, ``profile`` and ``structured`` (ours, from the adaptive
-package), ``oracle``,
+Names: ``fixed:K``, ``online`` and ``profile`` (ours, from the adaptive package), ``oracle``,
 and the published baselines ``vllm-batch-schedule``, ``sglang-adaptive``, ``hf-heuristic``,
 ``ucb1`` (:mod:`.baselines`) and, from current upstream, ``vllm-acceptance-adaptive-k``,
 ``vllm-dflash-adaptive-k``, ``sglang-per-batch-ema``, ``nightjar-bandit``
@@ -18,7 +17,7 @@ from .oracle import Oracle
 from .per_request import PerRequestOracle, VllmAdaptiveVerification
 from .scenario import Scenario
 
-OURS = ("online", "profile", "structured")
+OURS = ("online", "profile")
 BASELINES = ("vllm-batch-schedule", "sglang-adaptive", "hf-heuristic", "ucb1",
              "vllm-acceptance-adaptive-k", "vllm-dflash-adaptive-k", "sglang-per-batch-ema",
              "nightjar-bandit")
@@ -83,12 +82,10 @@ def make_controller(name: str, scenario: Scenario, seed: int = 0) -> Controller:
         return VllmAdaptiveVerification(scenario)
     if name == "online-per-request":
         from ..adaptive.verify_lengths import PerRequestController  # noqa: PLC0415
-        from .adaptive_glue import build_ours, startup_prior  # noqa: PLC0415
+        from .adaptive_glue import build_ours, host_prior  # noqa: PLC0415
 
-        prior = (startup_prior(scenario, seed) if scenario.startup_profile is not None
-                 else None)
         return PerRequestController(build_ours("online", scenario, seed), lo, hi,
-                                    cost_prior=prior)
+                                    cost_prior=host_prior(scenario, seed))
     if name in OURS:
         from .adaptive_glue import build_ours  # noqa: PLC0415 - needs the adaptive package
 

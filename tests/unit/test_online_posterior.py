@@ -1,5 +1,6 @@
-"""The structured controller (adaptive/structured.py): behaviour on synthetic hosts and the
-simulator's sticky host, the cost prior, the snapshot and validation."""
+"""The online controller's posteriors (adaptive/online.py): behaviour on synthetic hosts and the
+simulator's sticky host, the cost prior, the snapshot, validation and the predecessor's
+exploration / window / warm-up-return knobs."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from vllm_hust_vspec.adaptive import (
     Controller,
     CostPrior,
     CostSample,
+    OnlineConfig,
+    OnlineController,
     StepFeedback,
-    StructuredConfig,
-    StructuredController,
     build_controller,
 )
 from vllm_hust_vspec.sim import load_scenario, make_controller, simulate
@@ -39,7 +40,7 @@ def best_arm(cost: CostFn, alpha: float, max_gamma: int, batch: int = 8) -> int:
     return max(range(max_gamma + 1), key=goodput)
 
 
-def drive(ctrl: StructuredController, cost: CostFn, alpha: Callable[[int], float], steps: int,
+def drive(ctrl: OnlineController, cost: CostFn, alpha: Callable[[int], float], steps: int,
           *, batch: int = 8, sticky: bool = False, jitter: float = 0.02,
           seed: int = 1) -> list[int]:
     """A closed host loop: decide, verify last step's drafts, time, observe. On a ``sticky``
@@ -76,7 +77,7 @@ def share(seq: list[int], value: int) -> float:
 def test_converges_to_the_best_arm(alpha: float, expect: int) -> None:
     cost = linear_cost(0.010, 0.0015, 0.001)
     assert best_arm(cost, alpha, 4) == expect
-    ctrl = StructuredController(StructuredConfig(max_gamma=4))
+    ctrl = OnlineController(OnlineConfig(max_gamma=4))
     gammas = drive(ctrl, cost, lambda t: alpha, 600)
     assert share(gammas[-200:], expect) > 0.8
 
@@ -84,7 +85,7 @@ def test_converges_to_the_best_arm(alpha: float, expect: int) -> None:
 def test_follows_an_acceptance_shift() -> None:
     cost = linear_cost(0.010, 0.0015, 0.001)
     assert best_arm(cost, 0.95, 4) == 4 and best_arm(cost, 0.3, 4) <= 1
-    ctrl = StructuredController(StructuredConfig(max_gamma=4))
+    ctrl = OnlineController(OnlineConfig(max_gamma=4))
     gammas = drive(ctrl, cost, lambda t: 0.95 if t < 400 else 0.3, 800)
     assert share(gammas[300:400], 4) > 0.8
     # the discounted acceptance counts (half-life 32 steps at batch 8) need ~100 steps
@@ -96,7 +97,7 @@ def test_speculation_comes_back_after_gamma_0() -> None:
     widens with time (acceptance_drift) until a draw says drafting pays, and the drafter is
     tried again and kept once acceptance has come back."""
     cost = linear_cost(0.010, 0.0015, 0.001)
-    ctrl = StructuredController(StructuredConfig(max_gamma=4))
+    ctrl = OnlineController(OnlineConfig(max_gamma=4))
     gammas = drive(ctrl, cost, lambda t: 0.05 if t < 600 else 0.95, 4000)
     assert share(gammas[400:600], 0) > 0.9
     assert share(gammas[-500:], 4) > 0.8
@@ -110,14 +111,14 @@ def test_scale_invariant() -> None:
     def slow(b: int, g: int, r: bool) -> float:
         return 1000.0 * cost(b, g, r)
 
-    a = drive(StructuredController(StructuredConfig(max_gamma=4)), cost, lambda t: 0.7, 300)
-    b = drive(StructuredController(StructuredConfig(max_gamma=4)), slow, lambda t: 0.7, 300)
+    a = drive(OnlineController(OnlineConfig(max_gamma=4)), cost, lambda t: 0.7, 300)
+    b = drive(OnlineController(OnlineConfig(max_gamma=4)), slow, lambda t: 0.7, 300)
     assert a == b
 
 
 def test_seeded_and_reproducible() -> None:
     cost = linear_cost(0.010, 0.0015, 0.001)
-    runs = [drive(StructuredController(StructuredConfig(max_gamma=4, seed=s)), cost,
+    runs = [drive(OnlineController(OnlineConfig(max_gamma=4, seed=s)), cost,
                   lambda t: 0.6, 200) for s in (3, 3, 4)]
     assert runs[0] == runs[1]
     assert runs[0] != runs[2]
@@ -131,8 +132,8 @@ def test_sticky_zero_settles_only_where_it_is_best(scenario: str, zero_best: boo
     gamma 4 pays double."""
     sc = load_scenario(scenario)
     for seed in (3, 4):
-        ctrl = make_controller("structured", sc)
-        assert isinstance(ctrl, StructuredController)
+        ctrl = make_controller("online", sc)
+        assert isinstance(ctrl, OnlineController)
         run = simulate(sc, ctrl, seed, record=True)
         gammas = run.timeline["gamma"]
         zeros = sum(g == 0 for g in gammas) / len(gammas)
@@ -146,7 +147,7 @@ def test_unsettled_zero_is_never_played_on_a_sticky_host() -> None:
     """A zero that is not settled would be a sync zero (the drafter runs, nothing is learnt
     about skipping): the controller does not return one."""
     cost = linear_cost(0.002, 0.0006, 0.0006)
-    ctrl = StructuredController(StructuredConfig(max_gamma=4, zero_skips_drafter=True))
+    ctrl = OnlineController(OnlineConfig(max_gamma=4, zero_skips_drafter=True))
     for _ in range(300):
         g = ctrl.decide(8, 8192)
         assert g != 0 or ctrl.settled()
@@ -170,7 +171,7 @@ def test_cost_prior_means_fewer_exploratory_steps() -> None:
     for prior in (None, _startup_prior(cost)):
         off_best = 0
         for seed in range(4):
-            ctrl = StructuredController(StructuredConfig(max_gamma=4, zero_skips_drafter=True,
+            ctrl = OnlineController(OnlineConfig(max_gamma=4, zero_skips_drafter=True,
                                                          seed=seed), cost_prior=prior)
             gammas = drive(ctrl, cost, lambda t: 0.78, 120, sticky=True, seed=seed)
             off_best += sum(g != 0 for g in gammas)
@@ -182,7 +183,7 @@ def test_cost_prior_means_fewer_exploratory_steps() -> None:
 
 def test_cost_prior_does_not_pin_where_speculation_pays() -> None:
     cost = linear_cost(0.00165, 0.00061, 0.0006)
-    ctrl = StructuredController(StructuredConfig(max_gamma=4, zero_skips_drafter=True),
+    ctrl = OnlineController(OnlineConfig(max_gamma=4, zero_skips_drafter=True),
                                 cost_prior=_startup_prior(cost))
     gammas = drive(ctrl, cost, lambda t: 0.95, 300, sticky=True)
     assert gammas.count(0) == 0
@@ -191,8 +192,8 @@ def test_cost_prior_does_not_pin_where_speculation_pays() -> None:
 
 def test_snapshot_names_the_prior_and_reports() -> None:
     cost = linear_cost(0.010, 0.0015, 0.001)
-    plain = StructuredController(StructuredConfig(max_gamma=4))
-    primed = StructuredController(StructuredConfig(max_gamma=4),
+    plain = OnlineController(OnlineConfig(max_gamma=4))
+    primed = OnlineController(OnlineConfig(max_gamma=4),
                                   cost_prior=_startup_prior(cost))
     for ctrl in (plain, primed):
         drive(ctrl, cost, lambda t: 0.7, 50)
@@ -200,15 +201,15 @@ def test_snapshot_names_the_prior_and_reports() -> None:
     assert plain.snapshot()["cost_prior"] == "none"
     snap = primed.snapshot()
     assert snap["cost_prior"] == "startup-dummy-steps" and snap["cost_prior_samples"] == 5
-    assert snap["policy"] == "structured" and snap["observations"] == 50
+    assert snap["policy"] == "online" and snap["observations"] == 50
     assert snap["skipped_warmup"] == 3 and len(snap["arms"]) == 5
     rep = primed.report()
-    assert rep.policy == "structured" and set(rep.arm_goodput) == {0, 1, 2, 3, 4}
+    assert rep.policy == "online" and set(rep.arm_goodput) == {0, 1, 2, 3, 4}
     assert all(v > 0 for v in rep.arm_goodput.values())
 
 
 def test_data_hygiene_keeps_polluted_steps_out_of_the_cost() -> None:
-    ctrl = StructuredController(StructuredConfig(max_gamma=4, warmup_samples=2))
+    ctrl = OnlineController(OnlineConfig(max_gamma=4, warmup_samples=2))
 
     def step(interval: float, *, steady: bool = True, nxt: int = 2) -> StepFeedback:
         return StepFeedback(batch_size=8, gamma=2, drafted=(2,) * 8, accepted=(1,) * 8,
@@ -229,7 +230,7 @@ def test_data_hygiene_keeps_polluted_steps_out_of_the_cost() -> None:
 
 def test_budget_cap_and_step_limit() -> None:
     cost = linear_cost(0.010, 0.0001, 0.0)
-    ctrl = StructuredController(StructuredConfig(max_gamma=6, max_gamma_step=1))
+    ctrl = OnlineController(OnlineConfig(max_gamma=6, max_gamma_step=1))
     gammas = drive(ctrl, cost, lambda t: 0.95, 300)
     assert share(gammas[-100:], 6) > 0.9 and ctrl.gamma == 6
     assert ctrl.decide(8, 8 * 3) == 2  # the budget cap overrides max_gamma_step
@@ -242,27 +243,94 @@ def test_budget_cap_and_step_limit() -> None:
 
 def test_validation_names_the_knob() -> None:
     with pytest.raises(ValueError, match="settle_probability"):
-        StructuredConfig(settle_probability=0.2)
+        OnlineConfig(settle_probability=0.2)
     with pytest.raises(ValueError, match="overhead_sd"):
-        StructuredConfig(overhead_sd=-1.0)
+        OnlineConfig(overhead_sd=-1.0)
     with pytest.raises(ValueError, match="acceptance_drift"):
-        StructuredConfig(acceptance_drift=-1e-5)
+        OnlineConfig(acceptance_drift=-1e-5)
     with pytest.raises(ValueError, match="initial_gamma"):
-        StructuredConfig(max_gamma=3, initial_gamma=5)
+        OnlineConfig(max_gamma=3, initial_gamma=5)
     with pytest.raises(ValueError, match="zero_skips_drafter"):
-        StructuredConfig(zero_skips_drafter=1)  # type: ignore[arg-type]
+        OnlineConfig(zero_skips_drafter=1)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="hysteresis"):
-        StructuredConfig(hysteresis=-0.1)
+        OnlineConfig(hysteresis=-0.1)
 
 
-def test_factory_builds_structured_with_a_prior() -> None:
+def test_factory_builds_online_with_a_prior() -> None:
     prior = _startup_prior(linear_cost(0.01, 0.001, 0.001))
-    ctrl = build_controller("structured", min_gamma=0, max_gamma=4, cost_prior=prior,
+    ctrl = build_controller("online", min_gamma=0, max_gamma=4, cost_prior=prior,
                             settle_probability=0.95, hysteresis=None)
-    assert isinstance(ctrl, StructuredController)
+    assert isinstance(ctrl, OnlineController)
     assert ctrl.config.settle_probability == 0.95 and ctrl.config.hysteresis == 0.02
     assert ctrl.snapshot()["cost_prior"] == "startup-dummy-steps"
     with pytest.raises(ValueError, match="windoww"):
-        build_controller("structured", min_gamma=0, max_gamma=4, windoww=3)
+        build_controller("online", min_gamma=0, max_gamma=4, windoww=3)
     with pytest.raises(ValueError, match="cost prior"):
         build_controller("fixed", min_gamma=0, max_gamma=4, cost_prior=prior)
+
+
+def test_exploration_scales_the_thompson_draw() -> None:
+    """``exploration`` (the predecessor's --adaptive-online-exploration) is the draw's width:
+    0 plays the posterior mean (the same decisions whatever the seed), 1 samples the
+    posterior (decisions differ by seed), and a wider draw visits losing arms more often."""
+    cost = linear_cost(0.010, 0.0015, 0.001)
+    assert best_arm(cost, 0.7, 4) == 3
+
+    def run_with(width: float, seed: int) -> list[int]:
+        return drive(OnlineController(OnlineConfig(max_gamma=4, exploration=width, seed=seed)),
+                     cost, lambda t: 0.7, 400, seed=1)
+
+    greedy = [run_with(0.0, s) for s in (0, 1)]
+    assert greedy[0] == greedy[1]
+    assert run_with(1.0, 0) != run_with(1.0, 1)
+    away = {w: sum(sum(g != 3 for g in run_with(w, s)[100:]) for s in range(4))
+            for w in (0.3, 3.0)}
+    assert away[0.3] < away[3.0]
+
+
+def test_window_bounds_the_measured_goodput_reported() -> None:
+    ctrl = OnlineController(OnlineConfig(max_gamma=4, window=5, warmup_samples=0))
+    ctrl.decide(8, 8192)
+    for i in range(12):
+        ctrl.observe(StepFeedback(batch_size=8, gamma=4, drafted=(4,) * 8, accepted=(2,) * 8,
+                                  committed=24, interval_s=0.01 if i < 7 else 0.02,
+                                  token_budget=8192, next_gamma=4))
+    arm = {a["gamma"]: a for a in ctrl.snapshot()["arms"]}[4]
+    assert arm["samples"] == 5  # only the last five steps, all of them 0.02 s
+    assert arm["measured_goodput"] == pytest.approx(24 / 0.02)
+
+
+def test_incumbent_is_kept_until_the_posterior_is_sure_it_is_not_best() -> None:
+    """'incumbent' (the predecessor's --adaptive-online-warmup-return incumbent): a draw alone
+    does not move the controller off its initial gamma; a clear loser is still left."""
+    cost = linear_cost(0.010, 0.0015, 0.001)
+    near = drive(OnlineController(OnlineConfig(max_gamma=4, initial_gamma=3)), cost,
+                 lambda t: 0.6, 60)  # gamma 2 and 3 within ~2% of each other
+    kept = drive(OnlineController(OnlineConfig(max_gamma=4, initial_gamma=3,
+                                               warmup_return="incumbent")),
+                 cost, lambda t: 0.6, 60)
+    assert kept.count(3) > near.count(3)
+    assert kept.count(3) >= 55
+    lost = drive(OnlineController(OnlineConfig(max_gamma=4, warmup_return="incumbent")), cost,
+                 lambda t: 0.1, 300)
+    assert share(lost[-100:], 0) > 0.8
+    with pytest.raises(ValueError, match="warmup_return"):
+        OnlineConfig(warmup_return="first")
+
+
+def test_a_skipping_zero_is_never_estimated_dearer_than_a_speculative_arm() -> None:
+    """Zero measured in a busy spell (30 ms a step), gamma 1 afterwards at 12 ms: a
+    drafter-skipping step is the target's part of a speculative one, so the posterior never
+    prices it dearer than gamma 1, however the load moved in between."""
+    ctrl = OnlineController(OnlineConfig(zero_skips_drafter=True, warmup_samples=0))
+    ctrl.decide(8, 8192)
+    for gamma, ran, seconds in ((0, False, 0.030),) * 40 + ((1, True, 0.012),) * 40:
+        ctrl.observe(StepFeedback(batch_size=8, gamma=gamma, drafted=(gamma,) * 8,
+                                  accepted=(gamma,) * 8, committed=8 * (1 + gamma),
+                                  interval_s=seconds, token_budget=8192, drafter_ran=ran,
+                                  next_gamma=gamma))
+    ctrl.decide(8, 8192)
+    snap = ctrl.snapshot()
+    est = {a["gamma"]: a["estimated_goodput"] for a in snap["arms"]}
+    expected_1 = 1.0 + snap["acceptance"][0]  # tokens per request and step at gamma 1
+    assert est[0] >= est[1] / expected_1 * (1 - 1e-9), (est, snap["acceptance"])
