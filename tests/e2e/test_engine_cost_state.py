@@ -23,8 +23,8 @@ def _lifetime(tmp_path: Path, state: Path, trace: Path, profile: bool = False,
     spec = {"method": "draft_model", "model": es.model("draft-cheap-agree"),
             "num_speculative_tokens": MAX_K}
     # without the start-up calibration, and without the dummy-batch profile unless asked, so
-    # the first lifetime sweeps (the cold start to improve on); the calibration's preference
-    # order is tests/e2e/test_engine_startup_calibration.py's
+    # the first lifetime starts blind (the cold start to improve on); the calibration's
+    # preference order is tests/e2e/test_engine_startup_calibration.py's
     with (
         es.vspec(method="draft", adaptive_state_path=str(state), adaptive_trace=str(trace),
                  adaptive_startup_profile=profile, adaptive_startup_calibration=False),
@@ -39,27 +39,27 @@ def test_a_restarted_engine_starts_from_the_previous_step_costs(tmp_path: Path) 
     state = tmp_path / "state" / "costs.json"
     trace = tmp_path / "trace.jsonl"
     first = _lifetime(tmp_path, state, trace)
-    assert first["prior"] == "none"
+    assert first["cost_prior"] == "none"
     saved = json.loads(state.read_text())
     assert saved["schema"] == "vspec-cost-state/1"
     assert saved["fingerprint"]["model"] == es.model("target-deep")
     assert saved["fingerprint"]["max_gamma"] == str(MAX_K)
-    # the cold controller swept every arm, and those steps were kept
-    assert {s["gamma"] for s in saved["samples"]} == set(range(MAX_K + 1))
+    # the arms the cold controller played were kept (it explores: more than one)
+    played = {int(r["gamma"]) for r in _steps_of_run(trace, 0)}
+    assert {s["gamma"] for s in saved["samples"]} <= played
+    assert len({s["gamma"] for s in saved["samples"]}) >= 2
     assert all(s["seconds"] > 0 for s in saved["samples"])
 
     second = _lifetime(tmp_path, state, trace)
-    assert second["prior"] == f"persisted state {state}"
+    assert second["cost_prior"] == f"persisted state {state}"
     headers = [r for r in es.read_trace_lines(trace) if "run" in r]
     assert [h["prior"] for h in headers] == ["none", f"persisted state {state}"]
-    # the seeded controller did not sweep: the cold one played every arm, twice, before it
-    # judged; the seeded one judges from its first step (one look at acceptance, a gamma-0
-    # step with the drafter running while its acceptance prior still favours it) and is at
-    # the top of the range (3-4: a cheap agreeing drafter) within a few decisions, never pinned
-    # (a noisy machine may send it one arm lower for a couple of decisions: a clean-machine CI
-    # run saw 3, 3, 3, 3, 2, 2, ... once)
+    # the seeded controller judges from its first step (the cold one held gamma through its
+    # warm-up) and is at the top of the range (3-4: a cheap agreeing drafter) within a few
+    # decisions, never pinned (a noisy machine may send it one arm lower for a couple of
+    # decisions: a clean-machine CI run saw 3, 3, 3, 3, 2, 2, ... once)
     runs = _decisions_per_run(trace)
-    assert set(runs[0][:30]) == set(range(MAX_K + 1)), runs[0]
+    assert runs[0][:3] == [MAX_K] * 3, runs[0]  # the blind warm-up holds the maximum
     late = runs[1][5:]
     assert late and min(late) >= MAX_K - 2, runs[1]
     assert sum(g >= MAX_K - 1 for g in late) >= 0.75 * len(late), runs[1]
@@ -68,13 +68,13 @@ def test_a_restarted_engine_starts_from_the_previous_step_costs(tmp_path: Path) 
     # another engine configuration: not used (the start-up profile is, when on), and
     # replaced by this engine's state
     third = _lifetime(tmp_path, state, trace, max_num_seqs=4)
-    assert third["prior"] == "none"
+    assert third["cost_prior"] == "none"
     assert json.loads(state.read_text())["fingerprint"]["max_num_seqs"] == "4"
     fourth = _lifetime(tmp_path, state, trace, profile=True, max_num_seqs=2)
-    assert fourth["prior"].startswith("start-up profile"), fourth["prior"]
+    assert fourth["cost_prior"].startswith("start-up profile"), fourth["cost_prior"]
     # the same configuration again: its persisted state beats the profile
     fifth = _lifetime(tmp_path, state, trace, profile=True, max_num_seqs=2)
-    assert fifth["prior"] == f"persisted state {state}"
+    assert fifth["cost_prior"] == f"persisted state {state}"
 
 
 def _steps_of_run(trace: Path, run: int) -> list[dict]:

