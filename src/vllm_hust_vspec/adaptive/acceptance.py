@@ -15,7 +15,6 @@ at low positions immediately lowers the estimates for deeper, unobserved ones to
 from __future__ import annotations
 
 import math
-from collections import deque
 from typing import Any
 
 from .feedback import StepFeedback
@@ -228,50 +227,3 @@ def extend_acceptance(values: tuple[float, ...] | list[float], positions: int) -
         ratio = last / before if before > _TINY else 0.0
         vals.append(last * min(ratio, 1.0))
     return vals
-
-
-class RateDrift:
-    """How fast does the batch's acceptance move? A variogram of the per-step acceptance rate
-    at position 0 (as load.DriftEstimator is of step times): differences at lag 1 have
-    variance ``2 v + q`` and at lag ``L`` ``2 v + L q`` (``v``: one step's sampling noise,
-    ``q``: the rate's random-walk variance per step), so two discounted mean squares give
-    ``q``. A stationary batch measures ~0; one whose acceptance jumps (a code turn after prose,
-    a cohort of other requests) measures the jumps, and that is what the controller's
-    acceptance posterior widens by while a position goes undrafted. Nothing is clipped: the
-    jumps are the signal."""
-
-    __slots__ = ("_hist", "_n", "_v1", "_vl")
-
-    LAG = 8
-    RATE = 0.02  # EWMA weight floor of the mean squares (~50 steps of memory)
-    READY = 24  # long-lag differences before the estimate is used
-    SIGNIFICANT = 1.5  # long-lag mean square over short-lag one that counts as drift
-
-    def __init__(self) -> None:
-        self._hist: deque[float] = deque(maxlen=self.LAG)
-        self._v1 = 0.0
-        self._vl = 0.0
-        self._n = 0
-
-    def observe(self, accepted: tuple[int, ...]) -> None:
-        """One verify step's per-request accepted counts (every request drafted)."""
-        if not accepted:
-            return
-        x = 1.0 - accepted.count(0) / len(accepted)
-        h = self._hist
-        if h:
-            d = x - h[-1]
-            self._v1 += max(self.RATE, 1.0 / (self._n + 1)) * (d * d - self._v1)
-        if len(h) == self.LAG:
-            self._n += 1
-            d = x - h[0]
-            self._vl += max(self.RATE, 1.0 / self._n) * (d * d - self._vl)
-        h.append(x)
-
-    def per_step(self) -> float | None:
-        """``q``, the rate's variance growth per step, once measured (else None)."""
-        if self._n < self.READY:
-            return None
-        if self._vl < self.SIGNIFICANT * self._v1:
-            return 0.0  # within the mean squares' own noise (~15% each): no drift seen
-        return (self._vl - self._v1) / (self.LAG - 1)

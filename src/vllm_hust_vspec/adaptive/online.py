@@ -31,7 +31,7 @@ from collections import deque
 from typing import Any
 
 from ._limits import bucket_index, should_switch, step_toward
-from .acceptance import AcceptanceModel, RateDrift
+from .acceptance import AcceptanceModel
 from .cadence import CadencedPolicy
 from .cost_posterior import CostPosterior, features
 from .cost_prior import CostPrior
@@ -89,8 +89,6 @@ class OnlineController(CadencedPolicy):
         self._row_cache: dict[tuple[int, int], list[list[float]]] = {}  # (batch, cap) rows
         self._seen_n = [0.0] * hi  # per position: counts when last measured ...
         self._seen_t = [0] * hi  # ... and the observation it was measured in
-        self._rate_drift = RateDrift()
-        self._acc_drift = cfg.acceptance_drift  # per step; the measured one once known
         self._last_batch = 0
         self._last_bucket = 0
         self._last_cap = hi
@@ -106,13 +104,6 @@ class OnlineController(CadencedPolicy):
             k = g if g < self._hi else self._hi
             self._seen_n[:k] = self._acc.weights()[:k]
             self._seen_t[:k] = [self._observations] * k
-            drafted = feedback.drafted
-            if not drafted or drafted.count(g) == len(drafted):
-                self._rate_drift.observe(feedback.accepted)
-                q = self._rate_drift.per_step()
-                if q is not None:
-                    floor = self.config.acceptance_drift
-                    self._acc_drift = q if q > floor else floor
         if not feedback.steady:
             self._skipped_nonsteady += 1
             return
@@ -277,7 +268,7 @@ class OnlineController(CadencedPolicy):
         (sd ``width``) times its sd (a drafter that agrees more agrees more at every depth)."""
         p = self._acc.probabilities()
         z = self._rng.gauss(0.0, width)
-        drift = self._acc_drift
+        drift = self.config.acceptance_drift
         now = self._observations
         seen_n, seen_t = self._seen_n, self._seen_t
         out = [1.0]
