@@ -44,10 +44,10 @@ def test_a_restarted_engine_starts_from_the_previous_step_costs(tmp_path: Path) 
     assert saved["schema"] == "vspec-cost-state/1"
     assert saved["fingerprint"]["model"] == es.model("target-deep")
     assert saved["fingerprint"]["max_gamma"] == str(MAX_K)
-    # the arms the cold controller played were kept (it explores: more than one)
+    # what the cold controller played was kept (with this drafter it may never leave the
+    # maximum: nothing it measured says another arm could pay)
     played = {int(r["gamma"]) for r in _steps_of_run(trace, 0)}
-    assert {s["gamma"] for s in saved["samples"]} <= played
-    assert len({s["gamma"] for s in saved["samples"]}) >= 2
+    assert saved["samples"] and {s["gamma"] for s in saved["samples"]} <= played
     assert all(s["seconds"] > 0 for s in saved["samples"])
 
     second = _lifetime(tmp_path, state, trace)

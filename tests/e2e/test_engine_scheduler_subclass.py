@@ -61,16 +61,17 @@ def test_a_scheduler_that_skips_the_lookup_fails_closed() -> None:
     target = es.model("target")
     spec = {"method": "draft_model", "model": es.model("draft"),
             "num_speculative_tokens": MAX_K}
-    # with the start-up calibration its first step finds it: the engine never starts
+    # with the start-up calibration (the default) its first step finds it: the engine never
+    # starts
     with (
-        es.vspec(method="draft", adaptive_startup_calibration=True),
+        es.vspec(method="draft"),
         pytest.raises(Exception, match="dynamic_sd_lookup"),
         es.engine(target, spec, scheduler_cls="_schedulers.NoLookupScheduler"),
     ):
         pass
-    # without one (the default), the first served step
+    # without one, the first served step
     with (
-        es.vspec(method="draft"),
+        es.vspec(method="draft", adaptive_startup_calibration=False),
         es.engine(target, spec, scheduler_cls="_schedulers.NoLookupScheduler") as llm,
         pytest.raises(Exception, match="dynamic_sd_lookup"),
     ):
