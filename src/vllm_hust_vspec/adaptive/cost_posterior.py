@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import math
 import random
-from operator import add, mul
 
 from .cost_prior import CostPrior
 from .load import DriftEstimator, outlier_side
@@ -174,8 +173,9 @@ class CostPosterior:
         b.samples += 1
         m = b.mean
         p = b.cov
-        c = self._cross
-        f = x[0] * m[0] + x[1] * m[1] + x[2] * m[2] + x[3] * m[3]
+        m0, m1, m2, m3 = m
+        x0, x1, x2, x3 = x
+        f = x0 * m0 + x1 * m1 + x2 * m2 + x3 * m3
         if f < _F_MIN:
             f = _F_MIN
         if self._q_theta and not b.samples % _DRIFT_EVERY:
@@ -186,13 +186,19 @@ class CostPosterior:
                 p[i][i] += q * m[i] * m[i] + qv
         level_var = self.level_var + self.level_drift * r
         inv_f = 1.0 / f
-        h = [x[0] * inv_f, x[1] * inv_f, x[2] * inv_f, x[3] * inv_f]
-        # P H' for the joint state [level, theta] (H = [1, h]).
-        pth = [sum(map(mul, row, h)) for row in p]
-        hph = sum(map(mul, h, pth))  # h' P_theta h: the coefficients' share of the doubt
-        ch = sum(map(mul, c, h))
+        h0, h1, h2, h3 = x0 * inv_f, x1 * inv_f, x2 * inv_f, x3 * inv_f
+        # P H' for the joint state [level, theta] (H = [1, h]), written out for N = 4: this
+        # runs every step.
+        p0, p1, p2, p3 = p
+        t0 = p0[0] * h0 + p0[1] * h1 + p0[2] * h2 + p0[3] * h3
+        t1 = p1[0] * h0 + p1[1] * h1 + p1[2] * h2 + p1[3] * h3
+        t2 = p2[0] * h0 + p2[1] * h1 + p2[2] * h2 + p2[3] * h3
+        t3 = p3[0] * h0 + p3[1] * h1 + p3[2] * h2 + p3[3] * h3
+        hph = h0 * t0 + h1 * t1 + h2 * t2 + h3 * t3  # the coefficients' share of the doubt
+        c0, c1, c2, c3 = self._cross
+        ch = c0 * h0 + c1 * h1 + c2 * h2 + c3 * h3
         ph_l = level_var + ch
-        ph = list(map(add, pth, c))
+        q0, q1, q2, q3 = t0 + c0, t1 + c1, t2 + c2, t3 + c3
         s = level_var + 2.0 * ch + hph + r
         self.level_var = level_var
         e = y - self.level - math.log(f)
@@ -223,17 +229,18 @@ class CostPosterior:
         # bounds; the step is shortened to stay inside them, level and coefficients alike,
         # so the split between them stays consistent (clipping one coefficient alone had
         # another absorb the difference, and the filter never recovered).
-        step = _feasible_step(m, [v * ke for v in ph])
+        step = _feasible_step(m, [q0 * ke, q1 * ke, q2 * ke, q3 * ke])
         ke *= step
         self.level += ph_l * ke
-        b.mean = [mi + v * ke for mi, v in zip(m, ph, strict=True)]
+        b.mean = [m0 + q0 * ke, m1 + q1 * ke, m2 + q2 * ke, m3 + q3 * ke]
         self.level_var -= ph_l * ph_l * inv
         kl = ph_l * inv
-        self._cross = [ci - kl * v for ci, v in zip(c, ph, strict=True)]
-        for i, row in enumerate(p):
-            gi = ph[i] * inv
-            if gi:
-                p[i] = [a - gi * v for a, v in zip(row, ph, strict=True)]
+        self._cross = [c0 - kl * q0, c1 - kl * q1, c2 - kl * q2, c3 - kl * q3]
+        g0, g1, g2, g3 = q0 * inv, q1 * inv, q2 * inv, q3 * inv
+        p[0] = [p0[0] - g0 * q0, p0[1] - g0 * q1, p0[2] - g0 * q2, p0[3] - g0 * q3]
+        p[1] = [p1[0] - g1 * q0, p1[1] - g1 * q1, p1[2] - g1 * q2, p1[3] - g1 * q3]
+        p[2] = [p2[0] - g2 * q0, p2[1] - g2 * q1, p2[2] - g2 * q2, p2[3] - g2 * q3]
+        p[3] = [p3[0] - g3 * q0, p3[1] - g3 * q1, p3[2] - g3 * q2, p3[3] - g3 * q3]
 
     def apply_prior(self, prior: CostPrior) -> int:
         """Fold in a cost prior's samples (see _DUMMY_SAMPLE_SD). Returns the samples used."""
