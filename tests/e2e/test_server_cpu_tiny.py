@@ -150,5 +150,11 @@ def test_concurrent_chat_metrics_and_clean_stop(server: Server) -> None:
     headers = [r for r in lines if "run" in r]
     records = [r for r in lines if "step" in r]
     assert len(headers) == 1 and lines[0] is headers[0]  # one run, its header first
+    # the EngineCore process (plugins load inside EngineCore.__init__ there) calibrated
+    # before it served: its steps counted nowhere, its prior named in the header
+    assert headers[0]["prior"] == "start-up calibration", headers[0]
+    assert [r["step"] for r in records] == list(range(1, len(records) + 1))
+    log = server.log.read_text()
+    assert "start-up calibration:" in log and "no start-up calibration" not in log
     assert len(records) == steps  # flushed on shutdown: one line per step
     assert {r["gamma"] for r in records} <= set(range(0, 5))

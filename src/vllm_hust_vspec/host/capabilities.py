@@ -13,6 +13,7 @@ from typing import Any
 
 SCHEDULER = ("vllm.v1.core.sched.scheduler", "Scheduler")
 ENGINE_CORE = ("vllm.v1.engine.core", "EngineCore")
+ENGINE_CORE_PROC = ("vllm.v1.engine.core", "EngineCoreProc")
 SCHEDULER_OUTPUT = ("vllm.v1.core.sched.output", "SchedulerOutput")
 BASE_PROPOSER = ("vllm.v1.spec_decode.llm_base_proposer", "SpecDecodeBaseProposer")
 MODEL_RUNNER = ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner")

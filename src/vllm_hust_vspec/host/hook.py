@@ -9,6 +9,7 @@ controller, the sticky cohort, refill admission and telemetry.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,6 +31,8 @@ from vllm_hust_vspec.host.trace import TraceWriter, open_trace
 if TYPE_CHECKING:
     from vllm_hust_vspec.adaptive.cost_prior import CostPrior
     from vllm_hust_vspec.settings import Settings
+
+logger = logging.getLogger("vllm_hust_vspec.host")
 
 # Set on a SchedulerOutput when the drafter must not run after this step (sticky gamma 0).
 SKIP_ATTR = "vspec_skip_draft"
@@ -181,8 +184,12 @@ class SchedulerHook:
         """Sticky bookkeeping before the scheduler runs (finished requests, void drafts)."""
         self._decided = None
         if self.calibration_pending:
-            # served before any calibration ran (no EngineCore built this scheduler)
+            # served before any calibration ran: not built by an EngineCore vSpec calibrates
+            # (a custom engine loop), so the controller serves from the prior it has
             self.calibration_pending = False
+            logger.warning("vSpec: no start-up calibration: this engine served before one "
+                           "could run; the controller starts from %s",
+                           self.cost_prior.source if self.cost_prior else "no cost prior")
             self.telemetry.trace = open_trace(self.settings, self.cost_prior)
         sched = self.scheduler
         self.sticky.before_schedule(sched.finished_req_ids, sched.requests)

@@ -60,6 +60,10 @@ def blocker(settings: Settings, scheduler: Any) -> str | None:
                 "executes, and the calibration's steps are not the served requests'")
     if getattr(scheduler, "connector", None) is not None:
         return "a KV connector would transfer the calibration requests' KV cache"
+    parallel = getattr(getattr(scheduler, "vllm_config", None), "parallel_config", None)
+    if int(getattr(parallel, "data_parallel_size", 1) or 1) > 1:
+        return ("data-parallel engines step in lockstep (DPEngineCoreProc), and one engine's "
+                "calibration steps would be the others' idle steps")
     return None
 
 

@@ -36,7 +36,13 @@ from vllm_hust_vspec.host import (
     startup_calibration,
     startup_costs,
 )
-from vllm_hust_vspec.host.capabilities import ENGINE_CORE, MODEL_RUNNER, SCHEDULER, WORKER
+from vllm_hust_vspec.host.capabilities import (
+    ENGINE_CORE,
+    ENGINE_CORE_PROC,
+    MODEL_RUNNER,
+    SCHEDULER,
+    WORKER,
+)
 from vllm_hust_vspec.host.cost_state import CostState, fingerprint_of
 from vllm_hust_vspec.host.hook import SKIP_ATTR, GammaLookup, SchedulerHook, VSpecHostError
 from vllm_hust_vspec.host.hook_parts import REFILL_MAX_HOLD_STEPS
@@ -256,6 +262,17 @@ def _make_engine_init_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
     return __init__
 
 
+def _make_busy_loop_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def run_busy_loop(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # An EngineCore process (vllm serve, LLM with multiprocessing) loads the plugins
+        # inside EngineCore.__init__, so the __init__ wrapper never runs there: the engine
+        # is calibrated here instead, before its loop reads the first request.
+        calibrate_engine(self)
+        return orig(self, *args, **kwargs)
+
+    return run_busy_loop
+
+
 def _make_kv_init_wrapper(
     get_settings: Callable[[], Settings],
 ) -> Callable[[Callable[..., Any]], Any]:
@@ -337,6 +354,7 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
     patcher.wrap(scheduler_cls, "shutdown", _make_shutdown_wrapper)
     patcher.wrap(resolve(*ENGINE_CORE), "shutdown", _make_engine_shutdown_wrapper)
     patcher.wrap(resolve(*ENGINE_CORE), "__init__", _make_engine_init_wrapper)
+    patcher.wrap(resolve(*ENGINE_CORE_PROC), "run_busy_loop", _make_busy_loop_wrapper)
     patcher.wrap(resolve(*ENGINE_CORE), "_initialize_kv_caches",
                  _make_kv_init_wrapper(get_settings))
     patcher.wrap(runner_cls, "propose_draft_token_ids", _make_propose_wrapper)

@@ -112,6 +112,7 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                  "the start-up calibration runs real steps of its own requests through the "
                  "built engine before it serves (host/startup_calibration.py)",
                  _p(METHOD, ENGINE_CORE_MOD, "EngineCore", "__init__"),
+                 _p(METHOD, ENGINE_CORE_MOD, "EngineCoreProc", "run_busy_loop"),
                  _p(METHOD, ENGINE_CORE_MOD, "EngineCore", "step"),
                  _p(METHOD, ENGINE_CORE_MOD, "EngineCore", "add_request", "request"),
                  _p(METHOD, ENGINE_CORE_MOD, "EngineCore", "abort_requests", "request_ids"),
