@@ -112,3 +112,12 @@ def test_engines_whose_steps_others_record_are_not_calibrated() -> None:
     assert traced is not None and "eagle_draft_trace" in traced
     assert "KV connector" in (blocker(Settings(method="draft"),
                                       SimpleNamespace(connector=object())) or "")
+
+
+def test_data_parallel_engines_are_not_calibrated() -> None:
+    def sched(dp: int) -> SimpleNamespace:
+        return SimpleNamespace(connector=None, vllm_config=SimpleNamespace(
+            parallel_config=SimpleNamespace(data_parallel_size=dp)))
+
+    assert blocker(Settings(method="draft"), sched(1)) is None
+    assert "lockstep" in (blocker(Settings(method="draft"), sched(2)) or "")
