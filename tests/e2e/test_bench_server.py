@@ -44,7 +44,11 @@ def pair_run(models_env: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
 
     out = tmp_path_factory.mktemp("pair")
     plot = out / "pair.png"
+    # the deep target with its cheap agreeing drafter: speculation pays, so the vSpec arm
+    # drafts (with the tiny pair's own drafter a calibrated controller pins gamma 0 at once)
     rc = bench.main(["pair", "--protocol", "cpu-tiny", *LOAD, "--repetitions", "1",
+                     "--target-model", "vspec-tiny/target-deep",
+                     "--draft-model", "vspec-tiny/draft-cheap-agree",
                      "--backend", "builtin", "--result-dir", str(out), "--plot", str(plot),
                      "--min-speedup", "0.01", "--quiet", "--server-timeout", "600"])
     summary = json.loads((out / "pair-summary.json").read_text())
