@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import random
 
+from ._limits import bucket_index
 from .cost_prior import CostPrior
 from .load import DriftEstimator, outlier_side
 
@@ -252,7 +253,7 @@ class CostPosterior:
         sd = _DUMMY_SAMPLE_SD if prior.needs_anchor else _REAL_SAMPLE_SD
         r = sd * sd
         for s in prior.samples:
-            idx = s.batch.bit_length() - 1 if s.batch > 1 else 0
+            idx = bucket_index(s.batch)
             x = features(s.batch, s.batch * (1 + s.gamma), s.gamma, s.drafter_ran)
             self._step(idx, x, math.log(s.seconds / self.tau), r, False, False)
         # The shape is kept; the level of real steps is measured afresh.

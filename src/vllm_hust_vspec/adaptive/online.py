@@ -114,9 +114,8 @@ class OnlineController(CadencedPolicy):
             self._warmup_left -= 1
             self._skipped_warmup += 1
             return
-        nxt = feedback.next_gamma
-        if (nxt != g) if nxt is not None else (self._gamma != self._prev_gamma):
-            self._skipped_transition += 1  # verified one gamma, drafted another (cadence.py)
+        if self._is_transition(feedback):
+            self._skipped_transition += 1
             return
         idx = batch.bit_length() - 1 if batch > 1 else 0  # bucket_index, inlined (hot path)
         drafted = feedback.drafted
@@ -237,9 +236,7 @@ class OnlineController(CadencedPolicy):
         self._zero_confident = False
         lo = self._lo
         rows = self._row_cache.get((batch, cap)) or self._rows(batch, cap)
-        costs = self._cost.sample_costs(idx, rows, self._rng, self._width)
-        expected = self._sample_expected(self._width)
-        score = [expected[lo + i] / f for i, f in enumerate(costs)]
+        score = self._draw_scores(idx, rows, self._width)
         if self._skip_zero and (cur == 0 or max(score) == score[0]):
             # Playing a drafter-skipping zero pins the running cohort for its lifetime: only
             # when the posterior is sure, else arm 0 is out of this decision.
@@ -260,6 +257,14 @@ class OnlineController(CadencedPolicy):
             self._incumbent = False
         self._visit = True
         return step_toward(cur, best + lo, self.config.max_gamma_step)
+
+    def _draw_scores(self, idx: int, rows: list[list[float]], width: float = 1.0) -> list[float]:
+        """One joint draw of every eligible arm's score (committed tokens per request over its
+        load-free cost) from the posteriors of bucket ``idx``, ``width`` sds wide."""
+        costs = self._cost.sample_costs(idx, rows, self._rng, width)
+        expected = self._sample_expected(width)
+        lo = self._lo
+        return [expected[lo + i] / f for i, f in enumerate(costs)]
 
     def _sample_expected(self, width: float = 1.0) -> list[float]:
         """One draw of ``E[g]`` for g = 0..max. Position ``k``'s rate has the variance of a
@@ -300,15 +305,13 @@ class OnlineController(CadencedPolicy):
             return 1.0
         idx = bucket_index(batch)
         rows = self._rows(batch, cap)
-        lo = self._lo
         wins = 0
         for _ in range(_WIN_DRAWS):
-            costs = self._cost.sample_costs(idx, rows, self._rng)
-            expected = self._sample_expected()
-            mine = expected[lo + arm] / costs[arm]
+            score = self._draw_scores(idx, rows)
+            mine = score[arm]
             if rival is not None:
-                wins += expected[lo + rival] / costs[rival] < mine
-            elif all(expected[lo + i] / c < mine for i, c in enumerate(costs) if i != arm):
+                wins += score[rival] < mine
+            elif all(v < mine for i, v in enumerate(score) if i != arm):
                 wins += 1
         return wins / _WIN_DRAWS
 

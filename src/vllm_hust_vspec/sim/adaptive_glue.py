@@ -30,14 +30,19 @@ _profile_paths: dict[tuple[str, int, int], Path] = {}
 def build_ours(name: str, scenario: Scenario, seed: int = 0) -> Controller:
     """``online`` or ``profile`` for ``scenario``'s gamma range (``seed``: the run's, for the
     start-up profile's errors)."""
-    lo, hi = scenario.min_gamma, scenario.max_gamma
     if name == "online":
-        # as host/controller_factory.py builds online: on a sticky host arm 0 skips the drafter
-        return build_controller(name, min_gamma=lo, max_gamma=hi,
-                                cost_prior=host_prior(scenario, seed),
-                                zero_skips_drafter=scenario.gamma0 == "sticky")
+        return build_online(scenario, host_prior(scenario, seed))
     path = profile_path_for(scenario)
-    return build_controller("profile", min_gamma=lo, max_gamma=hi, profile_path=str(path))
+    return build_controller("profile", min_gamma=scenario.min_gamma,
+                            max_gamma=scenario.max_gamma, profile_path=str(path))
+
+
+def build_online(scenario: Scenario, prior: CostPrior | None) -> Controller:
+    """The online controller as host/controller_factory.py builds it for ``scenario``, from
+    ``prior``: on a sticky host arm 0 skips the drafter."""
+    return build_controller("online", min_gamma=scenario.min_gamma,
+                            max_gamma=scenario.max_gamma, cost_prior=prior,
+                            zero_skips_drafter=scenario.gamma0 == "sticky")
 
 
 def host_prior(scenario: Scenario, seed: int) -> CostPrior | None:
@@ -50,7 +55,7 @@ def host_prior(scenario: Scenario, seed: int) -> CostPrior | None:
     return prior
 
 
-# The level of a dummy batch against a real step: the controller scales it away.
+# The level of a dummy batch against a real step (the controller measures the level afresh).
 _DUMMY_LEVEL = 0.5
 
 

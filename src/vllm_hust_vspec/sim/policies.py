@@ -82,10 +82,10 @@ def make_controller(name: str, scenario: Scenario, seed: int = 0) -> Controller:
         return VllmAdaptiveVerification(scenario)
     if name == "online-per-request":
         from ..adaptive.verify_lengths import PerRequestController  # noqa: PLC0415
-        from .adaptive_glue import build_ours, host_prior  # noqa: PLC0415
+        from .adaptive_glue import build_online, host_prior  # noqa: PLC0415
 
-        return PerRequestController(build_ours("online", scenario, seed), lo, hi,
-                                    cost_prior=host_prior(scenario, seed))
+        prior = host_prior(scenario, seed)
+        return PerRequestController(build_online(scenario, prior), lo, hi, cost_prior=prior)
     if name in OURS:
         from .adaptive_glue import build_ours  # noqa: PLC0415 - needs the adaptive package
 
