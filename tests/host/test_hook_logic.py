@@ -368,3 +368,24 @@ def test_the_verify_length_histogram_counts_request_steps_by_drafts_verified() -
     counts = {n: registry.get_sample_value("vspec_verify_length_requests_total",
                                            {"length": str(n)}) for n in (0, 1, 2, 3)}
     assert counts == {0: 1.0, 1: 1.0, 2: None, 3: 4.0}
+
+
+def test_serving_before_a_pending_calibration_says_so_and_opens_the_trace(
+        tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """A hook whose engine never ran the calibration (no EngineCore built it, or a loop vSpec
+    does not wrap) warns at its first served step and opens the trace naming its prior."""
+    import json
+    import logging
+
+    trace = tmp_path / "trace.jsonl"
+    hook = _hook(FakeScheduler(running=1, waiting=0), Ctrl(), adaptive_trace=str(trace))
+    hook.calibration_pending = True
+    with caplog.at_level(logging.WARNING, logger="vllm_hust_vspec.host"):
+        _before_schedule(hook)
+        _before_schedule(hook)  # once only
+    warned = [r for r in caplog.records if "no start-up calibration" in r.getMessage()]
+    assert len(warned) == 1 and "no cost prior" in warned[0].getMessage()
+    assert not hook.calibration_pending
+    hook.close()
+    header = json.loads(trace.read_text().splitlines()[0])
+    assert header["prior"] == "none"
