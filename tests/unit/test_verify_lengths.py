@@ -293,6 +293,22 @@ def test_the_layer_never_overrides_a_settled_gamma_zero() -> None:
             assert chosen == 0
 
 
+class _NeverSettled(FixedController):
+    """A batch controller that never reports ``settled()`` (the posterior controller does so
+    only for a confident gamma 0)."""
+
+    def settled(self) -> bool:
+        return False
+
+
+def test_the_depth_is_re_ranked_whatever_the_batch_controller_reports() -> None:
+    rates = {f"easy{i}": 0.95 for i in range(8)} | {f"hard{i}": 0.2 for i in range(8)}
+    ctrl = PerRequestController(_NeverSettled(1, 1), 0, K, cost_prior=_dummy_profile(verify=True))
+    _fixed_batch_feed(ctrl.lengths, rates, 200)
+    assert ctrl.lengths.ready
+    assert ctrl.decide(16, 4096) > 1 and ctrl.depth_decisions == 1
+
+
 def test_cost_prior_verify_times_are_validated() -> None:
     with pytest.raises(ValueError, match="verify times"):
         CostPrior("x", (), verify=((0, 1e-3),))

@@ -467,8 +467,9 @@ class PerRequestController:
 
     The batch controller decides the depth; once the cost model is identified, a depth whose
     trimmed step the model rates ``LengthsConfig.margin`` better than the batch controller's choice
-    replaces it (never when the batch controller settles at gamma 0). Both learn from every
-    step.
+    replaces it (never when the batch controller chooses gamma 0). Both learn from every
+    step. The batch controller's own exploration (a Thompson draw) is overridden the same way:
+    its arm times were measured under other lengths and cannot rank trimmed steps.
     """
 
     def __init__(self, inner: Any, min_gamma: int, max_gamma: int,
@@ -483,8 +484,8 @@ class PerRequestController:
     def decide(self, batch_size: int, token_budget: int) -> int:
         """The draft depth."""
         g = int(self.inner.decide(batch_size, token_budget))
-        if not self.lengths.ready or not self.inner.settled():
-            return g  # not identified yet, or exploring: the batch controller's probe
+        if not self.lengths.ready:
+            return g  # not identified yet: the batch controller's decision
         lo = self.min_gamma
         hi = min(self.max_gamma, max(0, token_budget // max(batch_size, 1) - 1))
         if g == 0 or not lo <= g <= hi:
