@@ -56,8 +56,21 @@ DRAFTERS = {
 }
 
 
+ADAPTIVE = ("vspec", "vspec-cold", "vspec-dummy", "vspec-blind", "vspec-restart")
+
+
+def _gamma_steps() -> list[float]:
+    """vSpec's served steps per gamma so far (its Prometheus counter in this process)."""
+    from prometheus_client import REGISTRY
+
+    return [REGISTRY.get_sample_value("vspec_gamma_steps_total", {"gamma": str(g)}) or 0.0
+            for g in range(MAX_K + 1)]
+
+
 def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
-                  tokens: int, fast_path: bool) -> dict[str, list[float]]:
+                  tokens: int, fast_path: bool
+                  ) -> tuple[dict[str, list[float]], dict[str, list[list[float]]]]:
+    """Tokens/s of every arm per repetition, and each adaptive run's steps per gamma."""
     from vllm_hust_vspec import host
     from vllm_hust_vspec.adaptive import FixedController
     from vllm_hust_vspec.adaptive.cost_prior import CostPrior
@@ -85,6 +98,7 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
                                            "vspec-cold": [], "vspec-dummy": [],
                                            "vspec-blind": [],
                                            "vspec-restart": []}
+        gammas: dict[str, list[list[float]]] = {a: [] for a in ADAPTIVE}
         # what a fresh server's controller starts from: the start-up calibration's real steps
         # (or, with it off, the dummy-batch profile); None if it took none
         startup = hook.cost_prior
@@ -119,11 +133,24 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
                     hook.controller = make_controller(settings, MAX_K, cost_prior=prior)
                 else:
                     hook.controller = arms[name]
+                before = _gamma_steps()
                 results[name].append(tokens_per_s(spec, prompts, tokens))
+                if name in gammas:
+                    after = _gamma_steps()
+                    gammas[name].append([b - a for a, b in zip(before, after, strict=True)])
             print(f"  {drafter}: repetition {rep + 1}/{reps} done", file=sys.stderr, flush=True)
     finally:
         host.undo()
-    return results
+    return results, gammas
+
+
+def stuck_runs(med: dict[str, float], best: float, steps: list[list[float]]) -> int:
+    """Adaptive runs that spent at least half their steps at arms whose fixed-gamma median is
+    below 0.9 x the best fixed one (a controller stuck at a losing arm)."""
+    losing = [med[f"fixed:{g}"] < 0.9 * best for g in range(MAX_K + 1)]
+    return sum(1 for run in steps
+               if sum(n for n, lose in zip(run, losing, strict=True) if lose)
+               >= 0.5 * max(sum(run), 1.0))
 
 
 def main() -> int:
@@ -141,9 +168,9 @@ def main() -> int:
     rows = []
     for drafter in args.drafters:
         print(f"benchmarking {drafter} ...", file=sys.stderr, flush=True)
-        res = bench_drafter(args.models, drafter, args.reps, prompts, args.tokens,
-                            not args.no_fast_path)
-        rows.append((drafter, {k: statistics.median(v) for k, v in res.items()}, res))
+        res, gammas = bench_drafter(args.models, drafter, args.reps, prompts, args.tokens,
+                                    not args.no_fast_path)
+        rows.append((drafter, {k: statistics.median(v) for k, v in res.items()}, res, gammas))
 
     print(f"\nvllm-cpu end-to-end, batch {args.batch} x {args.tokens} "
           f"tokens, medians of "
@@ -155,7 +182,7 @@ def main() -> int:
           + f"{'best fixed':>12s}{'vs best':>9s}{'vs tgt':>8s}  spread(vspec)  cold vs best"
           + "  dummy vs best  blind vs best  restart vs best")
     ok = cold_ok = True
-    for drafter, med, raw in rows:
+    for drafter, med, raw, _ in rows:
         best_name = max((a for a in arms[1:-5]), key=lambda a: med[a])
         vs_best = med["vspec"] / med[best_name]
         vs_target = med["vspec"] / med["target-only"]
@@ -168,8 +195,19 @@ def main() -> int:
               + f"  {med['vspec-dummy'] / med[best_name]:14.3f}"
               + f"  {med['vspec-blind'] / med[best_name]:14.3f}"
               + f"  {med['vspec-restart'] / med[best_name]:15.3f}")
+    print("\nadaptive runs stuck at a losing arm (>= half their steps at arms below 0.9 x the "
+          "best fixed median), and steps per gamma 0..4 summed over the runs:")
+    for drafter, med, _, gammas in rows:
+        best = max(med[f"fixed:{g}"] for g in range(MAX_K + 1))
+        cells = []
+        for arm, steps in gammas.items():
+            total = [int(sum(col)) for col in zip(*steps, strict=True)] if steps else []
+            cells.append(f"{arm} {stuck_runs(med, best, steps)}/{len(steps)} {total}")
+        print(f"  {drafter:20s} " + "; ".join(cells))
     if args.json:
-        args.json.write_text(json.dumps({d: raw for d, _, raw in rows}, indent=1))
+        args.json.write_text(json.dumps(
+            {d: {"tokens_per_s": raw, "gamma_steps": gammas} for d, _, raw, gammas in rows},
+            indent=1))
     print("\ntargets: vspec >= 0.95 x best fixed and >= 1.0 x target-only: "
           + ("PASS" if ok else "FAIL"))
     print("cold (a fresh controller from the start-up calibration) >= 0.93 x best fixed: "

@@ -21,7 +21,7 @@ def _cost(batch: int, gamma: int, ran: bool) -> float:
 
 
 def _drive(script: CalibrationScript, batch: int, *, sticky: bool = True,
-           limit: int = 200) -> list[int]:
+           limit: int = 200, load: float = 1.0) -> list[int]:
     """Run one cohort the way the hook does: decide, then the feedback of the step that
     verified the previous decision (a sticky zero is pinned and no longer asks decide)."""
     script.start(batch, BUDGET)
@@ -37,7 +37,8 @@ def _drive(script: CalibrationScript, batch: int, *, sticky: bool = True,
         played.append(decided)
         script.observe(StepFeedback(
             batch_size=batch, gamma=verified, drafted=(verified,) * batch,
-            accepted=(0,) * batch, committed=batch, interval_s=_cost(batch, verified, not skip),
+            accepted=(0,) * batch, committed=batch,
+            interval_s=load * _cost(batch, verified, not skip),
             token_budget=BUDGET, drafter_ran=not skip, next_gamma=decided))
         verified = decided
     return played
@@ -54,6 +55,19 @@ def test_every_arm_is_played_top_down_and_zero_last() -> None:
     assert set(samples) == {(8, g, True) for g in range(1, K + 1)} | {(8, 0, False)}
     for (b, g, ran), s in samples.items():
         assert s.count == 3 and s.seconds == pytest.approx(_cost(b, g, ran))
+
+
+def test_every_round_plays_every_arm_and_the_medians_span_the_rounds() -> None:
+    script = CalibrationScript(K, clean_steps=2)
+    for load in (1.0, 3.0, 1.0):  # the second round runs on a loaded machine
+        played = _drive(script, 8, load=load)
+        assert script.done()
+        runs = [g for i, g in enumerate(played) if i == 0 or played[i - 1] != g]
+        assert runs == [4, 3, 2, 1, 0]  # each round: every arm, zero last
+    for s in script.samples():
+        # two clean steps per round and arm; the loaded round is outvoted on every arm alike
+        assert s.count == 6
+        assert s.seconds == pytest.approx(_cost(8, s.gamma, s.drafter_ran))
 
 
 def test_transition_steps_and_partial_batches_are_not_kept() -> None:

@@ -11,20 +11,26 @@ that really skipped the drafter says what skipping costs.
 So once the engine is built (the end of ``EngineCore.__init__``: scheduler, KV cache and
 prefix hashing in place) and before it serves anything, vSpec runs real steps of its own
 through the engine's own ``step()``: for every power-of-two batch ``B`` up to
-``max_num_seqs``, ``B`` greedy requests of seeded random token ids play every gamma from the
-maximum down to 1 and then gamma 0 the way the host plays it (a sticky zero skips the drafter
-and pins the cohort; a sync zero runs it), until each arm has :data:`CLEAN_STEPS` clean steps
-(steady, verified and drafted at the same gamma). The medians become the controller's cost
-prior; they are real steps, so the prior needs no anchoring. The requests are then aborted and
-the engine stepped until they are gone. Nothing of this reaches a client, vSpec's metrics,
-the trace or the persisted state (the hook's ``calibrating`` context). No larger batch is
-started once :data:`BUDGET_S` have gone.
+``max_num_seqs``, :data:`ROUNDS` fresh cohorts of ``B`` greedy requests of seeded random token
+ids each play every gamma from the maximum down to 1 and then gamma 0 the way the host plays
+it (a sticky zero skips the drafter and pins the cohort; a sync zero runs it), each arm until
+it has :data:`CLEAN_STEPS` clean steps (steady, verified and drafted at the same gamma). The
+rounds spread every arm's steps over the bucket's calibration, and each round times gamma 0
+right after its speculative arms: a load that comes and goes (another process on the cores)
+lands on all arms of a round alike, where arm-by-arm blocks had it land on whichever arms
+were timed during it (under a toggling CPU hog such a block priced gamma 0 above gamma 4 and
+pinned the controller at gamma 3-4 for whole runs). The medians per arm become the
+controller's cost prior; they are real steps, so the prior needs no anchoring. Each cohort is
+then aborted and the engine stepped until it is gone. Nothing of this reaches a client,
+vSpec's metrics, the trace or the persisted state (the hook's ``calibrating`` context). No
+larger batch is started once :data:`BUDGET_S` have gone.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+import math
 import random
 import statistics
 import time
@@ -42,7 +48,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("vllm_hust_vspec.host")
 
 SOURCE = "start-up calibration"
-CLEAN_STEPS = 3  # clean steps timed per arm and batch (median kept)
+ROUNDS = 3  # cohorts per batch, each playing every arm
+CLEAN_STEPS = 2  # clean steps timed per arm and round (the median over the rounds is kept)
 BUDGET_S = 30.0  # no larger batch is started once this much time has gone
 PROMPT_TOKENS = 64  # context of every calibration request (shorter if max_model_len is)
 REQUEST_PREFIX = "vspec-calibration-"
@@ -68,21 +75,28 @@ def blocker(settings: Settings, scheduler: Any) -> str | None:
 
 
 class CalibrationScript:
-    """The controller of the calibration steps (``Controller`` protocol): each gamma from the
-    top of the range down to 0, held until it has :data:`CLEAN_STEPS` clean steps; records
-    their times by (batch, gamma, drafter ran)."""
+    """The controller of the calibration steps (``Controller`` protocol): in every cohort
+    (round), each gamma from the top of the range down to 0, held until it has
+    :data:`CLEAN_STEPS` more clean steps; records their times by (batch, gamma, drafter
+    ran)."""
 
     def __init__(self, max_gamma: int, clean_steps: int = CLEAN_STEPS) -> None:
         self.max_gamma = max_gamma
         self.clean_steps = clean_steps
         self.times: dict[tuple[int, int, bool], list[float]] = {}
+        self._round_of: dict[tuple[int, int, bool], list[int]] = {}  # round of each time
         self._batch = 0
         self._arms: list[int] = []
         self._gamma = max_gamma
+        self._rounds: dict[int, int] = {}  # batch -> cohorts started
+        self._need = clean_steps  # clean steps an arm of this batch has by the round's end
 
     def start(self, batch: int, token_budget: int) -> None:
-        """A new cohort of ``batch`` requests: every arm the token budget allows, top down."""
+        """A new cohort (round) of ``batch`` requests: every arm the token budget allows, top
+        down."""
         self._batch = batch
+        rounds = self._rounds[batch] = self._rounds.get(batch, 0) + 1
+        self._need = rounds * self.clean_steps
         top = budget_cap(batch, token_budget, 0, self.max_gamma)
         self._arms = list(range(top, -1, -1))
         self._gamma = top
@@ -97,7 +111,7 @@ class CalibrationScript:
 
     def decide(self, batch_size: int, token_budget: int) -> int:
         """The arm being timed (each arm once it has its steps gives way to the next)."""
-        while self._arms and self._clean(self._arms[0]) >= self.clean_steps:
+        while self._arms and self._clean(self._arms[0]) >= self._need:
             self._arms.pop(0)
         if self._arms:
             self._gamma = self._arms[0]
@@ -108,10 +122,11 @@ class CalibrationScript:
         fb = feedback
         if (fb.steady and fb.interval_s > 0.0 and fb.batch_size == self._batch
                 and fb.next_gamma in (None, fb.gamma)):
-            self.times.setdefault((fb.batch_size, fb.gamma, fb.drafter_ran), []).append(
-                fb.interval_s)
+            key = (fb.batch_size, fb.gamma, fb.drafter_ran)
+            self.times.setdefault(key, []).append(fb.interval_s)
+            self._round_of.setdefault(key, []).append(self._rounds[self._batch])
             # gamma 0 is the cohort's last arm; a sticky host no longer asks decide()
-            if fb.gamma == 0 and self._clean(0) >= self.clean_steps:
+            if fb.gamma == 0 and self._clean(0) >= self._need:
                 self._arms = []
 
     def settled(self) -> bool:
@@ -128,13 +143,39 @@ class CalibrationScript:
                 "arms_timed": len(self.times)}
 
     def samples(self) -> tuple[CostSample, ...]:
-        """One sample per timed (batch, gamma, drafter ran): the median of its clean steps."""
-        return tuple(CostSample(b, g, statistics.median(v), drafter_ran=ran, count=len(v))
-                     for (b, g, ran), v in sorted(self.times.items()))
+        """One sample per timed (batch, gamma, drafter ran). Each round's arms are read
+        relative to that round's level (the geometric mean of its arms' medians), the median
+        of those relative times over the rounds is put back at the median level: a load that
+        came and went during one round moves that round's level, not the shape."""
+        out = []
+        for batch in sorted({b for b, _, _ in self.times}):
+            keys = sorted(k for k in self.times if k[0] == batch)
+            per_round: dict[int, dict[tuple[int, int, bool], float]] = {}
+            for key in keys:
+                by_round: dict[int, list[float]] = {}
+                for r, t in zip(self._round_of[key], self.times[key], strict=True):
+                    by_round.setdefault(r, []).append(t)
+                for r, ts in by_round.items():
+                    per_round.setdefault(r, {})[key] = statistics.median(ts)
+            # rounds that timed every arm of the batch (one cut short by the budget did not)
+            whole = [cells for cells in per_round.values() if len(cells) == len(keys)]
+            levels = [math.exp(statistics.fmean(math.log(t) for t in cells.values()))
+                      for cells in whole]
+            for key in keys:
+                if whole:
+                    rel = statistics.median(c[key] / lv for c, lv in zip(whole, levels,
+                                                                          strict=True))
+                    seconds = rel * statistics.median(levels)
+                else:
+                    seconds = statistics.median(self.times[key])
+                _, g, ran = key
+                out.append(CostSample(batch, g, seconds, drafter_ran=ran,
+                                      count=len(self.times[key])))
+        return tuple(out)
 
 
 def calibrate(core: Any, hook: SchedulerHook, budget_s: float = BUDGET_S,
-              clean_steps: int = CLEAN_STEPS,
+              clean_steps: int = CLEAN_STEPS, rounds: int = ROUNDS,
               dummy: CostPrior | None = None) -> CostPrior | None:
     """Run the calibration cohorts on ``core`` (an ``EngineCore``) through ``hook``; returns
     the prior (None when nothing could be timed). ``dummy``: the start-up profile, whose
@@ -161,20 +202,21 @@ def calibrate(core: Any, hook: SchedulerHook, budget_s: float = BUDGET_S,
         for batch in bucket_batches(int(cfg.scheduler_config.max_num_seqs)):
             if script.times and time.perf_counter() - start > budget_s:
                 break
-            ids = [f"{REQUEST_PREFIX}{batch}-{i}" for i in range(batch)]
-            for rid in ids:
-                prompt = [rng.randrange(min(vocab, 1 << 15)) for _ in range(prompt_len)]
-                core.add_request(make_request(rid, prompt))
-            script.start(batch, hook.token_budget)
             cap = 8 * (hook.max_gamma + 1) * steps_per_arm + 4 * batch * prompt_len // max(
                 hook.token_budget, 1) + 16
-            for _ in _steps(core, cap):
-                n_steps += 1
-                if script.done():
-                    break
-            core.abort_requests([r for r in ids if r in scheduler.requests])
-            for _ in _steps(core, 64):
-                n_steps += 1
+            for r in range(rounds):
+                ids = [f"{REQUEST_PREFIX}{batch}-{r}-{i}" for i in range(batch)]
+                for rid in ids:
+                    prompt = [rng.randrange(min(vocab, 1 << 15)) for _ in range(prompt_len)]
+                    core.add_request(make_request(rid, prompt))
+                script.start(batch, hook.token_budget)
+                for _ in _steps(core, cap):
+                    n_steps += 1
+                    if script.done():
+                        break
+                core.abort_requests([rid for rid in ids if rid in scheduler.requests])
+                for _ in _steps(core, 64):
+                    n_steps += 1
     samples = script.samples()
     if not samples:
         logger.warning("vSpec: start-up calibration timed no clean step; the controller "
@@ -236,4 +278,5 @@ def _request_factory(core: Any, max_tokens: int) -> Callable[[str, list[int]], A
     return make
 
 
-__all__ = ["SOURCE", "CalibrationScript", "blocker", "calibrate", "scaled_verify"]
+__all__ = ["CLEAN_STEPS", "ROUNDS", "SOURCE", "CalibrationScript", "blocker", "calibrate",
+           "scaled_verify"]
