@@ -140,7 +140,7 @@ class OnlineController(CadencedPolicy):
             return False
         if not self._skip_zero:
             # Not computed while deciding (nothing is pinned on this host): do it now.
-            self._zero_confident = self._zero_probability() >= self.config.settle_probability
+            self._zero_confident, self._p_zero = self._zero_is_best()
         return self._zero_confident
 
     def report(self) -> ControllerSnapshot:
@@ -240,10 +240,8 @@ class OnlineController(CadencedPolicy):
         if self._skip_zero and (cur == 0 or max(score) == score[0]):
             # Playing a drafter-skipping zero pins the running cohort for its lifetime: only
             # when the posterior is sure, else arm 0 is out of this decision.
-            self._p_zero = self._zero_probability()
-            if self._p_zero >= self.config.settle_probability:
-                self._zero_confident = True
-            else:
+            self._zero_confident, self._p_zero = self._zero_is_best()
+            if not self._zero_confident:
                 score[0] = -_INF
         best = score.index(max(score))
         cur_i = cur - lo
@@ -252,7 +250,7 @@ class OnlineController(CadencedPolicy):
         if stay and score[cur_i] > -_INF:
             return cur
         if self._incumbent and score[cur_i] > -_INF:
-            if self._win_probability(best, cur_i) < self.config.settle_probability:
+            if not self._wins(best, cur_i)[0]:
                 return cur  # the challenger is not known to be better
             self._incumbent = False
         self._visit = True
@@ -288,32 +286,41 @@ class OnlineController(CadencedPolicy):
             out.append(acc)
         return out
 
-    def _zero_probability(self) -> float:
-        """P(gamma 0 beats every other eligible arm) under the posterior."""
-        return self._win_probability(0) if self._lo == 0 else 0.0
+    def _zero_is_best(self) -> tuple[bool, float]:
+        """Whether gamma 0 beats every other eligible arm with probability
+        ``settle_probability`` under the posterior, and the share of draws it won."""
+        return self._wins(0) if self._lo == 0 else (False, 0.0)
 
-    def _win_probability(self, arm: int, rival: int | None = None) -> float:
-        """P(arm index ``arm`` (gamma ``lo + arm``) beats arm ``rival``, or every other
-        eligible arm when None) under the posterior, by Monte Carlo over ``_WIN_DRAWS``
+    def _wins(self, arm: int, rival: int | None = None) -> tuple[bool, float]:
+        """Whether arm index ``arm`` (gamma ``lo + arm``) beats arm ``rival`` (every other
+        eligible arm when None) with probability ``settle_probability`` under the posterior,
+        and the share of the draws made that it won. Monte Carlo over at most ``_WIN_DRAWS``
         joint draws of costs and acceptance (the arms' errors are strongly correlated,
         through the shared coefficients and acceptance, so no bound on pairwise probabilities
-        is tight). Only computed when a zero or a move off the incumbent is contemplated."""
+        is tight), stopped as soon as the remaining draws cannot change the answer: a clear
+        "no" (the common case while speculating) takes a handful. Only run when a zero or a
+        move off the incumbent is contemplated."""
         batch, cap = self._last_batch, self._last_cap
         if batch <= 0 or self._cost.tau <= 0.0:
-            return 0.0
+            return False, 0.0
         if cap == self._lo:
-            return 1.0
+            return True, 1.0
+        need = math.ceil(self.config.settle_probability * _WIN_DRAWS - 1e-9)
         idx = bucket_index(batch)
         rows = self._rows(batch, cap)
-        wins = 0
-        for _ in range(_WIN_DRAWS):
+        wins = losses = 0
+        while wins < need and losses <= _WIN_DRAWS - need:
             score = self._draw_scores(idx, rows)
             mine = score[arm]
             if rival is not None:
-                wins += score[rival] < mine
-            elif all(v < mine for i, v in enumerate(score) if i != arm):
+                won = score[rival] < mine
+            else:
+                won = all(v < mine for i, v in enumerate(score) if i != arm)
+            if won:
                 wins += 1
-        return wins / _WIN_DRAWS
+            else:
+                losses += 1
+        return wins >= need, wins / (wins + losses)
 
 
 __all__ = ["OnlineController"]
