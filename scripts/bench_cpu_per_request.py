@@ -7,8 +7,8 @@ repetitions interleaved and the order rotated: ``target-only``, ``uniform`` (vSp
 controller, every request verifies the gamma it drafted), ``per-request`` (the same controller
 wrapped by adaptive/verify_lengths.py), and ``fixed:K`` beside ``fixed:K+lengths`` (the layer
 around a fixed gamma: its lengths without the batch controller's run-to-run spread). The
-controllers start from the engine's start-up cost profile
-(what a fresh server gets) and persist across repetitions, as in a running server.
+controllers start from the engine's cost prior (the start-up calibration by default: what a
+fresh server gets) and persist across repetitions, as in a running server.
 
 The batch mixes easy requests with hard ones (``--hard-share`` of them): ``--hard sampled``
 (the default) samples them at ``--temperature`` (a greedy drafter's token is accepted with the
@@ -124,7 +124,7 @@ def main() -> int:
                                  "model": str(args.models / args.drafter),
                                  "num_speculative_tokens": MAX_K})
         hook = hook_of(spec)
-        prior = hook.cost_prior  # the engine's start-up profile
+        prior = hook.cost_prior  # the start-up calibration (or profile)
         kw = {"min_gamma": 0, "max_gamma": MAX_K, "zero_skips_drafter": True,
               "cost_prior": prior}
         fixed = f"fixed:{args.fixed}"
