@@ -65,6 +65,15 @@ def tokens_per_s(llm: Any, prompts: list[str], tokens: int) -> float:
     return sum(len(o.outputs[0].token_ids) for o in outs) / (time.perf_counter() - start)
 
 
+def gamma_steps(max_gamma: int) -> list[float]:
+    """vSpec's served steps per gamma 0..max_gamma so far (its Prometheus counter in this
+    process); differences around a run give that run's steps per gamma."""
+    from prometheus_client import REGISTRY
+
+    return [REGISTRY.get_sample_value("vspec_gamma_steps_total", {"gamma": str(g)}) or 0.0
+            for g in range(max_gamma + 1)]
+
+
 def engine_core(llm: Any) -> Any:
     """The EngineCore of an in-process engine."""
     core = llm.llm_engine.engine_core

@@ -39,6 +39,7 @@ from typing import Any
 from _cpu_engine import (  # scripts/ is on sys.path
     add_load_arguments,
     batch_prompts,
+    gamma_steps,
     hook_of,
     make_llm,
     models_ready,
@@ -57,14 +58,6 @@ DRAFTERS = {
 
 
 ADAPTIVE = ("vspec", "vspec-cold", "vspec-dummy", "vspec-blind", "vspec-restart")
-
-
-def _gamma_steps() -> list[float]:
-    """vSpec's served steps per gamma so far (its Prometheus counter in this process)."""
-    from prometheus_client import REGISTRY
-
-    return [REGISTRY.get_sample_value("vspec_gamma_steps_total", {"gamma": str(g)}) or 0.0
-            for g in range(MAX_K + 1)]
 
 
 def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
@@ -133,10 +126,10 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
                     hook.controller = make_controller(settings, MAX_K, cost_prior=prior)
                 else:
                     hook.controller = arms[name]
-                before = _gamma_steps()
+                before = gamma_steps(MAX_K)
                 results[name].append(tokens_per_s(spec, prompts, tokens))
                 if name in gammas:
-                    after = _gamma_steps()
+                    after = gamma_steps(MAX_K)
                     gammas[name].append([b - a for a, b in zip(before, after, strict=True)])
             print(f"  {drafter}: repetition {rep + 1}/{reps} done", file=sys.stderr, flush=True)
     finally:

@@ -18,7 +18,7 @@ prompts (the trained drafter guesses those little better than code). Greedy outp
 compared across the arms: they must be identical (sampled ones differ by construction).
 Prints medians and the ratios measured side by side in this run.
 
-    .venv/bin/python scripts/bench_cpu_per_request.py [--reps 5] [--batch 16] [--tokens 96] \
+    .venv/bin/python scripts/bench_cpu_per_request.py [--reps 5] [--batch 16] [--tokens 320] \
         [--drafter draft-cheap-agree] [--hard sampled|random-tokens]
 """
 
@@ -32,7 +32,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _cpu_engine import PROMPTS, hook_of, make_llm, models_ready  # scripts/ is on sys.path
+from _cpu_engine import (  # scripts/ is on sys.path
+    PROMPTS,
+    gamma_steps,
+    hook_of,
+    make_llm,
+    models_ready,
+)
 
 MAX_K = 4
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +90,7 @@ def main() -> int:
     parser.add_argument("--drafter", default="draft-cheap-agree")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--tokens", type=int, default=96)
+    parser.add_argument("--tokens", type=int, default=320)
     parser.add_argument("--fixed", type=int, default=MAX_K,
                         help="the fixed gamma of the fixed:K and fixed:K+lengths arms "
                         f"(default {MAX_K})")
@@ -136,6 +142,7 @@ def main() -> int:
                            FixedController(args.fixed, args.fixed), 0, MAX_K,
                            cost_prior=prior)}
         results: dict[str, list[float]] = {"target-only": [], **{k: [] for k in controllers}}
+        steps = {k: [0.0] * (MAX_K + 1) for k in controllers}  # per gamma, measured runs
         expected: list[list[int]] | None = None  # every arm must produce the same tokens
         run(base, prompts, warm)  # warm-up, not measured
         for ctrl in controllers.values():
@@ -148,7 +155,11 @@ def main() -> int:
                 llm = base if name == "target-only" else spec
                 if name != "target-only":
                     hook.controller = controllers[name]
+                before = gamma_steps(MAX_K)
                 tps, ids = run(llm, prompts, params)
+                if name in steps:
+                    steps[name] = [s + b - a for s, a, b in
+                                   zip(steps[name], before, gamma_steps(MAX_K), strict=True)]
                 ids = [x for x, g in zip(ids, greedy, strict=True) if g]
                 results[name].append(tps)
                 if expected is None:
@@ -181,6 +192,8 @@ def main() -> int:
     print(f"per-request / uniform: {ratio:.3f}   per-request / target-only: "
           f"{med['per-request'] / med['target-only']:.3f}   uniform / target-only: "
           f"{med['uniform'] / med['target-only']:.3f}")
+    print("steps per gamma 0.." + str(MAX_K) + ", all repetitions: " + "; ".join(
+        f"{k} {[int(n) for n in v]}" for k, v in steps.items()))
     print(f"per-request layer: {snap}")
     print(f"greedy outputs identical across arms: yes ({sum(greedy)} of {args.batch} "
           "requests greedy)")
