@@ -24,8 +24,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench_cpu_e2e import MAX_K, stuck_runs  # scripts/ is on sys.path
+
 HERE = Path(__file__).resolve().parent
-MAX_K = 4
 ADAPTIVE = ("vspec", "vspec-cold", "vspec-dummy", "vspec-blind", "vspec-restart")
 
 
@@ -75,10 +76,7 @@ def main() -> int:
     ok = True
     for arm in ADAPTIVE:
         arm_runs = [steps for r in runs for steps in r["gamma_steps"][arm]]
-        stuck = [sum(1 for steps in r["gamma_steps"][arm]
-                     if sum(s for s, lose in zip(steps, losing, strict=True) if lose)
-                     >= 0.5 * sum(steps))
-                 for r in runs]
+        stuck = [stuck_runs(pooled, best, r["gamma_steps"][arm]) for r in runs]
         total = [int(sum(col)) for col in zip(*arm_runs, strict=True)]
         print(f"  {arm:14s} stuck {sum(stuck)} of {len(arm_runs)}"
               f" runs {stuck}  steps per gamma {total}")
