@@ -88,9 +88,7 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
         arms: dict[str, Any] = {f"fixed:{k}": FixedController(k, k) for k in range(MAX_K + 1)}
         arms["vspec"] = online
         results: dict[str, list[float]] = {"target-only": [], **{a: [] for a in arms},
-                                           "vspec-cold": [], "vspec-dummy": [],
-                                           "vspec-blind": [],
-                                           "vspec-restart": []}
+                                           **{a: [] for a in ADAPTIVE}}
         gammas: dict[str, list[list[float]]] = {a: [] for a in ADAPTIVE}
         # what a fresh server's controller starts from: the start-up calibration's real steps
         # (or, with it off, the dummy-batch profile); None if it took none
@@ -137,10 +135,17 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
     return results, gammas
 
 
-def stuck_runs(med: dict[str, float], best: float, steps: list[list[float]]) -> int:
-    """Adaptive runs that spent at least half their steps at arms whose fixed-gamma median is
-    below 0.9 x the best fixed one (a controller stuck at a losing arm)."""
-    losing = [med[f"fixed:{g}"] < 0.9 * best for g in range(MAX_K + 1)]
+def losing_arms(med: dict[str, float]) -> list[bool]:
+    """Per gamma 0..MAX_K: its fixed-gamma median (``med["fixed:g"]``) is below 0.9 x the
+    best fixed one."""
+    best = max(med[f"fixed:{g}"] for g in range(MAX_K + 1))
+    return [med[f"fixed:{g}"] < 0.9 * best for g in range(MAX_K + 1)]
+
+
+def stuck_runs(med: dict[str, float], steps: list[list[float]]) -> int:
+    """Adaptive runs (steps per gamma each) that spent at least half their steps at losing
+    arms (:func:`losing_arms` of ``med``): a controller stuck at a losing arm."""
+    losing = losing_arms(med)
     return sum(1 for run in steps
                if sum(n for n, lose in zip(run, losing, strict=True) if lose)
                >= 0.5 * max(sum(run), 1.0))
@@ -169,8 +174,7 @@ def main() -> int:
           f"tokens, medians of "
           f"{args.reps} interleaved repetitions (tokens/s; ratios in the same run; zero-draft "
           f"fast path {'off' if args.no_fast_path else 'on'})\n")
-    arms = ["target-only", *[f"fixed:{k}" for k in range(MAX_K + 1)], "vspec", "vspec-cold",
-            "vspec-dummy", "vspec-blind", "vspec-restart"]
+    arms = ["target-only", *[f"fixed:{k}" for k in range(MAX_K + 1)], *ADAPTIVE]
     print(f"{'drafter':20s}" + "".join(f"{a:>13s}" for a in arms)
           + f"{'best fixed':>12s}{'vs best':>9s}{'vs tgt':>8s}  spread(vspec)  cold vs best"
           + "  dummy vs best  blind vs best  restart vs best")
@@ -191,11 +195,10 @@ def main() -> int:
     print("\nadaptive runs stuck at a losing arm (>= half their steps at arms below 0.9 x the "
           "best fixed median), and steps per gamma 0..4 summed over the runs:")
     for drafter, med, _, gammas in rows:
-        best = max(med[f"fixed:{g}"] for g in range(MAX_K + 1))
         cells = []
         for arm, steps in gammas.items():
             total = [int(sum(col)) for col in zip(*steps, strict=True)] if steps else []
-            cells.append(f"{arm} {stuck_runs(med, best, steps)}/{len(steps)} {total}")
+            cells.append(f"{arm} {stuck_runs(med, steps)}/{len(steps)} {total}")
         print(f"  {drafter:20s} " + "; ".join(cells))
     if args.json:
         args.json.write_text(json.dumps(

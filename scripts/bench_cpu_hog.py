@@ -24,10 +24,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_cpu_e2e import MAX_K, stuck_runs  # scripts/ is on sys.path
+from bench_cpu_e2e import ADAPTIVE, MAX_K, losing_arms, stuck_runs  # scripts/ is on sys.path
 
 HERE = Path(__file__).resolve().parent
-ADAPTIVE = ("vspec", "vspec-cold", "vspec-dummy", "vspec-blind", "vspec-restart")
 
 
 def main() -> int:
@@ -59,14 +58,14 @@ def main() -> int:
                 hog.kill()
                 hog.wait()
             # (its exit status is its own throughput targets, not met under a hog by design)
-            runs.append(json.loads(out.read_text())[args.drafter])
+            text = out.read_text()
+            runs.append(json.loads(text)[args.drafter])
             if args.keep:
-                (args.keep / out.name).write_text(out.read_text())
+                (args.keep / out.name).write_text(text)
             print(f"invocation {n}/{args.invocations} done", file=sys.stderr, flush=True)
     pooled = {f"fixed:{g}": statistics.median(
         x for r in runs for x in r["tokens_per_s"][f"fixed:{g}"]) for g in range(MAX_K + 1)}
-    best = max(pooled.values())
-    losing = [pooled[f"fixed:{g}"] < 0.9 * best for g in range(MAX_K + 1)]
+    losing = losing_arms(pooled)
     print(f"\n{args.drafter} under a toggling CPU hog, {args.invocations} invocations x "
           f"{args.reps} runs of {args.tokens} tokens per adaptive arm")
     print("pooled fixed-gamma medians (tokens/s): "
@@ -76,7 +75,7 @@ def main() -> int:
     ok = True
     for arm in ADAPTIVE:
         arm_runs = [steps for r in runs for steps in r["gamma_steps"][arm]]
-        stuck = [stuck_runs(pooled, best, r["gamma_steps"][arm]) for r in runs]
+        stuck = [stuck_runs(pooled, r["gamma_steps"][arm]) for r in runs]
         total = [int(sum(col)) for col in zip(*arm_runs, strict=True)]
         print(f"  {arm:14s} stuck {sum(stuck)} of {len(arm_runs)}"
               f" runs {stuck}  steps per gamma {total}")

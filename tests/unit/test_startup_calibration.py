@@ -3,6 +3,7 @@ host gives it: which arms it plays, which steps it keeps, the prior it makes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
@@ -21,7 +22,7 @@ def _cost(batch: int, gamma: int, ran: bool) -> float:
 
 
 def _drive(script: CalibrationScript, batch: int, *, sticky: bool = True,
-           limit: int = 200, load: float = 1.0) -> list[int]:
+           limit: int = 200, load: Callable[[int], float] = lambda gamma: 1.0) -> list[int]:
     """Run one cohort the way the hook does: decide, then the feedback of the step that
     verified the previous decision (a sticky zero is pinned and no longer asks decide)."""
     script.start(batch, BUDGET)
@@ -38,7 +39,7 @@ def _drive(script: CalibrationScript, batch: int, *, sticky: bool = True,
         script.observe(StepFeedback(
             batch_size=batch, gamma=verified, drafted=(verified,) * batch,
             accepted=(0,) * batch, committed=batch,
-            interval_s=load * _cost(batch, verified, not skip),
+            interval_s=load(verified) * _cost(batch, verified, not skip),
             token_budget=BUDGET, drafter_ran=not skip, next_gamma=decided))
         verified = decided
     return played
@@ -59,8 +60,8 @@ def test_every_arm_is_played_top_down_and_zero_last() -> None:
 
 def test_every_round_plays_every_arm_and_the_medians_span_the_rounds() -> None:
     script = CalibrationScript(K, clean_steps=2)
-    for load in (1.0, 3.0, 1.0):  # the second round runs on a loaded machine
-        played = _drive(script, 8, load=load)
+    for level in (1.0, 3.0, 1.0):  # the second round runs on a loaded machine
+        played = _drive(script, 8, load=lambda gamma, level=level: level)
         assert script.done()
         runs = [g for i, g in enumerate(played) if i == 0 or played[i - 1] != g]
         assert runs == [4, 3, 2, 1, 0]  # each round: every arm, zero last
@@ -68,6 +69,18 @@ def test_every_round_plays_every_arm_and_the_medians_span_the_rounds() -> None:
         # two clean steps per round and arm; the loaded round is outvoted on every arm alike
         assert s.count == 6
         assert s.seconds == pytest.approx(_cost(8, s.gamma, s.drafter_ran))
+
+
+def test_a_load_that_ends_within_a_round_moves_its_level_not_the_shape() -> None:
+    """Round 1 quiet, round 2 loaded while its speculative arms ran but not its zero, round 3
+    loaded throughout: plain medians over the six steps of each arm would price gamma 0 at
+    half its share; read per round, two rounds of the right shape outvote the third."""
+    script = CalibrationScript(K, clean_steps=2)
+    for load in (lambda g: 1.0, lambda g: 2.0 if g else 1.0, lambda g: 2.0):
+        _drive(script, 8, load=load)
+    got = {s.gamma: s.seconds for s in script.samples()}
+    for g in range(K + 1):
+        assert got[g] / got[K] == pytest.approx(_cost(8, g, g > 0) / _cost(8, K, True))
 
 
 def test_transition_steps_and_partial_batches_are_not_kept() -> None:

@@ -83,26 +83,26 @@ class CalibrationScript:
     def __init__(self, max_gamma: int, clean_steps: int = CLEAN_STEPS) -> None:
         self.max_gamma = max_gamma
         self.clean_steps = clean_steps
-        self.times: dict[tuple[int, int, bool], list[float]] = {}
-        self._round_of: dict[tuple[int, int, bool], list[int]] = {}  # round of each time
+        # (batch, gamma, drafter ran) -> round -> clean step times
+        self.times: dict[tuple[int, int, bool], dict[int, list[float]]] = {}
         self._batch = 0
+        self._round = 0  # of the current batch
+        self._rounds: dict[int, int] = {}  # batch -> cohorts started
         self._arms: list[int] = []
         self._gamma = max_gamma
-        self._rounds: dict[int, int] = {}  # batch -> cohorts started
-        self._need = clean_steps  # clean steps an arm of this batch has by the round's end
 
     def start(self, batch: int, token_budget: int) -> None:
         """A new cohort (round) of ``batch`` requests: every arm the token budget allows, top
         down."""
         self._batch = batch
-        rounds = self._rounds[batch] = self._rounds.get(batch, 0) + 1
-        self._need = rounds * self.clean_steps
+        self._round = self._rounds[batch] = self._rounds.get(batch, 0) + 1
         top = budget_cap(batch, token_budget, 0, self.max_gamma)
         self._arms = list(range(top, -1, -1))
         self._gamma = top
 
     def _clean(self, gamma: int) -> int:
-        return sum(len(v) for (b, g, _), v in self.times.items()
+        """Clean steps of ``gamma`` in the current round."""
+        return sum(len(rounds.get(self._round, ())) for (b, g, _), rounds in self.times.items()
                    if b == self._batch and g == gamma)
 
     def done(self) -> bool:
@@ -111,7 +111,7 @@ class CalibrationScript:
 
     def decide(self, batch_size: int, token_budget: int) -> int:
         """The arm being timed (each arm once it has its steps gives way to the next)."""
-        while self._arms and self._clean(self._arms[0]) >= self._need:
+        while self._arms and self._clean(self._arms[0]) >= self.clean_steps:
             self._arms.pop(0)
         if self._arms:
             self._gamma = self._arms[0]
@@ -122,11 +122,10 @@ class CalibrationScript:
         fb = feedback
         if (fb.steady and fb.interval_s > 0.0 and fb.batch_size == self._batch
                 and fb.next_gamma in (None, fb.gamma)):
-            key = (fb.batch_size, fb.gamma, fb.drafter_ran)
-            self.times.setdefault(key, []).append(fb.interval_s)
-            self._round_of.setdefault(key, []).append(self._rounds[self._batch])
+            rounds = self.times.setdefault((fb.batch_size, fb.gamma, fb.drafter_ran), {})
+            rounds.setdefault(self._round, []).append(fb.interval_s)
             # gamma 0 is the cohort's last arm; a sticky host no longer asks decide()
-            if fb.gamma == 0 and self._clean(0) >= self._need:
+            if fb.gamma == 0 and self._clean(0) >= self.clean_steps:
                 self._arms = []
 
     def settled(self) -> bool:
@@ -152,10 +151,7 @@ class CalibrationScript:
             keys = sorted(k for k in self.times if k[0] == batch)
             per_round: dict[int, dict[tuple[int, int, bool], float]] = {}
             for key in keys:
-                by_round: dict[int, list[float]] = {}
-                for r, t in zip(self._round_of[key], self.times[key], strict=True):
-                    by_round.setdefault(r, []).append(t)
-                for r, ts in by_round.items():
+                for r, ts in self.times[key].items():
                     per_round.setdefault(r, {})[key] = statistics.median(ts)
             # rounds that timed every arm of the batch (one cut short by the budget did not)
             whole = [cells for cells in per_round.values() if len(cells) == len(keys)]
@@ -167,10 +163,10 @@ class CalibrationScript:
                                                                           strict=True))
                     seconds = rel * statistics.median(levels)
                 else:
-                    seconds = statistics.median(self.times[key])
+                    seconds = statistics.median(t for ts in self.times[key].values() for t in ts)
                 _, g, ran = key
                 out.append(CostSample(batch, g, seconds, drafter_ran=ran,
-                                      count=len(self.times[key])))
+                                      count=sum(map(len, self.times[key].values()))))
         return tuple(out)
 
 
