@@ -4,6 +4,7 @@ any gamma controller must do (test_online_posterior.py tests its posteriors)."""
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from typing import Any
 
@@ -62,19 +63,22 @@ def test_budget_ineligible_arms_are_never_chosen() -> None:
 def test_hysteresis_prevents_flapping_under_noise() -> None:
     # Arms 1..4 within a few percent of each other and very noisy step times (30% jitter):
     # Thompson draws of near-tied arms cross often; the margin damps that and the posterior
-    # narrows, so late switches are rare.
-    kw: dict[str, Any] = {"alpha": 0.6, "c": 0.002, "overhead": 0.002, "noise": 0.3, "seed": 6}
-
+    # narrows, so late switches are rare. Summed over three seeds: one run's switch count
+    # swings several-fold with the random stream.
     def switches(h: float) -> tuple[int, int]:
-        cfg = OnlineConfig(hysteresis=h)
-        _, decisions = run(OnlineController(cfg), SynthEnv(**kw), 2000)
-        moves = [a != b for a, b in zip(decisions, decisions[1:], strict=False)]
-        return sum(moves), sum(moves[1000:])
+        total = late = 0
+        for seed in (6, 7, 8):
+            env = SynthEnv(alpha=0.6, c=0.002, overhead=0.002, noise=0.3, seed=seed)
+            _, decisions = run(OnlineController(OnlineConfig(hysteresis=h)), env, 2000)
+            moves = [a != b for a, b in zip(decisions, decisions[1:], strict=False)]
+            total += sum(moves)
+            late += sum(moves[1000:])
+        return total, late
 
     with_h, late = switches(0.05)
     without, _ = switches(0.0)
-    assert with_h < 0.8 * without
-    assert with_h < 70 and late < 40  # fewer than 4% of the late decisions switch
+    assert with_h < 0.3 * without
+    assert late < 0.04 * 3 * 1000  # fewer than 4% of the late decisions switch
 
 
 def test_a_new_bucket_starts_from_the_nearest_measured_one() -> None:
@@ -141,22 +145,29 @@ def test_speculation_resumes_when_acceptance_returns() -> None:
     assert sum(g >= 3 for g in tail) >= 0.95 * len(tail)
 
 
-def test_beats_best_fixed_when_acceptance_shifts() -> None:
-    kw: dict[str, Any] = {"overhead": 0.002, "batch": 64, "seed": 13}
+def test_drafting_reopens_after_acceptance_shifts_back() -> None:
+    # Acceptance jumps between the extremes every 300 steps; a low phase is spent at a gamma 0
+    # that observes nothing (no cohort ends in this environment). Only the acceptance
+    # posterior's drift (a slow random walk, acceptance_drift) re-opens the drafter, ~200-300
+    # steps after it was last measured, so it often lands in the next low phase: about even
+    # with the best fixed gamma here. (The simulator's shifts, where a sticky zero ends with
+    # its cohort and position 0 sees a jump at once, are where the controller gains.) Without
+    # the drift it never re-opens: geomean 0.972, no decision above 0 after step 900 in three
+    # of the four seeds.
+    ratios, late_drafting = [], []
+    for seed in (13, 14, 15, 16):
+        kw: dict[str, Any] = {"overhead": 0.002, "batch": 64, "seed": seed}
 
-    def square(e: SynthEnv, i: int) -> None:
-        e.alpha = 0.85 if (i // 300) % 2 == 0 else 0.15
+        def square(e: SynthEnv, i: int) -> None:
+            e.alpha = 0.85 if (i // 300) % 2 == 0 else 0.15
 
-    good, decisions = run(OnlineController(), SynthEnv(**kw), 2400, square)
-    best = max(run(Fixed(g), SynthEnv(**kw), 2400, square)[0] for g in range(5))
-    # Measured 1.049x. The phases here jump between the extremes every 300 steps and the low
-    # one is spent at a gamma 0 that observes nothing: the acceptance posterior, a slow random
-    # walk, re-opens the drafter ~140-240 steps into a high phase, or not within it. Measuring
-    # the drift (the jumps) re-opened it within ~100 steps here (1.06x) and cost 0.2-0.5% on
-    # the simulator's non-stationary and bursty scenarios, where a sticky zero ends with its
-    # cohort and position 0 sees a jump at once (docs/controller.md).
-    assert good >= 1.04 * best
-    assert 4 in decisions[600:900] and 0 in decisions[300:600]
+        good, decisions = run(OnlineController(), SynthEnv(**kw), 2400, square)
+        best = max(run(Fixed(g), SynthEnv(**kw), 2400, square)[0] for g in range(5))
+        ratios.append(good / best)
+        late_drafting.append(sum(g > 0 for g in decisions[900:]))
+        assert 4 in decisions[:300] and 0 in decisions[300:600]
+    assert math.prod(ratios) ** 0.25 >= 0.985, ratios
+    assert all(late_drafting), late_drafting
 
 
 def test_decisions_do_not_depend_on_reward_scale() -> None:

@@ -334,3 +334,22 @@ def test_a_skipping_zero_is_never_estimated_dearer_than_a_speculative_arm() -> N
     est = {a["gamma"]: a["estimated_goodput"] for a in snap["arms"]}
     expected_1 = 1.0 + snap["acceptance"][0]  # tokens per request and step at gamma 1
     assert est[0] >= est[1] / expected_1 * (1 - 1e-9), (est, snap["acceptance"])
+
+
+def test_draws_are_machines_that_could_exist() -> None:
+    """A persisted state that measured only gamma 4 (the target's constant and the per-token
+    cost not told apart) and a drafter whose every draft is accepted. Thompson draws may
+    still try a shallower arm while a machine whose cost is all per-token fits the data, but
+    never gamma 0 or 1: that needs a negative target-only cost. Untruncated draws played
+    gamma 0 and left gamma 4 twice as often (26 of these 220 decisions, now 12)."""
+    cost = linear_cost(0.010, 0.002, 0.001)
+    prior = CostPrior("persisted state", tuple(
+        CostSample(8, 4, cost(8, 4, True), count=20) for _ in range(3)))
+    off_max, lowest = 0, 4
+    for seed in range(4):
+        ctrl = OnlineController(OnlineConfig(max_gamma=4, seed=seed), cost_prior=prior)
+        gammas = drive(ctrl, cost, lambda t: 1.0, 60, seed=seed)[5:]  # acceptance known
+        off_max += sum(g != 4 for g in gammas)
+        lowest = min(lowest, *gammas)
+    assert lowest >= 2
+    assert off_max <= 16

@@ -68,6 +68,11 @@ _REAL_SAMPLE_SD = 0.03
 # mean is always current).
 _CHOL_EVERY = 16
 _DRIFT_EVERY = 8
+# Draws of an infeasible machine are redrawn this many times before being projected. Only
+# the feasible region has prior mass: an untruncated draw with a negative target-only cost
+# makes per-token cost all there is, and a shallower arm look best even when every draft
+# is accepted (with only the deepest arm measured, a persisted state, ~15% of draws).
+_REDRAWS = 8
 
 
 def features(batch: int, verified: int, gamma: int, ran: bool) -> list[float]:
@@ -274,20 +279,28 @@ class CostPosterior:
                      width: float = 1.0) -> list[float]:
         """``f`` of each row under one draw of bucket ``idx``'s coefficients, ``width``
         posterior sds wide (Thompson sampling; the level is common to a bucket's arms and
-        cancels between them)."""
+        cancels between them). The draw is of the posterior truncated to machines that can
+        exist (the bounds _feasible_step keeps the mean in): by rejection, projected onto the
+        bounds after _REDRAWS misses."""
         b = self.bucket(idx)
         k = b.chol
         if not k or b.samples - b.chol_at >= _CHOL_EVERY:
             k = b.chol = _cholesky(b.cov)
             b.chol_at = b.samples
         gauss = rng.gauss
-        z0, z1 = gauss(0.0, width), gauss(0.0, width)
-        z2, z3 = gauss(0.0, width), gauss(0.0, width)
         m = b.mean
-        t0 = m[0] + k[0] * z0  # the factor written out (N = 4): this runs every decision
-        t1 = m[1] + k[4] * z0 + k[5] * z1
-        t2 = m[2] + k[8] * z0 + k[9] * z1 + k[10] * z2
-        t3 = m[3] + k[12] * z0 + k[13] * z1 + k[14] * z2 + k[15] * z3
+        for _ in range(_REDRAWS):
+            z0, z1 = gauss(0.0, width), gauss(0.0, width)
+            z2, z3 = gauss(0.0, width), gauss(0.0, width)
+            t0 = m[0] + k[0] * z0  # the factor written out (N = 4): this runs every decision
+            t1 = m[1] + k[4] * z0 + k[5] * z1
+            t2 = m[2] + k[8] * z0 + k[9] * z1 + k[10] * z2
+            t3 = m[3] + k[12] * z0 + k[13] * z1 + k[14] * z2 + k[15] * z3
+            if t0 >= _A_MIN and t1 >= 0.0 and t1 + t2 >= 0.0 and t3 >= 0.0:
+                break
+        else:
+            t0, t1, t3 = max(t0, _A_MIN), max(t1, 0.0), max(t3, 0.0)
+            t2 = max(t2, -t1)
         return [max(x[0] * t0 + x[1] * t1 + x[2] * t2 + x[3] * t3, _F_MIN) for x in rows]
 
     def seconds(self, f: float) -> float:
