@@ -78,6 +78,26 @@ def test_identical_requests_are_left_alone() -> None:
     assert layer.lengths(query) == [K] * 32
 
 
+def test_requests_that_start_to_differ_are_grouped_from_the_first_ready_step() -> None:
+    # Identical requests keep no groups (observe skips the log); when some turn easy, the
+    # step that finds them different groups every tracked request, so the first verify the
+    # layer answers already tells them apart.
+    layer = PerRequestLengths(K)
+    ids = [f"r{i}" for i in range(32)]
+    feed(layer, dict.fromkeys(ids, 0.5), 200)
+    assert not layer.heterogeneous and layer.ready is False
+    rates = {rid: 0.95 if i % 2 else 0.2 for i, rid in enumerate(ids)}
+    for seed in range(1, 400):
+        feed(layer, rates, 1, seed=seed)
+        if layer.ready:
+            break
+    assert layer.ready, layer.snapshot()
+    out = dict(zip(ids, layer.lengths(VerifyQuery(tuple(ids), (K,) * 32, 4096)), strict=True))
+    easy = [out[r] for i, r in enumerate(ids) if i % 2]
+    hard = [out[r] for i, r in enumerate(ids) if not i % 2]
+    assert min(easy) > max(hard), out
+
+
 def test_lengths_never_exceed_the_drafts() -> None:
     layer = PerRequestLengths(K, LengthsConfig(margin=0.0))
     rates = {f"easy{i}": 0.95 for i in range(8)} | {f"hard{i}": 0.2 for i in range(8)}

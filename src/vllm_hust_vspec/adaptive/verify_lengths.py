@@ -293,6 +293,9 @@ class PerRequestLengths:
         log = math.log
         get = table.get
         rids = ids if ids is not None else (None,) * len(fb.drafted)
+        # a request's group is read only while requests differ (it is what lengths() and
+        # depth_steps() walk); a homogeneous batch skips the log (_refresh_batch catches up)
+        keyed = self.heterogeneous
         for rid, d, a in zip(rids, fb.drafted, fb.accepted, strict=True):
             if d <= 0:
                 continue
@@ -314,8 +317,9 @@ class PerRequestLengths:
                 st[0] = s0 = s0 * w + a
                 st[1] = s1 = s1 * w + cum_rho[tried]
                 st[2] = step
-            x = (s0 + pm) / (s1 + prior)
-            st[3] = round(log(x if x > 1e-6 else 1e-6) * _PER_GRID)  # _group_key, inlined
+            if keyed:
+                x = (s0 + pm) / (s1 + prior)
+                st[3] = round(log(x if x > 1e-6 else 1e-6) * _PER_GRID)  # _group_key, inlined
         pd = self._pos_decay
         pos_acc, pos_exp = self._pos_acc, self._pos_exp
         tried_beyond = accepted_beyond = 0.0
@@ -353,7 +357,11 @@ class PerRequestLengths:
         ratios = [(st[0] / st[1] - mean) ** 2 * st[1] / var
                   for st in batch if st[1] >= _DISPERSION_MIN_TRIED]
         self.dispersion = sum(ratios) / len(ratios) if ratios and var > 0 else 1.0
+        was = self.heterogeneous
         self.heterogeneous = self.dispersion > self.config.dispersion_threshold
+        if self.heterogeneous and not was:
+            for st in batch:  # observe() kept no groups while the batch was homogeneous
+                st[3] = float(_group_key(self._shrunk(st)))
 
     # -- the rule -----------------------------------------------------------------------------
     def _survival(self, key: int) -> list[float]:
