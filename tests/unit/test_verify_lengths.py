@@ -80,19 +80,24 @@ def test_identical_requests_are_left_alone() -> None:
 
 def test_requests_that_start_to_differ_are_grouped_from_the_first_ready_step() -> None:
     # Identical requests keep no groups (observe skips the log); when some turn easy, the
-    # step that finds them different groups every tracked request, so the first verify the
-    # layer answers already tells them apart.
+    # step that finds them different groups every tracked request (and the last verify's),
+    # so the first depth and the first verify the layer answers already tell them apart.
     layer = PerRequestLengths(K)
     ids = [f"r{i}" for i in range(32)]
     feed(layer, dict.fromkeys(ids, 0.5), 200)
     assert not layer.heterogeneous and layer.ready is False
     rates = {rid: 0.95 if i % 2 else 0.2 for i, rid in enumerate(ids)}
+    query = VerifyQuery(tuple(ids), (K,) * 32, 4096)
     for seed in range(1, 400):
+        layer.lengths(query)  # the host asks before the step is observed
         feed(layer, rates, 1, seed=seed)
         if layer.ready:
             break
     assert layer.ready, layer.snapshot()
-    out = dict(zip(ids, layer.lengths(VerifyQuery(tuple(ids), (K,) * 32, 4096)), strict=True))
+    # the depth is rated for the last verify's requests by their groups as of now
+    rated = layer.depth_steps(32, 1, K)
+    out = dict(zip(ids, layer.lengths(query), strict=True))
+    assert layer.depth_steps(32, 1, K) == rated
     easy = [out[r] for i, r in enumerate(ids) if i % 2]
     hard = [out[r] for i, r in enumerate(ids) if not i % 2]
     assert min(easy) > max(hard), out

@@ -247,6 +247,7 @@ class PerRequestLengths:
         self._cost = _StepCost(cfg.batch_halflife, cost_prior, cfg.prior_steps)
         self._step = 0
         self._batch_keys: list[int] = []  # groups of the last verify's requests
+        self._batch_ids: tuple[Hashable, ...] = ()  # ... and their ids
         self.trimmed = 0  # drafts left unverified, for reports
         self.verified = 0
         self.dispersion = 1.0
@@ -362,6 +363,7 @@ class PerRequestLengths:
         if self.heterogeneous and not was:
             for st in batch:  # observe() kept no groups while the batch was homogeneous
                 st[3] = float(_group_key(self._shrunk(st)))
+            self._batch_keys = self._keys(self._batch_ids)  # what depth_steps() reads
 
     # -- the rule -----------------------------------------------------------------------------
     def _survival(self, key: int) -> list[float]:
@@ -402,14 +404,17 @@ class PerRequestLengths:
             tau = c_v * value / seconds
         return out, value, seconds
 
+    def _keys(self, ids: tuple[Hashable, ...]) -> list[int]:
+        """The groups of requests ``ids`` (the batch mean's for an unknown request)."""
+        fallback = _group_key(self._mean_alpha)
+        return [fallback if st is None else int(st[3]) for st in map(self._req.get, ids)]
+
     def lengths(self, query: VerifyQuery) -> list[int]:
         """How many of each request's drafts to verify (each at most its drafts)."""
         drafted = query.drafted
         depth = max(drafted, default=0)
-        table, fallback = self._req, _group_key(self._mean_alpha)
-        keys = [fallback if st is None else int(st[3])
-                for st in map(table.get, query.request_ids)]
-        self._batch_keys = keys
+        self._batch_ids = query.request_ids
+        self._batch_keys = keys = self._keys(query.request_ids)
         if depth <= 0:
             return list(drafted)
         if not self.ready:
