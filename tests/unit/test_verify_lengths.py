@@ -78,6 +78,23 @@ def test_identical_requests_are_left_alone() -> None:
     assert layer.lengths(query) == [K] * 32
 
 
+def test_a_shift_every_request_makes_together_is_not_a_mix_of_requests() -> None:
+    """Code, then prose, for every request at once (long-lived requests carry the code
+    phase in their histories): the batch is still one kind of request, and its rate follows
+    the shift within a few tens of steps, not over the requests' own half-lives."""
+    layer = PerRequestLengths(K)
+    rates = {f"r{i}": 0.93 for i in range(32)}
+    feed(layer, rates, 200)
+    assert not layer.heterogeneous
+    feed(layer, dict.fromkeys(rates, 0.35), 32, seed=1)
+    assert layer.alpha("r0") == pytest.approx(0.35, abs=0.06)
+    flagged = 0
+    for seed in range(2, 12):  # every refresh of the dispersion test over the next 160 steps
+        feed(layer, dict.fromkeys(rates, 0.35), 16, seed=seed)
+        flagged += layer.heterogeneous
+    assert flagged == 0, layer.snapshot()
+
+
 def test_requests_that_start_to_differ_are_grouped_from_the_first_ready_step() -> None:
     # Identical requests keep no groups (observe skips the log); when some turn easy, the
     # step that finds them different groups every tracked request (and the last verify's),

@@ -4,11 +4,16 @@ A batch-uniform controller drafts depth ``D`` for every request and verifies all
 requests differ (a completion the drafter copies beside a turn it guesses) the deep drafts of
 a hard request are nearly worthless while costing the target as much as an easy request's.
 :class:`PerRequestLengths` models each request ``i``'s draft at position ``k`` as accepted
-(given the drafts before it) with probability ``alpha_i * rho_k``:
+(given the drafts before it) with probability ``alpha_i * rho_k``, ``alpha_i = m * phi_i``:
 
-* ``alpha_i``: the request's own rate, from its discounted accepted / tried counts (a verify of
-  ``d`` drafts with ``a`` accepted tried positions ``0..min(a, d-1)``; each tried position
-  counts ``rho_k``), shrunk toward the batch's mean rate while the request is young;
+* ``m``: the batch's common rate now, pooled over every request's tried positions with a short
+  half-life (``rate_halflife``): what all requests share moves it (a phase of prose after one
+  of code, a drafter that drifts), not any one request's history;
+* ``phi_i``: the request's own factor over ``m``, its discounted accepted over the accepted
+  ``m`` predicted for the positions it tried (a verify of ``d`` drafts with ``a`` accepted
+  tried positions ``0..min(a, d-1)``; position ``k`` predicts ``m_t * rho_k``), shrunk toward
+  1 while the request is young. A shift every request makes together leaves the factors at
+  1, so the batch is not mistaken for a mix of easy and hard requests while histories catch up;
 * ``rho_k``: the positional profile (``rho_0 = 1``), accepted over *expected* at each position
   given who tried it, so that deep positions, tried mostly by easy requests once lengths are
   trimmed, are not mistaken for easy positions.
@@ -23,7 +28,7 @@ rated by the same model (see :class:`PerRequestController`).
 
 :class:`PerRequestController` uses that once the cost is identified (enough steps), and the
 wrapped batch controller's decision before, and always when the batch controller settles at
-gamma 0 (speculation off stays off). Requests are grouped by ``log alpha_i`` on a grid
+gamma 0 (speculation off stays off). Requests are grouped by ``log phi_i`` on a grid
 (``_GRID``) so a decision costs one survival walk per group plus O(batch) dictionary work.
 """
 
@@ -60,6 +65,8 @@ class LengthsConfig:
     prior_positions: float = 8.0
     # Half-life, in tried positions, of a request's own history (requests drift too).
     request_halflife: float = 64.0
+    # Half-life, in tried positions over the whole batch, of the common rate ``m``.
+    rate_halflife: float = 256.0
     # Half-life, in steps, of the positional profile and of the cost fit.
     batch_halflife: float = 256.0
     # Relative modelled gain a trimmed step (or a depth other than the batch controller's)
@@ -79,13 +86,14 @@ class LengthsConfig:
         require_float(self, "dispersion_threshold", 0.0, math.inf)
         require_float(self, "prior_positions", 0.0, math.inf)
         require_float(self, "request_halflife", 1.0, math.inf)
+        require_float(self, "rate_halflife", 1.0, math.inf)
         require_float(self, "batch_halflife", 1.0, math.inf)
         require_float(self, "prior_steps", 0.0, math.inf)
 
 
-def _group_key(alpha: float) -> int:
-    """The request group of rate ``alpha``: its log on the ``_GRID``."""
-    return round(math.log(max(alpha, 1e-6)) * _PER_GRID)
+def _group_key(factor: float) -> int:
+    """The request group of factor ``phi``: its log on the ``_GRID``."""
+    return round(math.log(max(factor, 1e-6)) * _PER_GRID)
 
 
 class _StepCost:
@@ -233,17 +241,19 @@ class PerRequestLengths:
         self.config = cfg = config or LengthsConfig()
         self.margin = cfg.margin
         self.max_gamma = max_gamma
-        # id -> [accepted, effective tried, last step, group key]
+        # id -> [accepted, accepted m predicted, last step, group key]
         self._req: dict[Hashable, list[float]] = {}
         rd = 0.5 ** (1.0 / cfg.request_halflife)
         self._req_decay = [rd ** k for k in range(max_gamma + 1)]  # by positions tried
+        self._rate_decay = 0.5 ** (1.0 / cfg.rate_halflife)  # per tried position
+        self._rate_num = self._rate_den = 0.0  # discounted accepted, and predicted at m = 1
         self._pos_decay = 0.5 ** (1.0 / cfg.batch_halflife)
         self._pos_acc = [0.0] * max_gamma
         self._pos_exp = [0.0] * max_gamma  # sum of alpha_i over the requests that tried k
         self._rho = [1.0] * max_gamma
         self._cum_rho = [float(k) for k in range(max_gamma + 1)]  # [0, rho_0, rho_0+rho_1..]
         self._curves: dict[int, list[float]] = {}  # group -> cumulative survival (this step)
-        self._mean_alpha = 0.6
+        self._rate = 0.6  # m
         self._cost = _StepCost(cfg.batch_halflife, cost_prior, cfg.prior_steps)
         self._step = 0
         self._batch_keys: list[int] = []  # groups of the last verify's requests
@@ -265,15 +275,15 @@ class PerRequestLengths:
 
     # -- learning -----------------------------------------------------------------------------
     def alpha(self, rid: Hashable) -> float:
-        """Request ``rid``'s acceptance rate (the batch mean for an unknown request)."""
+        """Request ``rid``'s acceptance rate ``m * phi`` (``m`` for an unknown request)."""
         st = self._req.get(rid)
-        return self._mean_alpha if st is None else self._shrunk(st)
+        return self._rate if st is None else self._rate * self._shrunk(st)
 
     def _shrunk(self, st: list[float]) -> float:
-        """A request's own rate shrunk toward the batch mean (``observe`` inlines it: it
-        runs for every request of every step)."""
-        prior = self.config.prior_positions
-        return (st[0] + prior * self._mean_alpha) / (st[1] + prior)
+        """A request's factor ``phi`` shrunk toward 1 (``observe`` inlines it: it runs for
+        every request of every step)."""
+        pm = self.config.prior_positions * self._rate
+        return (st[0] + pm) / (st[1] + pm)
 
     def observe(self, fb: StepFeedback) -> None:
         """Fold in one verified step: per-request acceptance, positional profile, cost."""
@@ -282,15 +292,16 @@ class PerRequestLengths:
         ids = fb.request_ids
         rho = self._rho
         depth = len(rho)
-        prior, mean = self.config.prior_positions, self._mean_alpha
+        m = self._rate
+        pm = self.config.prior_positions * m  # the factor's prior, in predicted accepted
         decay = self._req_decay
         table = self._req
-        # per position: accepted, and the summed rate of the requests that tried it, built
+        # per position: accepted, and the summed factor of the requests that tried it, built
         # from per-"tried count" sums (O(batch + depth))
-        alpha_by_tried = [0.0] * (depth + 1)
+        phi_by_tried = [0.0] * (depth + 1)
         acc_hist = [0] * (depth + 1)
         cum_rho = self._cum_rho
-        pm = prior * mean
+        n_tried = 0
         log = math.log
         get = table.get
         rids = ids if ids is not None else (None,) * len(fb.drafted)
@@ -303,32 +314,42 @@ class PerRequestLengths:
             tried = a + 1 if a < d else a
             if tried > depth:
                 tried = depth
+            n_tried += tried
             acc_hist[a if a < depth else depth] += 1
             st = None if rid is None else get(rid)
             if st is None:
-                alpha_by_tried[tried] += mean
+                phi_by_tried[tried] += 1.0
                 if rid is None:
                     continue
-                s0, s1 = float(a), cum_rho[tried]
+                s0, s1 = float(a), m * cum_rho[tried]
                 st = table[rid] = [s0, s1, step, 0.0]
             else:
                 s0, s1 = st[0], st[1]
-                alpha_by_tried[tried] += (s0 + pm) / (s1 + prior)
+                phi_by_tried[tried] += (s0 + pm) / (s1 + pm)
                 w = decay[tried]
                 st[0] = s0 = s0 * w + a
-                st[1] = s1 = s1 * w + cum_rho[tried]
+                st[1] = s1 = s1 * w + m * cum_rho[tried]
                 st[2] = step
             if keyed:
-                x = (s0 + pm) / (s1 + prior)
+                x = (s0 + pm) / (s1 + pm)
                 st[3] = round(log(x if x > 1e-6 else 1e-6) * _PER_GRID)  # _group_key, inlined
         pd = self._pos_decay
         pos_acc, pos_exp = self._pos_acc, self._pos_exp
         tried_beyond = accepted_beyond = 0.0
+        predicted = accepted = 0.0  # this step's accepted, and what m = 1 would predict
         for k in range(depth - 1, -1, -1):
-            tried_beyond += alpha_by_tried[k + 1]
+            tried_beyond += phi_by_tried[k + 1]
             accepted_beyond += acc_hist[k + 1]
+            predicted += phi_by_tried[k + 1] * cum_rho[k + 1]
+            accepted += accepted_beyond
             pos_acc[k] = pos_acc[k] * pd + accepted_beyond
-            pos_exp[k] = pos_exp[k] * pd + tried_beyond
+            pos_exp[k] = pos_exp[k] * pd + m * tried_beyond
+        if n_tried:
+            w = self._rate_decay ** n_tried
+            self._rate_num = self._rate_num * w + accepted
+            self._rate_den = self._rate_den * w + predicted
+            if self._rate_den > 1.0:
+                self._rate = min(_Q_MAX, max(1e-3, self._rate_num / self._rate_den))
         base = pos_acc[0] / pos_exp[0] if pos_exp[0] > 1.0 else 1.0
         for k in range(1, depth):
             if pos_exp[k] > 1.0 and base > 0.0:
@@ -348,16 +369,20 @@ class PerRequestLengths:
                 del table[rid]
 
     def _refresh_batch(self, batch: Collection[list[float]]) -> None:
-        """The batch's mean rate and whether its requests differ beyond chance: the
-        dispersion of the requests' raw rates over what binomial noise alone would give,
-        over the requests seen in the last ``_EVICT_EVERY`` steps (finished ones too: their
-        long histories keep the mean honest where most running requests are young)."""
-        mean = sum(self._shrunk(st) for st in batch) / len(batch)
-        self._mean_alpha = mean
-        var = mean * (1.0 - mean)
-        ratios = [(st[0] / st[1] - mean) ** 2 * st[1] / var
-                  for st in batch if st[1] >= _DISPERSION_MIN_TRIED]
-        self.dispersion = sum(ratios) / len(ratios) if ratios and var > 0 else 1.0
+        """Whether requests differ beyond chance: the variance across requests of their
+        accepted counts' deviations from what ``m`` predicted, in units of binomial noise,
+        over the requests seen in the last ``_EVICT_EVERY`` steps. Centred: a deviation all
+        requests share (``m`` lagging a shift) is the batch's, not a difference between
+        them."""
+        m = self._rate
+        q = 1.0 - m
+        least = _DISPERSION_MIN_TRIED * m
+        z = [(st[0] - st[1]) / math.sqrt(st[1] * q) for st in batch if st[1] >= least]
+        if len(z) > 1 and q > 0.0:
+            mean = sum(z) / len(z)
+            self.dispersion = sum(x * x for x in z) / len(z) - mean * mean
+        else:
+            self.dispersion = 1.0
         was = self.heterogeneous
         self.heterogeneous = self.dispersion > self.config.dispersion_threshold
         if self.heterogeneous and not was:
@@ -371,7 +396,7 @@ class PerRequestLengths:
         the maximum depth (cached until the next observe)."""
         cum = self._curves.get(key)
         if cum is None:
-            a = math.exp(key * _GRID)
+            a = self._rate * math.exp(key * _GRID)
             cum, s = [0.0], 1.0
             for r in self._rho:
                 s *= min(_Q_MAX, a * r)
@@ -405,8 +430,8 @@ class PerRequestLengths:
         return out, value, seconds
 
     def _keys(self, ids: tuple[Hashable, ...]) -> list[int]:
-        """The groups of requests ``ids`` (the batch mean's for an unknown request)."""
-        fallback = _group_key(self._mean_alpha)
+        """The groups of requests ``ids`` (factor 1 for an unknown request)."""
+        fallback = 0
         return [fallback if st is None else int(st[3]) for st in map(self._req.get, ids)]
 
     def lengths(self, query: VerifyQuery) -> list[int]:
@@ -451,8 +476,7 @@ class PerRequestLengths:
             counts[key] = counts.get(key, 0) + 1
         extra = batch_size - sum(counts.values())
         if extra > 0:
-            mean_key = _group_key(self._mean_alpha)
-            counts[mean_key] = counts.get(mean_key, 0) + extra
+            counts[0] = counts.get(0, 0) + extra  # newcomers: factor 1
         out = []
         for d in range(lo, hi + 1):
             if d == 0:
@@ -469,6 +493,7 @@ class PerRequestLengths:
         return {"requests_tracked": len(self._req),
                 "verified_share": self.verified / total if total else 1.0,
                 "verify_token_cost_s": None if c is None else c[1],
+                "batch_rate": round(self._rate, 4),
                 "dispersion": round(self.dispersion, 3),
                 "cost_identified": self._cost.known,
                 "probes": self.probes,
