@@ -53,7 +53,8 @@ _REFIT_EVERY = 16
 _DISPERSION_MIN_TRIED = 8.0  # tried positions a request needs to enter the dispersion test
 _COST_REL_SE = 0.25  # relative standard error below which a verified token's cost is known
 _PROBE_EVERY = 8  # while unidentified, every 8th verify checks half of each request's drafts
-_REFRESH_EVERY = 16  # steps between updates of the batch mean rate and the dispersion test
+_REFRESH_EVERY = 16  # steps between runs of the dispersion test
+_NEWCOMER = 0  # group of a request not seen yet: factor 1 (the batch's rate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +73,10 @@ class LengthsConfig:
     # Relative modelled gain a trimmed step (or a depth other than the batch controller's)
     # must show over the plain one before it is played.
     margin: float = 0.02
-    # Per-request lengths act only while requests differ beyond chance: the mean squared
-    # deviation of their rates from the batch mean, in units of its binomial variance, must
-    # exceed this (about 1 for identical requests). Otherwise the batch controller decides
-    # alone, exactly as without this layer.
+    # Per-request lengths act only while requests differ beyond chance: the variance across
+    # requests of their accepted drafts' deviation from what the batch's rate predicted, in
+    # units of binomial noise, must exceed this (below 1 for identical requests). Otherwise
+    # the batch controller decides alone, exactly as without this layer.
     dispersion_threshold: float = 3.0
     # Steps a start-up cost profile counts as in the step-cost fit (it never decays; real
     # steps do, over ``batch_halflife``, about 370 steps' weight in steady state).
@@ -430,9 +431,8 @@ class PerRequestLengths:
         return out, value, seconds
 
     def _keys(self, ids: tuple[Hashable, ...]) -> list[int]:
-        """The groups of requests ``ids`` (factor 1 for an unknown request)."""
-        fallback = 0
-        return [fallback if st is None else int(st[3]) for st in map(self._req.get, ids)]
+        """The groups of requests ``ids`` (``_NEWCOMER`` for an unknown request)."""
+        return [_NEWCOMER if st is None else int(st[3]) for st in map(self._req.get, ids)]
 
     def lengths(self, query: VerifyQuery) -> list[int]:
         """How many of each request's drafts to verify (each at most its drafts)."""
@@ -470,13 +470,13 @@ class PerRequestLengths:
 
     def depth_steps(self, batch_size: int, lo: int, hi: int) -> list[tuple[float, float]]:
         """(expected tokens, model seconds) of a trimmed step at each depth ``lo..hi``, for
-        the requests of the last verify (newcomers at the batch mean)."""
+        the requests of the last verify (newcomers at the batch's rate)."""
         counts: dict[int, int] = {}
         for key in self._batch_keys[:batch_size]:
             counts[key] = counts.get(key, 0) + 1
         extra = batch_size - sum(counts.values())
         if extra > 0:
-            counts[0] = counts.get(0, 0) + extra  # newcomers: factor 1
+            counts[_NEWCOMER] = counts.get(_NEWCOMER, 0) + extra
         out = []
         for d in range(lo, hi + 1):
             if d == 0:
