@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from vllm_hust_vspec.adaptive.acceptance import AcceptanceModel
@@ -41,3 +43,47 @@ def test_fresh_data_outweighs_old_after_a_pause() -> None:
     for _ in range(3):  # acceptance came back: every request accepts all 4
         model.update(4, (4,) * 8, (4,) * 8)
     assert model.probabilities()[0] > 0.95
+
+
+def _step(model: AcceptanceModel, rng: random.Random, rates: list[float], gamma: int) -> None:
+    """One verify step: request ``i`` accepts each next draft with probability ``rates[i]``."""
+    accepted = []
+    for alpha in rates:
+        a = 0
+        while a < gamma and rng.random() < alpha:
+            a += 1
+        accepted.append(a)
+    model.update(gamma, (gamma,) * len(rates), tuple(accepted))
+
+
+def test_a_shift_is_followed_within_two_steps_at_batch_32() -> None:
+    """Acceptance falls from 0.93 to 0.35 for every request at once (a new domain): the long
+    memory (an 8-step half-life at batch 32) would still read ~0.84 two steps later."""
+    rng = random.Random(3)
+    model = AcceptanceModel(7)
+    for _ in range(200):
+        _step(model, rng, [0.93] * 32, 7)
+    assert model.shifts == 0
+    for _ in range(2):
+        _step(model, rng, [0.35] * 32, 7)
+    assert model.shifts == 1
+    p = model.probabilities()
+    assert p[0] == pytest.approx(0.35, abs=0.12)
+    assert p[1] < 0.3
+    for _ in range(30):
+        _step(model, rng, [0.35] * 32, 7)
+    assert model.probabilities()[0] == pytest.approx(0.35, abs=0.06)
+
+
+@pytest.mark.parametrize("batch", [4, 8, 32, 128])
+@pytest.mark.parametrize("rates", [(0.1,), (0.6,), (0.97,), (0.9, 0.3)])
+def test_stationary_acceptance_never_trips_the_shift_test(batch: int,
+                                                          rates: tuple[float, ...]) -> None:
+    """Sampling noise alone, also in a batch of two kinds of request, is not a shift: the
+    long memory keeps its precision."""
+    rng = random.Random(batch * 7 + len(rates))
+    model = AcceptanceModel(5)
+    mix = [rates[i % len(rates)] for i in range(batch)]
+    for _ in range(3000):
+        _step(model, rng, mix, 5)
+    assert model.shifts == 0

@@ -63,11 +63,14 @@ def test_budget_ineligible_arms_are_never_chosen() -> None:
 def test_hysteresis_prevents_flapping_under_noise() -> None:
     # Arms 1..4 within a few percent of each other and very noisy step times (30% jitter):
     # Thompson draws of near-tied arms cross often; the margin damps that and the posterior
-    # narrows, so late switches are rare. Summed over three seeds: one run's switch count
-    # swings several-fold with the random stream.
+    # narrows, so late switches are rare. Summed over six seeds: one run's switch count
+    # swings several-fold with the random stream (three seeds' late switches read 98 and 129
+    # for two variants whose twelve-seed sums were 290 and 284).
+    seeds = range(6, 12)
+
     def switches(h: float) -> tuple[int, int]:
         total = late = 0
-        for seed in (6, 7, 8):
+        for seed in seeds:
             env = SynthEnv(alpha=0.6, c=0.002, overhead=0.002, noise=0.3, seed=seed)
             _, decisions = run(OnlineController(OnlineConfig(hysteresis=h)), env, 2000)
             moves = [a != b for a, b in zip(decisions, decisions[1:], strict=False)]
@@ -78,7 +81,7 @@ def test_hysteresis_prevents_flapping_under_noise() -> None:
     with_h, late = switches(0.05)
     without, _ = switches(0.0)
     assert with_h < 0.3 * without
-    assert late < 0.04 * 3 * 1000  # fewer than 4% of the late decisions switch
+    assert late < 0.04 * len(seeds) * 1000  # fewer than 4% of the late decisions switch
 
 
 def test_a_new_bucket_starts_from_the_nearest_measured_one() -> None:
@@ -131,6 +134,37 @@ def test_acceptance_drop_lowers_gamma_quickly() -> None:
     tail = decisions[830:]
     assert 4 not in tail and 3 not in tail
     assert sum(tail) / len(tail) <= 0.6
+
+
+def test_a_shift_is_acted_on_within_a_few_steps() -> None:
+    # Batch 32 at alpha 0.9 (gamma 4 best), then 0.35 for every request (gamma 1 best): the
+    # long acceptance memory alone (an 8-step half-life here) took 11-22 steps to bring the
+    # controller to gamma <= 2; the shift test restarts it from the steps after the change.
+    for seed in range(20, 26):
+        env = SynthEnv(alpha=0.9, c=0.0005, seed=seed)
+
+        def drop(e: SynthEnv, i: int) -> None:
+            e.alpha = 0.9 if i < 400 else 0.35
+
+        _, decisions = run(OnlineController(), env, 440, drop)
+        assert decisions[399] >= 3
+        assert min(decisions[400:406]) <= 2, decisions[396:420]
+
+
+def test_an_undrafted_position_is_not_re_checked_for_no_reason() -> None:
+    # Stationary alpha 0.35, gamma 1 best and gamma 2 4% worse: position 1 is measured only
+    # when gamma 2 is tried. Its rate can only have moved as much as its rate relative to
+    # position 0 (which gamma 1 keeps measuring) times how often position 1 is reached, so
+    # the posterior widens slowly and late tries of deeper arms stay rare (2.7% of late
+    # decisions over these seeds; 4.6% when every undrafted position drifted as if unseen).
+    deeper = total = 0
+    for seed in range(40, 52):
+        env = SynthEnv(alpha=0.35, c=0.001, seed=seed)
+        assert env.best_gamma() == 1
+        _, decisions = run(OnlineController(), env, 3000)
+        deeper += sum(g > 1 for g in decisions[1000:])
+        total += len(decisions[1000:])
+    assert deeper < 0.035 * total
 
 
 def test_speculation_resumes_when_acceptance_returns() -> None:

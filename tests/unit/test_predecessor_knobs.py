@@ -66,12 +66,23 @@ def _feedback(gamma: int, accepted: int, interval_s: float) -> StepFeedback:
 
 
 def _drop_acceptance(ctrl: OnlineController | ProfilePolicy) -> float:
-    """Every draft accepted for 100 steps, then none for 8: returns the estimate of p[0]."""
+    """Half the requests accept every draft for 100 steps, then 12 of 32 for 8 steps: returns
+    the share of the old rate (0.5) the estimate of p[0] still holds. (A drop small enough
+    to be drift: one the acceptance model takes for a shift is followed at once, whatever
+    the half-life.)"""
+    def step(accepting: int) -> StepFeedback:
+        accepted = (2,) * accepting + (0,) * (BATCH - accepting)
+        return StepFeedback(
+            batch_size=BATCH, gamma=2, drafted=(2,) * BATCH, accepted=accepted,
+            committed=BATCH + 2 * accepting, interval_s=0.02, token_budget=8192,
+        )
+
     for _ in range(100):
-        ctrl.observe(_feedback(2, 2, 0.02))
+        ctrl.observe(step(BATCH // 2))
     for _ in range(8):
-        ctrl.observe(_feedback(2, 0, 0.02))
-    return float(ctrl.snapshot()["acceptance"][0])
+        ctrl.observe(step(BATCH * 3 // 8))
+    assert ctrl.snapshot()["acceptance_shifts"] == 0
+    return (float(ctrl.snapshot()["acceptance"][0]) - 0.375) / 0.125
 
 
 # -- adaptive_min_observations ----------------------------------------------------------------
@@ -130,7 +141,8 @@ def test_ewma_weight_changes_how_fast_acceptance_is_forgotten(
         return _profile(profile_path, **fields)
 
     # At batch 32 the default half-life (256 requests) is 8 steps; 0.001 gives ~21.7 steps
-    # and 1 the 4-step floor: 8 rejecting steps leave p[0] at ~0.77, 0.5 and 0.25.
+    # and 1 the 4-step floor: 8 steps at the lower rate leave ~0.77, 0.5 and 0.25 of the
+    # difference between the two rates in the estimate of p[0].
     slow = _drop_acceptance(build(adaptive_ewma_weight=0.001))
     default = _drop_acceptance(build())
     fast = _drop_acceptance(build(adaptive_ewma_weight=1.0))

@@ -10,11 +10,19 @@ Counts are discounted every step so the model follows acceptance that drifts ove
 Positions that are no longer drafted (the controller runs a smaller gamma) lose weight and
 shrink toward a geometric continuation of the positions below them, so a drop in acceptance
 at low positions immediately lowers the estimates for deeper, unobserved ones too.
+
+A second set of counts forgets within a few dozen requests. When the two disagree at
+position 0 by more than sampling can explain (acceptance moved: a new domain, a new mix of
+requests), the last few steps locate the change (the split that best separates them from the
+old rate, a generalised likelihood ratio) and both memories restart from the steps after it:
+a shift is followed within a step at large batches instead of a half-life, while stationary
+data, which never trips the test, keeps the long memory's precision.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Any
 
 from .feedback import StepFeedback
@@ -26,6 +34,18 @@ _TINY = 1e-9
 _FLOOR = 1e-6
 # Smallest half-life (requests) an EWMA weight maps to: what the configs accept.
 _HALFLIFE_MIN = 1e-9
+# The short memory: half-life in requests (at least one step). Short enough to see a shift
+# at once at batch 32 and above, long enough that its rate is worth a test at batch 8.
+_FAST_HALFLIFE_REQUESTS = 32.0
+# Disagreement (in standard errors of the short memory's rate at position 0) taken as a
+# shift. The error is the binomial one at the long memory's rate, which overstates an
+# EWMA's (so the test is conservative); 4 is ~1 in 16,000 steps under pure sampling noise.
+_SHIFT_Z = 4.0
+# Rates near 0 or 1 have a binomial error near 0: a handful of misses must not read as a
+# shift, so the variance is taken at a rate at least this far from either end.
+_SHIFT_RATE_MARGIN = 0.02
+# Steps kept to locate a change: the short memory trips within about this many at batch 4.
+_RECENT_STEPS = 8
 
 
 class AcceptanceModel:
@@ -34,6 +54,9 @@ class AcceptanceModel:
     __slots__ = (
         "_decay_cache",
         "_dirty",
+        "_fast_cache",
+        "_fn",
+        "_fs",
         "_halflife_requests",
         "_max_steps",
         "_min_steps",
@@ -41,8 +64,10 @@ class AcceptanceModel:
         "_p",
         "_prior",
         "_prior_weight",
+        "_recent",
         "_s",
         "positions",
+        "shifts",
     )
 
     def __init__(
@@ -71,8 +96,14 @@ class AcceptanceModel:
         self._s = [0.0] * positions
         self._n = [0.0] * positions
         self._p = list(self._prior)
+        self._fs = [0.0] * positions
+        self._fn = [0.0] * positions
+        # per recent verify step: (tried, got) per position
+        self._recent: deque[tuple[list[float], list[float]]] = deque(maxlen=_RECENT_STEPS)
         self._dirty = False
         self._decay_cache: dict[int, float] = {}
+        self._fast_cache: dict[int, float] = {}
+        self.shifts = 0  # times the long memory was replaced by the short one
 
     def _decay(self, batch: int) -> float:
         d = self._decay_cache.get(batch)
@@ -84,33 +115,83 @@ class AcceptanceModel:
                 self._decay_cache[batch] = d
         return d
 
+    def _fast_decay(self, batch: int) -> float:
+        d = self._fast_cache.get(batch)
+        if d is None:
+            d = 0.5 ** (1.0 / max(_FAST_HALFLIFE_REQUESTS / max(batch, 1), 1.0))
+            if len(self._fast_cache) < 4096:
+                self._fast_cache[batch] = d
+        return d
+
     def update(self, gamma: int, drafted: tuple[int, ...], accepted: tuple[int, ...]) -> None:
         """Fold in one verify step: per-request drafted and accepted counts at ``gamma``."""
         reqs = len(accepted)
         if reqs == 0 or gamma <= 0 or self.positions == 0:
             return
         d = self._decay(reqs)
-        s = self._s
-        n = self._n
+        f = self._fast_decay(reqs)
+        s, n, fs, fn = self._s, self._n, self._fs, self._fn
         depth = gamma if gamma < self.positions else self.positions
         # n_k = requests that drafted more than k tokens; s_k = requests that got more than k
         # accepted. tuple.count runs in C, so this is O(gamma) Python steps for any batch.
         full = len(drafted) == reqs and drafted.count(gamma) == reqs
         below_a = 0
         below_d = 0
+        step_n = [0.0] * self.positions
+        step_s = [0.0] * self.positions
         for k in range(self.positions):
             if n[k] > _FLOOR:
                 s[k] *= d
                 n[k] *= d
+            fs[k] *= f
+            fn[k] *= f
             if k < depth:
                 below_a += accepted.count(k)
                 if full:
-                    n[k] += reqs
+                    tried = reqs
                 else:
                     below_d += drafted.count(k)
-                    n[k] += len(drafted) - below_d
-                s[k] += reqs - below_a
+                    tried = len(drafted) - below_d
+                got = reqs - below_a
+                n[k] += tried
+                s[k] += got
+                fn[k] += tried
+                fs[k] += got
+                step_n[k] = tried
+                step_s[k] = got
+        self._recent.append((step_n, step_s))
         self._dirty = True
+        if fn[0] > 0.0 and n[0] > fn[0]:
+            rate = s[0] / n[0]
+            rate = min(max(rate, _SHIFT_RATE_MARGIN), 1.0 - _SHIFT_RATE_MARGIN)
+            gap = fs[0] / fn[0] - rate
+            if gap * gap * fn[0] > _SHIFT_Z * _SHIFT_Z * rate * (1.0 - rate):
+                self._restart(rate)
+
+    def _restart(self, old_rate: float) -> None:
+        """Acceptance moved away from ``old_rate``: restart both memories from the recent
+        steps after the change, the suffix whose position-0 counts are least likely under
+        the old rate (the largest binomial log-likelihood ratio)."""
+        best_llr = -1.0
+        best: tuple[list[float], list[float]] | None = None
+        tried = [0.0] * self.positions
+        got = [0.0] * self.positions
+        for step_n, step_s in reversed(self._recent):
+            for k in range(self.positions):
+                tried[k] += step_n[k]
+                got[k] += step_s[k]
+            if tried[0] <= 0.0:
+                continue
+            llr = tried[0] * _bernoulli_kl(got[0] / tried[0], old_rate)
+            if llr > best_llr:
+                best_llr = llr
+                best = (tried[:], got[:])
+        if best is None:
+            return
+        self._n, self._s = best[0], best[1]
+        self._fn, self._fs = best[0][:], best[1][:]
+        self._recent.clear()
+        self.shifts += 1
 
     def seed(self, weight: float) -> None:
         """Count the prior as ``weight`` observations of every position, so it is forgotten
@@ -124,12 +205,14 @@ class AcceptanceModel:
         """A step without verify data (gamma 0): age the counts so that, when drafting is
         probed again, the fresh observations outweigh the old ones."""
         d = self._decay(batch)
-        s = self._s
-        n = self._n
+        f = self._fast_decay(batch)
+        s, n, fs, fn = self._s, self._n, self._fs, self._fn
         for k in range(self.positions):
             if n[k] > _FLOOR:
                 s[k] *= d
                 n[k] *= d
+            fs[k] *= f
+            fn[k] *= f
         self._dirty = True
 
     def observe(self, feedback: StepFeedback) -> bool:
@@ -197,7 +280,18 @@ class AcceptanceModel:
         return {
             "acceptance": [round(v, 6) for v in self.probabilities()],
             "acceptance_weight": [round(v, 3) for v in self._n],
+            "acceptance_shifts": self.shifts,
         }
+
+
+def _bernoulli_kl(p: float, q: float) -> float:
+    """KL divergence of Bernoulli(``p``) from Bernoulli(``q``), ``0 < q < 1``."""
+    out = 0.0
+    if p > 0.0:
+        out += p * math.log(p / q)
+    if p < 1.0:
+        out += (1.0 - p) * math.log((1.0 - p) / (1.0 - q))
+    return out
 
 
 def halflife_from_ewma_weight(weight: float) -> float:

@@ -99,11 +99,16 @@ class OnlineController(CadencedPolicy):
         """Learn from one completed step; the reward is attributed to ``feedback.gamma``."""
         self._observations += 1
         g = feedback.gamma
+        shifts = self._acc.shifts
         if self._acc.observe(feedback):
             # Positions 0..g-1 were just measured: remember how precisely, and when.
             k = g if g < self._hi else self._hi
-            self._seen_n[:k] = self._acc.weights()[:k]
+            weights = self._acc.weights()
+            self._seen_n[:k] = weights[:k]
             self._seen_t[:k] = [self._observations] * k
+            if self._acc.shifts != shifts:
+                # The long memory was dropped: deeper positions are known no better than now.
+                self._seen_n = [min(a, b) for a, b in zip(self._seen_n, weights, strict=True)]
         if not feedback.steady:
             self._skipped_nonsteady += 1
             return
@@ -277,11 +282,20 @@ class OnlineController(CadencedPolicy):
         out = [1.0]
         acc = 1.0
         prev = 1.0
+        # Drift since the position below was measured moves every position alike; the
+        # further drift since this one was measured (the position below still drafted) is
+        # its conditional rate's, which moves it by the rate of reaching it.
+        below = 0
+        reach = 1.0
         for k, pk in enumerate(p):
             w = seen_n[k] + (_ACC_PRIOR_WEIGHT if k else 1.0)
-            v = pk + z * math.sqrt(pk * (1.0 - pk) / w + drift * (now - seen_t[k]))
+            age = now - seen_t[k]
+            var = pk * (1.0 - pk) / w + drift * (below + (age - below) * reach * reach)
+            v = pk + z * math.sqrt(var)
             v = 0.0 if v < 0.0 else prev if v > prev else v
             prev = v
+            reach = pk
+            below = age
             acc += v
             out.append(acc)
         return out
