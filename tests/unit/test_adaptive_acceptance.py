@@ -45,33 +45,37 @@ def test_fresh_data_outweighs_old_after_a_pause() -> None:
     assert model.probabilities()[0] > 0.95
 
 
-def _step(model: AcceptanceModel, rng: random.Random, rates: list[float], gamma: int) -> None:
-    """One verify step: request ``i`` accepts each next draft with probability ``rates[i]``."""
+def _step(model: AcceptanceModel, rng: random.Random, rates: list[float], gamma: int,
+          trim: int | None = None) -> None:
+    """One verify step: request ``i`` accepts each next draft with probability ``rates[i]``;
+    with ``trim``, every other request drafted only that many (a budget-trimmed step)."""
+    drafted = tuple(trim if trim is not None and i % 2 else gamma for i in range(len(rates)))
     accepted = []
-    for alpha in rates:
+    for alpha, depth in zip(rates, drafted, strict=True):
         a = 0
-        while a < gamma and rng.random() < alpha:
+        while a < depth and rng.random() < alpha:
             a += 1
         accepted.append(a)
-    model.update(gamma, (gamma,) * len(rates), tuple(accepted))
+    model.update(gamma, drafted, tuple(accepted))
 
 
-def test_a_shift_is_followed_within_two_steps_at_batch_32() -> None:
+@pytest.mark.parametrize("trim", [None, 3])
+def test_a_shift_is_followed_within_two_steps_at_batch_32(trim: int | None) -> None:
     """Acceptance falls from 0.93 to 0.35 for every request at once (a new domain): the long
     memory (an 8-step half-life at batch 32) would still read ~0.84 two steps later."""
     rng = random.Random(3)
     model = AcceptanceModel(7)
     for _ in range(200):
-        _step(model, rng, [0.93] * 32, 7)
+        _step(model, rng, [0.93] * 32, 7, trim)
     assert model.shifts == 0
     for _ in range(2):
-        _step(model, rng, [0.35] * 32, 7)
+        _step(model, rng, [0.35] * 32, 7, trim)
     assert model.shifts == 1
     p = model.probabilities()
     assert p[0] == pytest.approx(0.35, abs=0.12)
     assert p[1] < 0.3
     for _ in range(30):
-        _step(model, rng, [0.35] * 32, 7)
+        _step(model, rng, [0.35] * 32, 7, trim)
     assert model.probabilities()[0] == pytest.approx(0.35, abs=0.06)
 
 

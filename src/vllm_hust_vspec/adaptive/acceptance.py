@@ -98,8 +98,9 @@ class AcceptanceModel:
         self._p = list(self._prior)
         self._fs = [0.0] * positions
         self._fn = [0.0] * positions
-        # per recent verify step: (tried, got) per position
-        self._recent: deque[tuple[list[float], list[float]]] = deque(maxlen=_RECENT_STEPS)
+        # the recent verify steps, (gamma, drafted, accepted), to locate a shift in
+        self._recent: deque[tuple[int, tuple[int, ...], tuple[int, ...]]] = deque(
+            maxlen=_RECENT_STEPS)
         self._dirty = False
         self._decay_cache: dict[int, float] = {}
         self._fast_cache: dict[int, float] = {}
@@ -137,8 +138,6 @@ class AcceptanceModel:
         full = len(drafted) == reqs and drafted.count(gamma) == reqs
         below_a = 0
         below_d = 0
-        step_n = [0.0] * self.positions
-        step_s = [0.0] * self.positions
         for k in range(self.positions):
             if n[k] > _FLOOR:
                 s[k] *= d
@@ -157,9 +156,7 @@ class AcceptanceModel:
                 s[k] += got
                 fn[k] += tried
                 fs[k] += got
-                step_n[k] = tried
-                step_s[k] = got
-        self._recent.append((step_n, step_s))
+        self._recent.append((gamma, drafted, accepted))
         self._dirty = True
         if fn[0] > 0.0 and n[0] > fn[0]:
             rate = s[0] / n[0]
@@ -176,10 +173,11 @@ class AcceptanceModel:
         best: tuple[list[float], list[float]] | None = None
         tried = [0.0] * self.positions
         got = [0.0] * self.positions
-        for step_n, step_s in reversed(self._recent):
-            for k in range(self.positions):
-                tried[k] += step_n[k]
-                got[k] += step_s[k]
+        for gamma, drafted, accepted in reversed(self._recent):
+            depth = min(gamma, self.positions)
+            for k in range(depth):
+                tried[k] += sum(1 for v in drafted if v > k)
+                got[k] += sum(1 for v in accepted if v > k)
             if tried[0] <= 0.0:
                 continue
             llr = tried[0] * _bernoulli_kl(got[0] / tried[0], old_rate)
