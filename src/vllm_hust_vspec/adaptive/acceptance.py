@@ -104,7 +104,7 @@ class AcceptanceModel:
         self._dirty = False
         self._decay_cache: dict[int, float] = {}
         self._fast_cache: dict[int, float] = {}
-        self.shifts = 0  # times the long memory was replaced by the short one
+        self.shifts = 0  # times both memories restarted after a shift
 
     def _decay(self, batch: int) -> float:
         d = self._decay_cache.get(batch)

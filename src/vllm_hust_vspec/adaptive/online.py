@@ -272,8 +272,10 @@ class OnlineController(CadencedPolicy):
     def _sample_expected(self, width: float = 1.0) -> list[float]:
         """One draw of ``E[g]`` for g = 0..max. Position ``k``'s rate has the variance of a
         Beta of the (discounted) counts it had when last measured, grown by
-        ``acceptance_drift`` per step since; every position moves by the same normal draw
-        (sd ``width``) times its sd (a drafter that agrees more agrees more at every depth)."""
+        ``acceptance_drift`` per step since (times ``p[k-1]`` squared for the steps the
+        position below was measured and this one not); every position moves by the same
+        normal draw (sd ``width``) times its sd (a drafter that agrees more agrees more at
+        every depth)."""
         p = self._acc.probabilities()
         z = self._rng.gauss(0.0, width)
         drift = self.config.acceptance_drift
