@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -91,3 +92,68 @@ def test_stationary_acceptance_never_trips_the_shift_test(batch: int,
     for _ in range(3000):
         _step(model, rng, mix, 5)
     assert model.shifts == 0
+
+
+def _reference_counts(steps: list[tuple[int, tuple[int, ...], tuple[int, ...]]],
+                      positions: int) -> tuple[list[float], list[float]]:
+    """Requests that drafted / got more than ``k`` tokens, summed over ``steps`` (a plain
+    per-request loop, independent of the model's counting)."""
+    tried = [0.0] * positions
+    got = [0.0] * positions
+    for gamma, drafted, accepted in steps:
+        for k in range(min(gamma, positions)):
+            tried[k] += sum(1 for v in drafted if v > k)
+            got[k] += sum(1 for v in accepted if v > k)
+    return tried, got
+
+
+def test_a_restart_keeps_exactly_the_steps_after_the_change() -> None:
+    """Batch 8, gamma 6 over 4 modelled positions, drafts trimmed for half the requests: a
+    drop that takes several steps to trip the test. The restart keeps the counts of the
+    recent suffix least likely under the old rate among those with >= 32 requests at
+    position 0 (a brute-force search over the same steps), in both memories."""
+    rng = random.Random(5)
+    positions, gamma = 4, 6
+    model = AcceptanceModel(positions)
+    steps: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = []
+
+    def step(alpha: float) -> None:
+        drafted = tuple(gamma if i % 2 else 2 for i in range(8))
+        accepted = []
+        for depth in drafted:
+            a = 0
+            while a < depth and rng.random() < alpha:
+                a += 1
+            accepted.append(a)
+        model.update(gamma, drafted, tuple(accepted))
+        steps.append((gamma, drafted, tuple(accepted)))
+
+    for _ in range(300):
+        step(0.8)
+    assert model.shifts == 0
+    before = len(steps)
+    old_rate = model._s[0] / model._n[0]
+    while model.shifts == 0:
+        # the rate the test compares with, just before the step that trips it
+        old_rate = min(max(model._s[0] / model._n[0], 0.02), 0.98)
+        step(0.3)
+        assert len(steps) - before < 40, "the drop was never taken for a shift"
+    after = len(steps) - before
+    assert after >= 2  # small batch: the test needed a few steps
+    # brute force over the suffixes the model kept (>= 128 requests' worth, and at most all
+    # the steps since it last restarted: here, all of the ones before the drop too)
+    candidates = []
+    for j in range(1, len(steps) + 1):
+        tried, got = _reference_counts(steps[-j:], positions)
+        if tried[0] >= 128 + 8:
+            break
+        if tried[0] >= 32:
+            rate = got[0] / tried[0]
+            llr = tried[0] * (
+                (rate * math.log(rate / old_rate) if rate > 0 else 0.0)
+                + ((1 - rate) * math.log((1 - rate) / (1 - old_rate)) if rate < 1 else 0.0))
+            candidates.append((llr, tried, got))
+    _, tried, got = max(candidates, key=lambda c: c[0])
+    assert model._n == pytest.approx(tried) and model._s == pytest.approx(got)
+    assert model._fn == model._n and model._fs == model._s
+    assert model.probabilities()[0] < 0.6  # the old rate (0.8) is gone

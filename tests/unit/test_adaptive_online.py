@@ -318,3 +318,25 @@ def test_batch_drift_inside_a_bucket_does_not_bias_arms() -> None:
     tail = decisions[600:]
     # biased arms would settle at 1-2
     assert sum(g >= 3 for g in tail) >= 0.85 * len(tail)
+
+
+def test_after_a_shift_no_position_is_drawn_as_if_still_known() -> None:
+    # Gamma 4 measures positions 0..3 (every draft accepted) for a long time; then a gamma-2
+    # step has every draft rejected. The shift restarts the acceptance counts, so the
+    # Thompson draw's precision of every position (its counts when last measured) must drop
+    # with them, also for positions 2 and 3, which that step did not reach.
+    ctrl = OnlineController(OnlineConfig(max_gamma=4, warmup_samples=0))
+
+    def step(gamma: int, accepted: int) -> StepFeedback:
+        return StepFeedback(batch_size=32, gamma=gamma, drafted=(gamma,) * 32,
+                            accepted=(accepted,) * 32, committed=32 + 32 * accepted,
+                            interval_s=0.01, token_budget=8192)
+
+    for _ in range(200):
+        ctrl.observe(step(4, 4))
+    assert min(ctrl._seen_n) > 300
+    ctrl.observe(step(2, 0))
+    assert ctrl.snapshot()["acceptance_shifts"] == 1
+    weights = ctrl._acc.weights()
+    assert all(seen <= w + 1e-9 for seen, w in zip(ctrl._seen_n, weights, strict=True))
+    assert max(ctrl._seen_n) <= 64

@@ -44,8 +44,12 @@ _SHIFT_Z = 4.0
 # Rates near 0 or 1 have a binomial error near 0: a handful of misses must not read as a
 # shift, so the variance is taken at a rate at least this far from either end.
 _SHIFT_RATE_MARGIN = 0.02
-# Steps kept to locate a change: the short memory trips within about this many at batch 4.
-_RECENT_STEPS = 8
+# Requests (at position 0) of the recent steps kept to locate a change: the short memory
+# trips within a few half-lives of a change, at any batch size.
+_RECENT_REQUESTS = 128
+# Fewest requests a restart starts from: the shortest suffixes are also the most extreme
+# (the search picks the least likely one), so a few requests would restart from noise.
+_MIN_RESTART_REQUESTS = 32
 
 
 class AcceptanceModel:
@@ -65,6 +69,7 @@ class AcceptanceModel:
         "_prior",
         "_prior_weight",
         "_recent",
+        "_recent_requests",
         "_s",
         "positions",
         "shifts",
@@ -98,9 +103,9 @@ class AcceptanceModel:
         self._p = list(self._prior)
         self._fs = [0.0] * positions
         self._fn = [0.0] * positions
-        # the recent verify steps, (gamma, drafted, accepted), to locate a shift in
-        self._recent: deque[tuple[int, tuple[int, ...], tuple[int, ...]]] = deque(
-            maxlen=_RECENT_STEPS)
+        # the recent verify steps' (tried, got) per position, to locate a shift in
+        self._recent: deque[tuple[list[int], list[int]]] = deque()
+        self._recent_requests = 0
         self._dirty = False
         self._decay_cache: dict[int, float] = {}
         self._fast_cache: dict[int, float] = {}
@@ -132,12 +137,8 @@ class AcceptanceModel:
         d = self._decay(reqs)
         f = self._fast_decay(reqs)
         s, n, fs, fn = self._s, self._n, self._fs, self._fn
-        depth = gamma if gamma < self.positions else self.positions
-        # n_k = requests that drafted more than k tokens; s_k = requests that got more than k
-        # accepted. tuple.count runs in C, so this is O(gamma) Python steps for any batch.
-        full = len(drafted) == reqs and drafted.count(gamma) == reqs
-        below_a = 0
-        below_d = 0
+        tried, got = _position_counts(gamma, self.positions, drafted, accepted)
+        depth = len(tried)
         for k in range(self.positions):
             if n[k] > _FLOOR:
                 s[k] *= d
@@ -145,18 +146,17 @@ class AcceptanceModel:
             fs[k] *= f
             fn[k] *= f
             if k < depth:
-                below_a += accepted.count(k)
-                if full:
-                    tried = reqs
-                else:
-                    below_d += drafted.count(k)
-                    tried = len(drafted) - below_d
-                got = reqs - below_a
-                n[k] += tried
-                s[k] += got
-                fn[k] += tried
-                fs[k] += got
-        self._recent.append((gamma, drafted, accepted))
+                n[k] += tried[k]
+                s[k] += got[k]
+                fn[k] += tried[k]
+                fs[k] += got[k]
+        recent = self._recent
+        recent.append((tried, got))
+        self._recent_requests += tried[0] if depth else 0
+        while len(recent) > 1 and self._recent_requests - (recent[0][0][0] if recent[0][0]
+                                                          else 0) >= _RECENT_REQUESTS:
+            old = recent.popleft()
+            self._recent_requests -= old[0][0] if old[0] else 0
         self._dirty = True
         if fn[0] > 0.0 and n[0] > fn[0]:
             rate = s[0] / n[0]
@@ -167,36 +167,39 @@ class AcceptanceModel:
 
     def _restart(self, old_rate: float) -> None:
         """Acceptance moved away from ``old_rate``: restart both memories from the recent
-        steps after the change, the suffix whose position-0 counts are least likely under
-        the old rate (the largest binomial log-likelihood ratio)."""
+        steps after the change: of the suffixes with at least ``_MIN_RESTART_REQUESTS``
+        requests at position 0, the one least likely under the old rate (the largest
+        binomial log-likelihood ratio); the short memory when none has that many."""
         best_llr = -1.0
         best: tuple[list[float], list[float]] | None = None
         tried = [0.0] * self.positions
         got = [0.0] * self.positions
-        for gamma, drafted, accepted in reversed(self._recent):
-            depth = min(gamma, self.positions)
-            for k in range(depth):
-                tried[k] += sum(1 for v in drafted if v > k)
-                got[k] += sum(1 for v in accepted if v > k)
-            if tried[0] <= 0.0:
+        for step_tried, step_got in reversed(self._recent):
+            for k, (t_k, g_k) in enumerate(zip(step_tried, step_got, strict=True)):
+                tried[k] += t_k
+                got[k] += g_k
+            if tried[0] < _MIN_RESTART_REQUESTS:
                 continue
             llr = tried[0] * _bernoulli_kl(got[0] / tried[0], old_rate)
             if llr > best_llr:
                 best_llr = llr
                 best = (tried[:], got[:])
         if best is None:
-            return
+            best = (self._fn[:], self._fs[:])
         self._n, self._s = best[0], best[1]
         self._fn, self._fs = best[0][:], best[1][:]
         self._recent.clear()
+        self._recent_requests = 0
         self.shifts += 1
 
     def seed(self, weight: float) -> None:
         """Count the prior as ``weight`` observations of every position, so it is forgotten
-        at the same pace as real data (used for a profile's default acceptance)."""
+        at the same pace as real data (used for a profile's default acceptance). Both
+        memories hold it, so the first steps are tested against it like any data: data far
+        from it is a shift and replaces it at once."""
         for k in range(self.positions):
-            self._s[k] = self._prior[k] * weight
-            self._n[k] = weight
+            self._s[k] = self._fs[k] = self._prior[k] * weight
+            self._n[k] = self._fn[k] = weight
         self._dirty = True
 
     def tick(self, batch: int) -> None:
@@ -280,6 +283,29 @@ class AcceptanceModel:
             "acceptance_weight": [round(v, 3) for v in self._n],
             "acceptance_shifts": self.shifts,
         }
+
+
+def _position_counts(gamma: int, positions: int, drafted: tuple[int, ...],
+                     accepted: tuple[int, ...]) -> tuple[list[int], list[int]]:
+    """Per position ``k < min(gamma, positions)``: the requests that drafted more than ``k``
+    tokens and those that got more than ``k`` accepted (prefix acceptance). ``tuple.count``
+    runs in C, so this is O(gamma) Python steps for any batch."""
+    reqs = len(accepted)
+    depth = gamma if gamma < positions else positions
+    full = len(drafted) == reqs and drafted.count(gamma) == reqs
+    tried = [0] * depth
+    got = [0] * depth
+    below_a = 0
+    below_d = 0
+    for k in range(depth):
+        below_a += accepted.count(k)
+        if full:
+            tried[k] = reqs
+        else:
+            below_d += drafted.count(k)
+            tried[k] = len(drafted) - below_d
+        got[k] = reqs - below_a
+    return tried, got
 
 
 def _bernoulli_kl(p: float, q: float) -> float:

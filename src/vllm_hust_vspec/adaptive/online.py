@@ -273,7 +273,8 @@ class OnlineController(CadencedPolicy):
         """One draw of ``E[g]`` for g = 0..max. Position ``k``'s rate has the variance of a
         Beta of the (discounted) counts it had when last measured, grown by
         ``acceptance_drift`` per step since (times ``p[k-1]`` squared for the steps the
-        position below was measured and this one not); every position moves by the same
+        position below was measured and this one not; on top of the drift of the position
+        below); every position moves by the same
         normal draw (sd ``width``) times its sd (a drafter that agrees more agrees more at
         every depth)."""
         p = self._acc.probabilities()
@@ -284,16 +285,18 @@ class OnlineController(CadencedPolicy):
         out = [1.0]
         acc = 1.0
         prev = 1.0
-        # Drift since the position below was measured moves every position alike; the
-        # further drift since this one was measured (the position below still drafted) is
-        # its conditional rate's, which moves it by the rate of reaching it.
-        below = 0
+        # A position inherits the drift of the one below (what moves that one moves it) and
+        # adds its conditional rate's for the steps since it was measured while the one
+        # below still was, which moves it by the rate of reaching it: at gamma 0 every
+        # position drifts alike, at gamma 1 position 1 only by p[0]^2 as much.
+        below = 0  # steps since the position below was measured
+        steps = 0.0  # the drift of the position below, in steps of acceptance_drift
         reach = 1.0
         for k, pk in enumerate(p):
             w = seen_n[k] + (_ACC_PRIOR_WEIGHT if k else 1.0)
             age = now - seen_t[k]
-            var = pk * (1.0 - pk) / w + drift * (below + (age - below) * reach * reach)
-            v = pk + z * math.sqrt(var)
+            steps += (age - below) * reach * reach
+            v = pk + z * math.sqrt(pk * (1.0 - pk) / w + drift * steps)
             v = 0.0 if v < 0.0 else prev if v > prev else v
             prev = v
             reach = pk
