@@ -103,8 +103,9 @@ class AcceptanceModel:
         self._p = list(self._prior)
         self._fs = [0.0] * positions
         self._fn = [0.0] * positions
-        # the recent verify steps' (tried, got) per position, to locate a shift in
-        self._recent: deque[tuple[list[int], list[int]]] = deque()
+        # the recent verify steps (requests at position 0, gamma, drafted, accepted), kept by
+        # reference to locate a shift in
+        self._recent: deque[tuple[int, int, tuple[int, ...], tuple[int, ...]]] = deque()
         self._recent_requests = 0
         self._dirty = False
         self._decay_cache: dict[int, float] = {}
@@ -137,8 +138,13 @@ class AcceptanceModel:
         d = self._decay(reqs)
         f = self._fast_decay(reqs)
         s, n, fs, fn = self._s, self._n, self._fs, self._fn
-        tried, got = _position_counts(gamma, self.positions, drafted, accepted)
-        depth = len(tried)
+        depth = gamma if gamma < self.positions else self.positions
+        # _position_counts' rule, inlined (this runs every step): n_k = requests that
+        # drafted more than k tokens, s_k = requests that got more than k accepted.
+        full = len(drafted) == reqs and drafted.count(gamma) == reqs
+        below_a = 0
+        below_d = 0
+        first = 0
         for k in range(self.positions):
             if n[k] > _FLOOR:
                 s[k] *= d
@@ -146,17 +152,24 @@ class AcceptanceModel:
             fs[k] *= f
             fn[k] *= f
             if k < depth:
-                n[k] += tried[k]
-                s[k] += got[k]
-                fn[k] += tried[k]
-                fs[k] += got[k]
+                below_a += accepted.count(k)
+                if full:
+                    tried = reqs
+                else:
+                    below_d += drafted.count(k)
+                    tried = len(drafted) - below_d
+                if k == 0:
+                    first = tried
+                got = reqs - below_a
+                n[k] += tried
+                s[k] += got
+                fn[k] += tried
+                fs[k] += got
         recent = self._recent
-        recent.append((tried, got))
-        self._recent_requests += tried[0] if depth else 0
-        while len(recent) > 1 and self._recent_requests - (recent[0][0][0] if recent[0][0]
-                                                          else 0) >= _RECENT_REQUESTS:
-            old = recent.popleft()
-            self._recent_requests -= old[0][0] if old[0] else 0
+        recent.append((first, gamma, drafted, accepted))
+        self._recent_requests += first
+        while len(recent) > 1 and self._recent_requests - recent[0][0] >= _RECENT_REQUESTS:
+            self._recent_requests -= recent.popleft()[0]
         self._dirty = True
         if fn[0] > 0.0 and n[0] > fn[0]:
             rate = s[0] / n[0]
@@ -174,7 +187,8 @@ class AcceptanceModel:
         best: tuple[list[float], list[float]] | None = None
         tried = [0.0] * self.positions
         got = [0.0] * self.positions
-        for step_tried, step_got in reversed(self._recent):
+        for _, gamma, drafted, accepted in reversed(self._recent):
+            step_tried, step_got = _position_counts(gamma, self.positions, drafted, accepted)
             for k, (t_k, g_k) in enumerate(zip(step_tried, step_got, strict=True)):
                 tried[k] += t_k
                 got[k] += g_k
