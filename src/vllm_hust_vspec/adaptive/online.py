@@ -274,9 +274,8 @@ class OnlineController(CadencedPolicy):
         Beta of the (discounted) counts it had when last measured, grown by
         ``acceptance_drift`` per step since (times ``p[k-1]`` squared for the steps the
         position below was measured and this one not; on top of the drift of the position
-        below); every position moves by the same
-        normal draw (sd ``width``) times its sd (a drafter that agrees more agrees more at
-        every depth)."""
+        below); every position moves by the same normal draw (sd ``width``) times its sd (a
+        drafter that agrees more agrees more at every depth)."""
         p = self._acc.probabilities()
         z = self._rng.gauss(0.0, width)
         drift = self.config.acceptance_drift
