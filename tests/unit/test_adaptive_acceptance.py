@@ -157,3 +157,17 @@ def test_a_restart_keeps_exactly_the_steps_after_the_change() -> None:
     assert model._n == pytest.approx(tried) and model._s == pytest.approx(got)
     assert model._fn == model._n and model._fs == model._s
     assert model.probabilities()[0] < 0.6  # the old rate (0.8) is gone
+
+
+@pytest.mark.parametrize("positions,gamma", [(4, 4), (4, 6), (300, 300)])
+def test_one_update_counts_every_request_once(positions: int, gamma: int) -> None:
+    """One step's counts equal a per-request loop's, with uniform and trimmed drafts and
+    with counts beyond a byte (the update counts in a bytes copy when it can)."""
+    rng = random.Random(gamma)
+    for drafted in ((gamma,) * 16, tuple(rng.randint(0, gamma) for _ in range(16))):
+        accepted = tuple(rng.randint(0, d) for d in drafted)
+        model = AcceptanceModel(positions)
+        model.update(gamma, drafted, accepted)
+        tried, got = _reference_counts([(gamma, drafted, accepted)], positions)
+        assert model._n == pytest.approx(tried) and model._s == pytest.approx(got)
+        assert model._fn == pytest.approx(tried) and model._fs == pytest.approx(got)

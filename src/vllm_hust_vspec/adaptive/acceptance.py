@@ -142,6 +142,14 @@ class AcceptanceModel:
         # _position_counts' rule, inlined (this runs every step): n_k = requests that
         # drafted more than k tokens, s_k = requests that got more than k accepted.
         full = len(drafted) == reqs and drafted.count(gamma) == reqs
+        # Counting in a bytes copy is ~8x faster than tuple.count (memchr against a rich
+        # compare per element): at batch 128 it halves this update. Counts beyond a byte
+        # (no real host sends them) keep the tuples.
+        try:
+            acc_counts: bytes | tuple[int, ...] = bytes(accepted)
+            drafted_counts: bytes | tuple[int, ...] = drafted if full else bytes(drafted)
+        except (TypeError, ValueError):
+            acc_counts, drafted_counts = accepted, drafted
         below_a = 0
         below_d = 0
         first = 0
@@ -152,11 +160,11 @@ class AcceptanceModel:
             fs[k] *= f
             fn[k] *= f
             if k < depth:
-                below_a += accepted.count(k)
+                below_a += acc_counts.count(k)
                 if full:
                     tried = reqs
                 else:
-                    below_d += drafted.count(k)
+                    below_d += drafted_counts.count(k)
                     tried = len(drafted) - below_d
                 if k == 0:
                     first = tried
