@@ -223,13 +223,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="OUT.json", help="also write all summaries as JSON")
     ap.add_argument("--per-request", action="store_true",
                     help="compare per-request verify lengths (issue 19's bars) instead")
+    ap.add_argument("--sampler-seeds", type=int, default=1, metavar="K",
+                    help="also run the online controller with Thompson sampler seeds 1..K-1 "
+                         "(online@N) and print how much of each ratio is the sampler's draw "
+                         "(default 1: the host's seed 0 only; the targets are judged on it)")
     args = ap.parse_args(argv)
     if args.per_request:
         return per_request_main(args)
 
     t_start = time.perf_counter()
     scenarios = [load_scenario(n) for n in (args.scenario or list_scenarios())]
-    tasks = [(sc, p, s, False) for sc in scenarios for p in all_policies(sc)
+    samplers = [f"online@{n}" for n in range(1, max(args.sampler_seeds, 1))]
+    tasks = [(sc, p, s, False) for sc in scenarios for p in [*all_policies(sc), *samplers]
              for s in seeds_for(sc, args.seeds)]
     results = run_many(tasks, args.jobs)
     reports: list[ScenarioReport] = []
@@ -253,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {rep.scenario:28s} {100 * on.goodput_std / on.goodput_mean:5.2f}% | "
                   f"{100 * bf.goodput_std / bf.goodput_mean:5.2f}%")
 
+    if samplers:
+        print_sampler_spread(reports, ["online", *samplers])
+
     cost, mean_cost = controller_cost_us()
     print(f"\nonline controller decide+observe per step at batch 128: median {cost:.2f} us, "
           f"mean {mean_cost:.2f} us")
@@ -266,6 +274,26 @@ def main(argv: list[str] | None = None) -> int:
             "all_pass": ok,
         }, indent=2) + "\n", encoding="utf-8")
     return 0 if ok else 1
+
+
+def print_sampler_spread(reports: list[ScenarioReport], names: list[str]) -> None:
+    """Per scenario, goodput / best fixed of the online controller with each Thompson sampler
+    seed in ``names`` (the first is the host's): mean, range, and on a non-stationary scenario
+    the best baseline's ratio. A gap to a baseline inside the range is the sampler's draw."""
+    print(f"\nonline over {len(names)} Thompson sampler seeds: goodput / best fixed "
+          "(seed 0 = the host's; best baseline on non-stationary scenarios)")
+    print(f"{'scenario':28s} {'seed 0':>7s} {'mean':>7s} {'min':>7s} {'max':>7s}  baseline")
+    for rep in reports:
+        vals = [_ratio(rep, n, "ratio_to_best_fixed") for n in names]
+        line = (f"{rep.scenario:28s} {vals[0]:7.4f} {statistics.fmean(vals):7.4f} "
+                f"{min(vals):7.4f} {max(vals):7.4f}")
+        if not rep.stationary:
+            b = max(BASELINES, key=lambda p: _ratio(rep, p, "ratio_to_best_fixed"))
+            line += f"  {SHORT.get(b, b)} {_ratio(rep, b, 'ratio_to_best_fixed'):.4f}"
+        print(line)
+    suite = [geomean([_ratio(r, n, "ratio_to_best_fixed") for r in reports]) for n in names]
+    print(f"{'geomean (suite)':28s} {suite[0]:7.4f} {statistics.fmean(suite):7.4f} "
+          f"{min(suite):7.4f} {max(suite):7.4f}")
 
 
 def _reference(seeds: int) -> dict[str, float]:

@@ -101,6 +101,20 @@ def test_fixed_and_factory_names() -> None:
         make_controller("greedy", sc)
 
 
+def test_online_takes_a_sampler_seed_by_name() -> None:
+    """``online@N`` is the online controller with Thompson sampler seed N; ``online`` is the
+    host's seed 0. Another seed draws differently, so the same workload is decided apart."""
+    sc = make(acceptance={"type": "iid", "alpha": 0.6, "beta_concentration": 5.0})
+    assert make_controller("online@3", sc).config.seed == 3  # type: ignore[attr-defined]
+    runs = {p: simulate(sc, make_controller(p, sc), seed=4, record=True)
+            for p in ("online", "online@0", "online@1")}
+    assert runs["online"].timeline == runs["online@0"].timeline
+    assert runs["online@1"].timeline["gamma"] != runs["online"].timeline["gamma"]
+    for bad in ("online@", "online@x", "online@-1"):
+        with pytest.raises(PolicyError, match="online@N"):
+            make_controller(bad, sc)
+
+
 def test_oracle_outside_simulator_errors() -> None:
     with pytest.raises(RuntimeError, match="simulator"):
         Oracle(0, 3).decide(1, 10)

@@ -27,22 +27,25 @@ _profile_dir: Path | None = None
 _profile_paths: dict[tuple[str, int, int], Path] = {}
 
 
-def build_ours(name: str, scenario: Scenario, seed: int = 0) -> Controller:
+def build_ours(name: str, scenario: Scenario, seed: int = 0, sampler_seed: int = 0
+               ) -> Controller:
     """``online`` or ``profile`` for ``scenario``'s gamma range (``seed``: the run's, for the
-    start-up profile's errors)."""
+    start-up profile's errors; ``sampler_seed``: the online controller's Thompson sampler)."""
     if name == "online":
-        return build_online(scenario, host_prior(scenario, seed))
+        return build_online(scenario, host_prior(scenario, seed), sampler_seed)
     path = profile_path_for(scenario)
     return build_controller("profile", min_gamma=scenario.min_gamma,
                             max_gamma=scenario.max_gamma, profile_path=str(path))
 
 
-def build_online(scenario: Scenario, prior: CostPrior | None) -> Controller:
+def build_online(scenario: Scenario, prior: CostPrior | None, sampler_seed: int = 0
+                 ) -> Controller:
     """The online controller as host/controller_factory.py builds it for ``scenario``, from
-    ``prior``: on a sticky host arm 0 skips the drafter."""
+    ``prior``: on a sticky host arm 0 skips the drafter. The host's sampler seed is 0."""
     return build_controller("online", min_gamma=scenario.min_gamma,
                             max_gamma=scenario.max_gamma, cost_prior=prior,
-                            zero_skips_drafter=scenario.gamma0 == "sticky")
+                            zero_skips_drafter=scenario.gamma0 == "sticky",
+                            seed=sampler_seed)
 
 
 def host_prior(scenario: Scenario, seed: int) -> CostPrior | None:

@@ -1,6 +1,7 @@
 """Policy names -> controllers for a scenario.
 
-Names: ``fixed:K``, ``online`` and ``profile`` (ours, from the adaptive package), ``oracle``,
+Names: ``fixed:K``, ``online`` and ``profile`` (ours, from the adaptive package; ``online@N``
+is ``online`` with Thompson sampler seed ``N``, the host's being 0), ``oracle``,
 and the published baselines ``vllm-batch-schedule``, ``sglang-adaptive``, ``hf-heuristic``,
 ``ucb1`` (:mod:`.baselines`) and, from current upstream, ``vllm-acceptance-adaptive-k``,
 ``vllm-dflash-adaptive-k``, ``sglang-per-batch-ema``, ``nightjar-bandit``
@@ -43,7 +44,7 @@ def all_policies(scenario: Scenario) -> list[str]:
 
 def known_policy_help() -> str:
     """Human list of policy names for --help and errors."""
-    return ", ".join(["fixed:K", *OURS, *REFERENCE, *BASELINES, *PER_REQUEST])
+    return ", ".join(["fixed:K", *OURS, "online@N", *REFERENCE, *BASELINES, *PER_REQUEST])
 
 
 def make_controller(name: str, scenario: Scenario, seed: int = 0) -> Controller:
@@ -86,8 +87,18 @@ def make_controller(name: str, scenario: Scenario, seed: int = 0) -> Controller:
 
         prior = host_prior(scenario, seed)
         return PerRequestController(build_online(scenario, prior), lo, hi, cost_prior=prior)
+    sampler_seed = 0
+    if name.startswith("online@"):
+        try:
+            sampler_seed = int(name.split("@", 1)[1])
+        except ValueError:
+            sampler_seed = -1
+        if sampler_seed < 0:
+            raise PolicyError(f"bad policy {name!r}: expected online@N with an integer N >= 0 "
+                              "(the online controller's Thompson sampler seed)")
+        name = "online"
     if name in OURS:
         from .adaptive_glue import build_ours  # noqa: PLC0415 - needs the adaptive package
 
-        return build_ours(name, scenario, seed)
+        return build_ours(name, scenario, seed, sampler_seed)
     raise PolicyError(f"unknown policy {name!r}; known: {known_policy_help()}")
