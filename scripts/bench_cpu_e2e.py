@@ -62,8 +62,10 @@ ADAPTIVE = ("vspec", "vspec-cold", "vspec-dummy", "vspec-blind", "vspec-restart"
 
 def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
                   tokens: int, fast_path: bool
-                  ) -> tuple[dict[str, list[float]], dict[str, list[list[float]]]]:
-    """Tokens/s of every arm per repetition, and each adaptive run's steps per gamma."""
+                  ) -> tuple[dict[str, list[float]], dict[str, list[list[float]]],
+                             list[dict[str, Any]]]:
+    """Tokens/s of every arm per repetition, each adaptive run's steps per gamma, and the
+    start-up prior a cold controller got (one row per timed batch and arm)."""
     from vllm_hust_vspec import host
     from vllm_hust_vspec.adaptive import FixedController
     from vllm_hust_vspec.adaptive.cost_prior import CostPrior
@@ -93,6 +95,9 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
         # what a fresh server's controller starts from: the start-up calibration's real steps
         # (or, with it off, the dummy-batch profile); None if it took none
         startup = hook.cost_prior
+        prior_rows = [{"source": startup.source, "batch": c.batch, "gamma": c.gamma,
+                       "drafter_ran": c.drafter_ran, "seconds": c.seconds}
+                      for c in (startup.samples if startup is not None else ())]
         dummy = hook.startup_profile  # the dummy-batch profile alone, for comparison
         # every step of the speculative engine feeds a cost state, as with adaptive_state_path
         state = hook.cost_state = CostState(
@@ -132,7 +137,7 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
             print(f"  {drafter}: repetition {rep + 1}/{reps} done", file=sys.stderr, flush=True)
     finally:
         host.undo()
-    return results, gammas
+    return results, gammas, prior_rows
 
 
 def losing_arms(med: dict[str, float]) -> list[bool]:
@@ -158,16 +163,19 @@ def main() -> int:
                         help="keep vLLM's speculative path on gamma-0 steps "
                              "(adaptive_zero_fast_path off), to measure what the fast path buys")
     parser.add_argument("--json", type=Path, metavar="PATH",
-                        help="also write every repetition's tokens/s per drafter and arm here")
+                        help="also write every repetition's tokens/s per drafter and arm, "
+                             "the adaptive runs' steps per gamma and the start-up prior here")
     args = parser.parse_args()
     if not models_ready(args.models):
         return 2
     prompts = batch_prompts(args.batch)
     rows = []
+    priors: dict[str, list[dict[str, Any]]] = {}
     for drafter in args.drafters:
         print(f"benchmarking {drafter} ...", file=sys.stderr, flush=True)
-        res, gammas = bench_drafter(args.models, drafter, args.reps, prompts, args.tokens,
-                                    not args.no_fast_path)
+        res, gammas, prior = bench_drafter(args.models, drafter, args.reps, prompts,
+                                           args.tokens, not args.no_fast_path)
+        priors[drafter] = prior
         rows.append((drafter, {k: statistics.median(v) for k, v in res.items()}, res, gammas))
 
     print(f"\nvllm-cpu end-to-end, batch {args.batch} x {args.tokens} "
@@ -202,7 +210,8 @@ def main() -> int:
         print(f"  {drafter:20s} " + "; ".join(cells))
     if args.json:
         args.json.write_text(json.dumps(
-            {d: {"tokens_per_s": raw, "gamma_steps": gammas} for d, _, raw, gammas in rows},
+            {d: {"tokens_per_s": raw, "gamma_steps": gammas, "startup_prior": priors[d]}
+             for d, _, raw, gammas in rows},
             indent=1))
     print("\ntargets: vspec >= 0.95 x best fixed and >= 1.0 x target-only: "
           + ("PASS" if ok else "FAIL"))

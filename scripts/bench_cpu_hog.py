@@ -23,10 +23,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from bench_cpu_e2e import ADAPTIVE, MAX_K, losing_arms, stuck_runs  # scripts/ is on sys.path
 
 HERE = Path(__file__).resolve().parent
+BENCH_BATCH = 8  # bench_cpu_e2e.py's default --batch, which the invocations run at
 
 
 def main() -> int:
@@ -81,9 +83,29 @@ def main() -> int:
               f" runs {stuck}  steps per gamma {total}")
         if arm in ("vspec", "vspec-cold"):
             ok &= sum(stuck) == 0
+    print(f"start-up prior per invocation (what vspec-cold starts from; at batch {BENCH_BATCH}, "
+          "step time over the skipped zero's per gamma):")
+    for n, r in enumerate(runs, 1):
+        stuck = any(stuck_runs(pooled, r["gamma_steps"][a]) for a in ("vspec", "vspec-cold"))
+        print(f"  {n}: {prior_shape(r)}" + ("  <- a stuck run" if stuck else ""))
     print("\ntarget: no stuck run of vspec or vspec-cold (a controller from the start-up "
           "calibration): " + ("PASS" if ok else "FAIL"))
     return 0 if ok else 1
+
+
+def prior_shape(run: dict[str, Any], batch: int = BENCH_BATCH) -> str:
+    """One invocation's start-up prior at ``batch``: each gamma's step time over the skipped
+    zero's (bench_cpu_e2e.py --json records the prior)."""
+    rows = run.get("startup_prior") or []
+    if not rows:
+        return "none recorded"
+    times = {(row["gamma"], row["drafter_ran"]): row["seconds"] for row in rows
+             if row["batch"] == batch}
+    zero = times.get((0, False))
+    if not zero:
+        return f"batch {batch}: no skipped-zero step"
+    return f"batch {batch}: " + ", ".join(
+        f"{g}: {times[(g, True)] / zero:.2f}" for g in range(1, MAX_K + 1) if (g, True) in times)
 
 
 if __name__ == "__main__":
