@@ -12,7 +12,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from vllm_hust_vspec.adaptive import Controller, StepFeedback
+from vllm_hust_vspec.adaptive import Controller, ControllerSnapshot, StepFeedback
 
 
 @dataclass
@@ -96,6 +96,12 @@ class Fixed:
 
     def observe(self, feedback: StepFeedback) -> None:
         pass
+
+    def settled(self) -> bool:
+        return True
+
+    def report(self) -> ControllerSnapshot:
+        return ControllerSnapshot("fixed", self.gamma)
 
     def snapshot(self) -> dict[str, object]:
         return {}
