@@ -170,13 +170,12 @@ def main() -> int:
         return 2
     prompts = batch_prompts(args.batch)
     rows = []
-    priors: dict[str, list[dict[str, Any]]] = {}
     for drafter in args.drafters:
         print(f"benchmarking {drafter} ...", file=sys.stderr, flush=True)
         res, gammas, prior = bench_drafter(args.models, drafter, args.reps, prompts,
                                            args.tokens, not args.no_fast_path)
-        priors[drafter] = prior
-        rows.append((drafter, {k: statistics.median(v) for k, v in res.items()}, res, gammas))
+        rows.append((drafter, {k: statistics.median(v) for k, v in res.items()}, res, gammas,
+                     prior))
 
     print(f"\nvllm-cpu end-to-end, batch {args.batch} x {args.tokens} "
           f"tokens, medians of "
@@ -187,7 +186,7 @@ def main() -> int:
           + f"{'best fixed':>12s}{'vs best':>9s}{'vs tgt':>8s}  spread(vspec)  cold vs best"
           + "  dummy vs best  blind vs best  restart vs best")
     ok = cold_ok = True
-    for drafter, med, raw, _ in rows:
+    for drafter, med, raw, _, _ in rows:
         best_name = max((a for a in arms[1:-5]), key=lambda a: med[a])
         vs_best = med["vspec"] / med[best_name]
         vs_target = med["vspec"] / med["target-only"]
@@ -202,7 +201,7 @@ def main() -> int:
               + f"  {med['vspec-restart'] / med[best_name]:15.3f}")
     print("\nadaptive runs stuck at a losing arm (>= half their steps at arms below 0.9 x the "
           "best fixed median), and steps per gamma 0..4 summed over the runs:")
-    for drafter, med, _, gammas in rows:
+    for drafter, med, _, gammas, _ in rows:
         cells = []
         for arm, steps in gammas.items():
             total = [int(sum(col)) for col in zip(*steps, strict=True)] if steps else []
@@ -210,8 +209,8 @@ def main() -> int:
         print(f"  {drafter:20s} " + "; ".join(cells))
     if args.json:
         args.json.write_text(json.dumps(
-            {d: {"tokens_per_s": raw, "gamma_steps": gammas, "startup_prior": priors[d]}
-             for d, _, raw, gammas in rows},
+            {d: {"tokens_per_s": raw, "gamma_steps": gammas, "startup_prior": prior}
+             for d, _, raw, gammas, prior in rows},
             indent=1))
     print("\ntargets: vspec >= 0.95 x best fixed and >= 1.0 x target-only: "
           + ("PASS" if ok else "FAIL"))

@@ -28,7 +28,7 @@ from typing import Any
 from bench_cpu_e2e import ADAPTIVE, MAX_K, losing_arms, stuck_runs  # scripts/ is on sys.path
 
 HERE = Path(__file__).resolve().parent
-BENCH_BATCH = 8  # bench_cpu_e2e.py's default --batch, which the invocations run at
+BENCH_BATCH = 8  # concurrent prompts of every invocation (bench_cpu_e2e.py --batch)
 
 
 def main() -> int:
@@ -53,6 +53,7 @@ def main() -> int:
             try:
                 subprocess.run([sys.executable, str(HERE / "bench_cpu_e2e.py"),
                                 "--drafters", args.drafter, "--reps", str(args.reps),
+                                "--batch", str(BENCH_BATCH),
                                 "--tokens", str(args.tokens), "--json", str(out)],
                                env=env, check=False, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)

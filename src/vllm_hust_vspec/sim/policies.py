@@ -89,13 +89,11 @@ def make_controller(name: str, scenario: Scenario, seed: int = 0) -> Controller:
         return PerRequestController(build_online(scenario, prior), lo, hi, cost_prior=prior)
     sampler_seed = 0
     if name.startswith("online@"):
-        try:
-            sampler_seed = int(name.split("@", 1)[1])
-        except ValueError:
-            sampler_seed = -1
-        if sampler_seed < 0:
+        digits = name.split("@", 1)[1]
+        if not digits.isdecimal():
             raise PolicyError(f"bad policy {name!r}: expected online@N with an integer N >= 0 "
                               "(the online controller's Thompson sampler seed)")
+        sampler_seed = int(digits)
         name = "online"
     if name in OURS:
         from .adaptive_glue import build_ours  # noqa: PLC0415 - needs the adaptive package
