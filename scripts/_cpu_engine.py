@@ -44,6 +44,26 @@ def batch_prompts(batch: int) -> list[str]:
     return (PROMPTS * (batch // len(PROMPTS) + 1))[:batch]
 
 
+def pin_one_core() -> None:
+    """Run the engine's torch work on one thread bound to core 0, unless the environment says
+    otherwise. On a 2-core machine vLLM's CPU worker asks for exactly this ("Reducing Torch
+    threads from 2 to 1 for serving", leaving a core to the framework) but cannot apply it in
+    an in-process engine once its threads are bound; with two free-running OpenMP threads
+    beside the engine's own Python work, one arm's repetitions spread up to 2x. Call it before
+    torch is imported."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0")
+
+
+def freeze_heap() -> None:
+    """Freeze the garbage collector's heap once the engines are built, as vLLM's server does
+    after start-up (``freeze_gc_heap``): otherwise full collections over the engines' objects
+    land inside the timed generations, on whichever arm happens to trigger them."""
+    from vllm.utils.gc_utils import freeze_gc_heap
+
+    freeze_gc_heap()
+
+
 def make_llm(target: Path, spec: dict[str, Any] | None) -> Any:
     """An in-process float32 eager engine, optionally speculative."""
     from vllm import LLM

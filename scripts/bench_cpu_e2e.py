@@ -13,7 +13,11 @@ too, but seeded with the step costs the engine measured so far (what `adaptive_s
 gives a restarted server); fixed 0 is sticky gamma 0, drafter skipped). `--no-fast-path`
 keeps vLLM's speculative path on gamma-0 steps, to measure what the zero-draft fast path buys.
 Repetitions are interleaved (all arms once, then again, the order rotated each time), medians
-are reported, and the ratios are measured side by side in this one run.
+are reported, and the ratios are measured side by side in this one run. The engines' torch
+work runs on one thread bound to core 0 (`--cpu-threads pinned`, what vLLM asks for on a
+2-core machine) and the heap is frozen once they are built (as vLLM's server does): with two
+free-running OpenMP threads and collections inside the timed runs, single repetitions of one
+arm spread up to 2x on a 2-core VM.
 
     .venv/bin/python scripts/bench_cpu_e2e.py                  # all drafters, 3 repetitions
     .venv/bin/python scripts/bench_cpu_e2e.py --drafters draft --reps 2 --tokens 64
@@ -39,10 +43,12 @@ from typing import Any
 from _cpu_engine import (  # scripts/ is on sys.path
     add_load_arguments,
     batch_prompts,
+    freeze_heap,
     gamma_steps,
     hook_of,
     make_llm,
     models_ready,
+    pin_one_core,
     tokens_per_s,
 )
 
@@ -99,6 +105,7 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
                        "drafter_ran": c.drafter_ran, "seconds": c.seconds}
                       for c in (startup.samples if startup is not None else ())]
         dummy = hook.startup_profile  # the dummy-batch profile alone, for comparison
+        freeze_heap()
         # every step of the speculative engine feeds a cost state, as with adaptive_state_path
         state = hook.cost_state = CostState(
             str(Path(tempfile.mkdtemp(prefix="vspec-bench-")) / "costs.json"), {})
@@ -165,7 +172,14 @@ def main() -> int:
     parser.add_argument("--json", type=Path, metavar="PATH",
                         help="also write every repetition's tokens/s per drafter and arm, "
                              "the adaptive runs' steps per gamma and the start-up prior here")
+    parser.add_argument("--cpu-threads", choices=("pinned", "vllm"), default="pinned",
+                        help="pinned (default): the engines' torch work on one thread bound to "
+                             "core 0, as vLLM asks for on a 2-core machine (OMP_NUM_THREADS and "
+                             "VLLM_CPU_OMP_THREADS_BIND from the environment win); vllm: "
+                             "whatever vLLM sets up in-process (two OpenMP threads here)")
     args = parser.parse_args()
+    if args.cpu_threads == "pinned":
+        pin_one_core()
     if not models_ready(args.models):
         return 2
     prompts = batch_prompts(args.batch)
