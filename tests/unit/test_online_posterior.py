@@ -181,6 +181,25 @@ def test_cost_prior_means_fewer_exploratory_steps() -> None:
     assert with_prior <= 4 * 15  # warm-up, the walk down from gamma 4, a few looks back
 
 
+def test_a_sure_prior_plays_its_arm_from_the_first_step() -> None:
+    """Nothing has been played at the first decision: a prior sure that the skipping zero is
+    best goes there at once (past ``max_gamma_step`` 2 from the initial gamma 4); where
+    speculation pays and acceptance is still unknown, an unsure first draw walks instead."""
+    zero_best = linear_cost(0.00165, 0.00131, 0.0014)
+    pays = linear_cost(0.00165, 0.00061, 0.0006)
+    firsts: dict[str, list[int]] = {"zero": [], "pays": []}
+    for name, cost in (("zero", zero_best), ("pays", pays)):
+        for seed in range(16):
+            ctrl = OnlineController(OnlineConfig(max_gamma=4, zero_skips_drafter=True,
+                                                 seed=seed), cost_prior=_startup_prior(cost))
+            firsts[name].append(ctrl.decide(8, 8192))
+            if name == "zero":
+                assert ctrl.settled()
+    assert firsts["zero"] == [0] * 16
+    # jumping on every first draw starts 8 of these 16 at gamma 1
+    assert sum(g < 2 for g in firsts["pays"]) <= 2
+
+
 def test_cost_prior_does_not_pin_where_speculation_pays() -> None:
     cost = linear_cost(0.00165, 0.00061, 0.0006)
     ctrl = OnlineController(OnlineConfig(max_gamma=4, zero_skips_drafter=True),

@@ -259,6 +259,13 @@ class OnlineController(CadencedPolicy):
                 return cur  # the challenger is not known to be better
             self._incumbent = False
         self._visit = True
+        if not self._observations and ((best == 0 and self._zero_confident)
+                                       or self._wins(best, cur_i)[0]):
+            # Nothing has been played yet (a prior decides the first step) and the prior is
+            # sure of its choice: the initial gamma is a placeholder, not an arm to walk away
+            # from. An unsure first draw still walks, so it stops at arms that measure more
+            # positions on the way.
+            return best + lo
         return step_toward(cur, best + lo, self.config.max_gamma_step)
 
     def _draw_scores(self, idx: int, rows: list[list[float]], width: float = 1.0) -> list[float]:
