@@ -14,10 +14,11 @@ gives a restarted server); fixed 0 is sticky gamma 0, drafter skipped). `--no-fa
 keeps vLLM's speculative path on gamma-0 steps, to measure what the zero-draft fast path buys.
 Repetitions are interleaved (all arms once, then again, the order rotated each time), medians
 are reported, and the ratios are measured side by side in this one run. The engines' torch
-work runs on one thread bound to core 0 (`--cpu-threads pinned`, what vLLM asks for on a
-2-core machine) and the heap is frozen once they are built (as vLLM's server does): with two
-free-running OpenMP threads and collections inside the timed runs, single repetitions of one
-arm spread up to 2x on a 2-core VM.
+work runs on one thread bound to core 0 (what vLLM asks for on a 2-core machine) and the heap
+is frozen once they are built (as vLLM's server does): `--setup quiet`, the default. With two
+free-running OpenMP threads and collections inside the timed runs (`--setup vllm`: the
+in-process engines as vLLM leaves them), single repetitions of one arm spread up to 2x on a
+2-core VM.
 
     .venv/bin/python scripts/bench_cpu_e2e.py                  # all drafters, 3 repetitions
     .venv/bin/python scripts/bench_cpu_e2e.py --drafters draft --reps 2 --tokens 64
@@ -69,7 +70,7 @@ ADAPTIVE = ("vspec", "vspec-cold", "vspec-dummy", "vspec-blind", "vspec-restart"
 
 
 def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
-                  tokens: int, fast_path: bool
+                  tokens: int, fast_path: bool, freeze: bool
                   ) -> tuple[dict[str, list[float]], dict[str, list[list[float]]],
                              list[dict[str, Any]]]:
     """Tokens/s of every arm per repetition, each adaptive run's steps per gamma, and the
@@ -107,7 +108,8 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
                        "drafter_ran": c.drafter_ran, "seconds": c.seconds}
                       for c in (startup.samples if startup is not None else ())]
         dummy = hook.startup_profile  # the dummy-batch profile alone, for comparison
-        freeze_heap()
+        if freeze:
+            freeze_heap()
         # every step of the speculative engine feeds a cost state, as with adaptive_state_path
         state = hook.cost_state = CostState(
             str(Path(tempfile.mkdtemp(prefix="vspec-bench-")) / "costs.json"), {})
@@ -181,13 +183,15 @@ def main() -> int:
     parser.add_argument("--json", type=Path, metavar="PATH",
                         help="also write every repetition's tokens/s per drafter and arm, "
                              "the adaptive runs' steps per gamma and the start-up prior here")
-    parser.add_argument("--cpu-threads", choices=("pinned", "vllm"), default="pinned",
-                        help="pinned (default): the engines' torch work on one thread bound to "
+    parser.add_argument("--setup", choices=("quiet", "vllm"), default="quiet",
+                        help="quiet (default): the engines' torch work on one thread bound to "
                              "core 0, as vLLM asks for on a 2-core machine (OMP_NUM_THREADS and "
-                             "VLLM_CPU_OMP_THREADS_BIND from the environment win); vllm: "
-                             "whatever vLLM sets up in-process (two OpenMP threads here)")
+                             "VLLM_CPU_OMP_THREADS_BIND from the environment win), and the heap "
+                             "frozen once the engines are built, as vLLM's server does; vllm: "
+                             "the in-process engines as vLLM leaves them (two OpenMP threads "
+                             "here, the heap not frozen after the second engine)")
     args = parser.parse_args()
-    if args.cpu_threads == "pinned":
+    if args.setup == "quiet":
         pin_one_core()
     if not models_ready(args.models):
         return 2
@@ -195,16 +199,16 @@ def main() -> int:
     rows = []
     for drafter in args.drafters:
         print(f"benchmarking {drafter} ...", file=sys.stderr, flush=True)
-        res, gammas, prior = bench_drafter(args.models, drafter, args.reps, prompts,
-                                           args.tokens, not args.no_fast_path)
+        res, gammas, prior = bench_drafter(args.models, drafter, args.reps, prompts, args.tokens,
+                                           not args.no_fast_path, args.setup == "quiet")
         rows.append((drafter, {k: statistics.median(v) for k, v in res.items()}, res, gammas,
                      prior))
 
     print(f"\nvllm-cpu end-to-end, batch {args.batch} x {args.tokens} "
           f"tokens, medians of "
           f"{args.reps} interleaved repetitions (tokens/s; ratios in the same run; zero-draft "
-          f"fast path {'off' if args.no_fast_path else 'on'}; torch threads "
-          f"{args.cpu_threads})\n")
+          f"fast path {'off' if args.no_fast_path else 'on'}; setup "
+          f"{args.setup})\n")
     arms = ["target-only", *[f"fixed:{k}" for k in range(MAX_K + 1)], *ADAPTIVE]
     print(f"{'drafter':20s}" + "".join(f"{a:>13s}" for a in arms) + f"{'best fixed':>12s}")
     for drafter, med, _, _, _ in rows:

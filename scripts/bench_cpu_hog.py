@@ -51,11 +51,12 @@ def main() -> int:
             hog = subprocess.Popen([sys.executable, str(HERE / "cpu_hog.py"),
                                     "--seconds", "900", "--seed", str(n)])
             try:
-                # the engine's threads as vLLM sets them up, across both cores: pinned to one,
-                # it would leave the other to the hog, which would then load nothing it uses
+                # the engines as vLLM leaves them in-process (its threads across both cores,
+                # the heap not frozen), as in every earlier run of this protocol: pinned to
+                # one core, the engine would leave the other to the hog
                 subprocess.run([sys.executable, str(HERE / "bench_cpu_e2e.py"),
                                 "--drafters", args.drafter, "--reps", str(args.reps),
-                                "--batch", str(BENCH_BATCH), "--cpu-threads", "vllm",
+                                "--batch", str(BENCH_BATCH), "--setup", "vllm",
                                 "--tokens", str(args.tokens), "--json", str(out)],
                                env=env, check=False, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
