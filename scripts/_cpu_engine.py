@@ -44,21 +44,22 @@ def batch_prompts(batch: int) -> list[str]:
     return (PROMPTS * (batch // len(PROMPTS) + 1))[:batch]
 
 
-def pin_one_core() -> None:
-    """Run the engine's torch work on one thread bound to core 0, unless the environment says
-    otherwise. On a 2-core machine vLLM's CPU worker asks for exactly this ("Reducing Torch
-    threads from 2 to 1 for serving", leaving a core to the framework) but cannot apply it in
-    an in-process engine once its threads are bound; with two free-running OpenMP threads
-    beside the engine's own Python work, one arm's repetitions spread up to 2x. Call it before
+def one_torch_thread() -> None:
+    """Run the engines' torch work on one thread (``OMP_NUM_THREADS=1``) unless the
+    environment sets it. vLLM asks for this itself for steady-state serving
+    (``set_torch_threads_for_runtime``: OpenMP workers spin-waiting after each parallel region
+    steal cycles from the step's serial code), but an in-process CPU engine cannot apply it:
+    its worker has replaced ``torch.set_num_threads`` with a no-op by then. Call it before
     torch is imported."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0")
 
 
 def freeze_heap() -> None:
-    """Freeze the garbage collector's heap once the engines are built, as vLLM's server does
-    after start-up (``freeze_gc_heap``): otherwise full collections over the engines' objects
-    land inside the timed generations, on whichever arm happens to trigger them."""
+    """Freeze the garbage collector's heap once the engines are built. vLLM freezes it at the
+    end of each ``EngineCore.__init__``, as its server does after start-up
+    (``freeze_gc_heap``); what was built after that (vSpec's start-up calibration, the
+    ``LLM`` front end, the next engine) stays collectable, and full collections over it land
+    inside the timed generations, on whichever arm happens to trigger them."""
     from vllm.utils.gc_utils import freeze_gc_heap
 
     freeze_gc_heap()

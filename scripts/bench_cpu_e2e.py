@@ -14,11 +14,10 @@ gives a restarted server); fixed 0 is sticky gamma 0, drafter skipped). `--no-fa
 keeps vLLM's speculative path on gamma-0 steps, to measure what the zero-draft fast path buys.
 Repetitions are interleaved (all arms once, then again, the order rotated each time), medians
 are reported, and the ratios are measured side by side in this one run. The engines' torch
-work runs on one thread bound to core 0 (what vLLM asks for on a 2-core machine) and the heap
-is frozen once they are built (as vLLM's server does): `--setup quiet`, the default. With two
-free-running OpenMP threads and collections inside the timed runs (`--setup vllm`: the
-in-process engines as vLLM leaves them), single repetitions of one arm spread up to 2x on a
-2-core VM.
+work runs on one thread (what vLLM asks for when serving, but cannot apply in-process) and the
+heap is frozen once they are built: `--setup quiet`, the default. With one OpenMP thread per
+core and collections inside the timed runs (`--setup vllm`: the in-process engines as vLLM
+leaves them), single repetitions of one arm spread up to 2x on a 2-core VM.
 
     .venv/bin/python scripts/bench_cpu_e2e.py                  # all drafters, 3 repetitions
     .venv/bin/python scripts/bench_cpu_e2e.py --drafters draft --reps 2 --tokens 64
@@ -51,7 +50,7 @@ from _cpu_engine import (  # scripts/ is on sys.path
     hook_of,
     make_llm,
     models_ready,
-    pin_one_core,
+    one_torch_thread,
     tokens_per_s,
 )
 
@@ -158,6 +157,11 @@ def paired_ratio(runs: list[float], reference: list[float]) -> float:
     return statistics.median(a / b for a, b in zip(runs, reference, strict=True))
 
 
+def best_fixed(med: dict[str, float]) -> str:
+    """The fixed-gamma arm (``"fixed:g"``) with the highest median."""
+    return max((f"fixed:{k}" for k in range(MAX_K + 1)), key=lambda a: med[a])
+
+
 def losing_arms(med: dict[str, float]) -> list[bool]:
     """Per gamma 0..MAX_K: its fixed-gamma median (``med["fixed:g"]``) is below 0.9 x the
     best fixed one."""
@@ -184,15 +188,15 @@ def main() -> int:
                         help="also write every repetition's tokens/s per drafter and arm, "
                              "the adaptive runs' steps per gamma and the start-up prior here")
     parser.add_argument("--setup", choices=("quiet", "vllm"), default="quiet",
-                        help="quiet (default): the engines' torch work on one thread bound to "
-                             "core 0, as vLLM asks for on a 2-core machine (OMP_NUM_THREADS and "
-                             "VLLM_CPU_OMP_THREADS_BIND from the environment win), and the heap "
-                             "frozen once the engines are built, as vLLM's server does; vllm: "
-                             "the in-process engines as vLLM leaves them (two OpenMP threads "
-                             "here, the heap not frozen after the second engine)")
+                        help="quiet (default): the engines' torch work on one thread, as vLLM "
+                             "asks for when serving but cannot apply in-process (OMP_NUM_THREADS "
+                             "from the environment wins), and the heap frozen again once both "
+                             "engines are built; vllm: the in-process engines as vLLM leaves "
+                             "them (one OpenMP thread per core, the heap frozen only inside "
+                             "each EngineCore's start-up)")
     args = parser.parse_args()
     if args.setup == "quiet":
-        pin_one_core()
+        one_torch_thread()
     if not models_ready(args.models):
         return 2
     prompts = batch_prompts(args.batch)
@@ -208,11 +212,11 @@ def main() -> int:
           f"tokens, medians of "
           f"{args.reps} interleaved repetitions (tokens/s; ratios in the same run; zero-draft "
           f"fast path {'off' if args.no_fast_path else 'on'}; setup "
-          f"{args.setup})\n")
+          f"{args.setup}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})\n")
     arms = ["target-only", *[f"fixed:{k}" for k in range(MAX_K + 1)], *ADAPTIVE]
     print(f"{'drafter':20s}" + "".join(f"{a:>13s}" for a in arms) + f"{'best fixed':>12s}")
     for drafter, med, _, _, _ in rows:
-        best_name = max((f"fixed:{k}" for k in range(MAX_K + 1)), key=lambda a: med[a])
+        best_name = best_fixed(med)
         print(f"{drafter:20s}" + "".join(f"{med[a]:13.1f}" for a in arms) + f"{best_name:>12s}")
     print("\nratios to the best fixed gamma: paired (the median over repetitions of the arm's "
           "run over the best fixed arm's run in the same repetition) / of the medians; "
@@ -221,7 +225,7 @@ def main() -> int:
           + f"{'vspec vs tgt':>14s}{'spread':>8s}")
     ok = cold_ok = True
     for drafter, med, raw, _, _ in rows:
-        best_name = max((f"fixed:{k}" for k in range(MAX_K + 1)), key=lambda a: med[a])
+        best_name = best_fixed(med)
         ratio = {a: (paired_ratio(raw[a], raw[best_name]), med[a] / med[best_name])
                  for a in ADAPTIVE}
         vs_target = paired_ratio(raw["vspec"], raw["target-only"])

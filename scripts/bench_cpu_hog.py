@@ -51,9 +51,10 @@ def main() -> int:
             hog = subprocess.Popen([sys.executable, str(HERE / "cpu_hog.py"),
                                     "--seconds", "900", "--seed", str(n)])
             try:
-                # the engines as vLLM leaves them in-process (its threads across both cores,
-                # the heap not frozen), as in every earlier run of this protocol: pinned to
-                # one core, the engine would leave the other to the hog
+                # the engines as vLLM leaves them in-process: with one torch thread the hog
+                # would mostly get the other core to itself, and with the heap frozen again a
+                # run is about twice as fast, shorter than a hog phase, so the pooled
+                # fixed-arm medians that say which arms lose turn to noise
                 subprocess.run([sys.executable, str(HERE / "bench_cpu_e2e.py"),
                                 "--drafters", args.drafter, "--reps", str(args.reps),
                                 "--batch", str(BENCH_BATCH), "--setup", "vllm",

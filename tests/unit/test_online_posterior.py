@@ -178,7 +178,7 @@ def test_cost_prior_means_fewer_exploratory_steps() -> None:
         first_zero.append(off_best)
     without, with_prior = first_zero
     assert 3 * with_prior < without
-    assert with_prior <= 4 * 15  # warm-up, the walk down from gamma 4, a few looks back
+    assert with_prior <= 4 * 15  # warm-up and a few looks back
 
 
 def test_a_sure_prior_plays_its_arm_from_the_first_step() -> None:
@@ -198,6 +198,33 @@ def test_a_sure_prior_plays_its_arm_from_the_first_step() -> None:
     assert firsts["zero"] == [0] * 16
     # jumping on every first draw starts 8 of these 16 at gamma 1
     assert sum(g < 2 for g in firsts["pays"]) <= 2
+
+
+def test_a_prior_sure_of_a_far_arm_goes_there_first() -> None:
+    """A prior sure that gamma 1 beats the initial 4 (each draft costs 1.5 target steps: no
+    acceptance makes a deeper draft pay) plays 1 at once, where the walk would stop at 2;
+    later moves, through a swing (cheap drafts, high acceptance) that makes deeper drafts
+    pay, stay within ``max_gamma_step``."""
+    cost = linear_cost(0.00165, 0.0025, 0.0)
+    cheap = linear_cost(0.00165, 0.00005, 0.0)
+    step = [0]  # the driver asks alpha(t) before pricing step t
+
+    def priced(batch: int, gamma: int, ran: bool) -> float:
+        return (cost if step[0] < 20 else cheap)(batch, gamma, ran)
+
+    def alpha(t: int) -> float:
+        step[0] = t
+        return 0.6 if t < 20 else 0.95
+
+    moved = 0
+    for seed in range(8):
+        ctrl = OnlineController(OnlineConfig(min_gamma=1, max_gamma=4, seed=seed),
+                                cost_prior=_startup_prior(cost))
+        gammas = drive(ctrl, priced, alpha, 400, seed=seed)
+        assert gammas[0] == 1
+        assert max(abs(a - b) for a, b in zip(gammas, gammas[1:], strict=False)) <= 2
+        moved += gammas[-1] > 1
+    assert moved >= 4  # the swing is followed, so the walk was put to the test
 
 
 def test_cost_prior_does_not_pin_where_speculation_pays() -> None:

@@ -13,14 +13,16 @@ p[k]``. Both factors are posteriors:
 
 Each decision draws one sample of both (Thompson sampling, seeded; ``exploration`` scales its
 width) and moves toward the sampled best arm, subject to hysteresis, ``max_gamma_step``, the
-control interval and the token budget. Exploration therefore follows the posterior: wide at a
-cold start (the first decisions visit the arms the data cannot yet tell apart, no sweep),
-narrow once the arms are known, widening again while acceptance goes unobserved at gamma 0 or
-the load drifts (no periodic re-checks, no acceptance probe). On a host whose settled gamma 0
-skips the drafter and pins the cohort (``zero_skips_drafter``), gamma 0 is played only when the
-posterior says it is the best arm with probability ``settle_probability``; only then is it
-settled. The same test decides ``warmup_return='incumbent'``: the initial gamma is left only
-for an arm the posterior says beats it with that probability.
+control interval and the token budget (a first decision the cost prior is sure of is not
+held to ``max_gamma_step``: nothing has been played yet). Exploration therefore follows the
+posterior: wide at a cold start (the first decisions visit the arms the data cannot yet tell
+apart, no sweep), narrow once the arms are known, widening again while acceptance goes
+unobserved at gamma 0 or the load drifts (no periodic re-checks, no acceptance probe). On a
+host whose settled gamma 0 skips the drafter and pins the cohort (``zero_skips_drafter``),
+gamma 0 is played only when the posterior says it is the best arm with probability
+``settle_probability``; only then is it settled. The same test decides
+``warmup_return='incumbent'``: the initial gamma is left only for an arm the posterior says
+beats it with that probability.
 """
 
 from __future__ import annotations
@@ -254,19 +256,22 @@ class OnlineController(CadencedPolicy):
                                                   self.config.hysteresis)
         if stay and score[cur_i] > -_INF:
             return cur
+        sure = False
         if self._incumbent and score[cur_i] > -_INF:
             if not self._wins(best, cur_i)[0]:
                 return cur  # the challenger is not known to be better
             self._incumbent = False
+            sure = True
         self._visit = True
-        if not self._observations and ((best == 0 and self._zero_confident)
-                                       or self._wins(best, cur_i)[0]):
-            # Nothing has been played yet (a prior decides the first step) and the prior is
-            # sure of its choice: the initial gamma is a placeholder, not an arm to walk away
-            # from. An unsure first draw still walks, so it stops at arms that measure more
-            # positions on the way.
-            return best + lo
-        return step_toward(cur, best + lo, self.config.max_gamma_step)
+        target = best + lo
+        if not self._observations and abs(target - cur) > self.config.max_gamma_step and (
+                sure or (best == 0 and self._zero_confident) or self._wins(best, cur_i)[0]):
+            # Nothing has been played yet (a prior decides the first step), so the initial
+            # gamma is a placeholder: a choice the prior is sure beats it (a zero: beats every
+            # arm) is played at once. An unsure first draw still walks, stopping on the way at
+            # arms that measure more positions than the target.
+            return target
+        return step_toward(cur, target, self.config.max_gamma_step)
 
     def _draw_scores(self, idx: int, rows: list[list[float]], width: float = 1.0) -> list[float]:
         """One joint draw of every eligible arm's score (committed tokens per request over its
@@ -323,8 +328,8 @@ class OnlineController(CadencedPolicy):
         joint draws of costs and acceptance (the arms' errors are strongly correlated,
         through the shared coefficients and acceptance, so no bound on pairwise probabilities
         is tight), stopped as soon as the remaining draws cannot change the answer: a clear
-        "no" (the common case while speculating) takes a handful. Only run when a zero or a
-        move off the incumbent is contemplated."""
+        "no" (the common case while speculating) takes a handful. Only run when a zero, a
+        move off the incumbent or a first decision beyond ``max_gamma_step`` is contemplated."""
         batch, cap = self._last_batch, self._last_cap
         if batch <= 0 or self._cost.tau <= 0.0:
             return False, 0.0
