@@ -141,7 +141,8 @@ def test_concurrent_chat_metrics_and_clean_stop(server: Server) -> None:
     # every decode token is committed by a speculative step (the first token of each
     # request comes from its prefill)
     assert committed >= sum(completion) - len(prompts)
-    assert metric(text, "vllm:spec_decode_num_drafts_total") > 0
+    assert "vllm:spec_decode_num_drafts_total" in text  # vLLM's own metrics beside vSpec's
+    drafts = metric(text, "vllm:spec_decode_num_drafts_total")
     assert "vspec_arm_reward_tokens_per_second" in text
 
     os.killpg(server.proc.pid, signal.SIGINT)
@@ -158,3 +159,6 @@ def test_concurrent_chat_metrics_and_clean_stop(server: Server) -> None:
     assert "start-up calibration:" in log and "no start-up calibration" not in log
     assert len(records) == steps  # flushed on shutdown: one line per step
     assert {r["gamma"] for r in records} <= set(range(0, 5))
+    # vLLM's draft counter agrees with the trace on whether any step verified drafts (where
+    # speculation does not pay, a calibrated controller may pin gamma 0 from its first step)
+    assert (drafts > 0) == (sum(r["drafted"] for r in records) > 0)
