@@ -165,7 +165,7 @@ def best_fixed(med: dict[str, float]) -> str:
 def losing_arms(med: dict[str, float]) -> list[bool]:
     """Per gamma 0..MAX_K: its fixed-gamma median (``med["fixed:g"]``) is below 0.9 x the
     best fixed one."""
-    best = max(med[f"fixed:{g}"] for g in range(MAX_K + 1))
+    best = med[best_fixed(med)]
     return [med[f"fixed:{g}"] < 0.9 * best for g in range(MAX_K + 1)]
 
 
