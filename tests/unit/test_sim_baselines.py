@@ -23,7 +23,12 @@ from vllm_hust_vspec.sim import (
     make_controller,
     simulate,
 )
-from vllm_hust_vspec.sim.baselines_vllm import dflash_k_candidates, pow2_bucket
+from vllm_hust_vspec.sim.baselines_vllm import (
+    DFLASH_PROFILE_CONTEXT,
+    dflash_k_candidates,
+    dflash_startup_cost,
+    pow2_bucket,
+)
 from vllm_hust_vspec.sim.policies import BASELINES, PolicyError, known_policy_help
 
 
@@ -209,53 +214,68 @@ def test_acceptance_adaptive_k_hysteresis_and_floor() -> None:
         AcceptanceAdaptiveK(0, 3, threshold=0.0)
 
 
+def _profile(base: float = 0.010, per_k: float = 0.001) -> Callable[[int, int], float]:
+    """A start-up profile pricing a step at ``base`` plus ``per_k`` per drafted position."""
+    return lambda batch, k: base + per_k * k
+
+
 def test_dflash_candidates_are_power_of_two_query_lengths() -> None:
     assert dflash_k_candidates(7) == [0, 1, 3, 7]
     assert dflash_k_candidates(5) == [0, 1, 3, 5]
     assert dflash_k_candidates(15) == [0, 1, 3, 7, 15]
     assert dflash_k_candidates(0) == [0]
-    assert DflashAdaptiveK(2, 7).candidates == [3, 7]
+    assert DflashAdaptiveK(2, 7, _profile()).candidates == [3, 7]
     assert [pow2_bucket(b) for b in (0, 1, 2, 3, 16, 17, 64)] == [0, 1, 2, 4, 16, 32, 64]
 
 
 def test_dflash_picks_only_from_its_candidates_in_a_simulation() -> None:
     sc = make(max_gamma=7, max_num_seqs=32, workload__num_requests=96,
               workload__arrival={"type": "closed", "concurrency": 32})
-    rec = Recorder(DflashAdaptiveK(0, 7))
+    rec = Recorder(make_controller("vllm-dflash-adaptive-k", sc))
     simulate(sc, rec, seed=2)
     assert set(rec.decisions) <= {0, 1, 3, 7}
-    assert len(set(rec.decisions)) > 1  # the profile visits several candidates
+    assert rec.decisions[0] == 7  # full K until a decision at batch >= 16 is scored
 
 
-def test_dflash_profiles_then_ratchets_down_for_good() -> None:
-    d = DflashAdaptiveK(0, 7)
-    assert d.decide(8, 8192) == 7 and d.settled()  # below batch 16: full K, no profile
+def test_dflash_startup_profile_prices_the_scenario_at_the_profile_context() -> None:
+    sc = make(max_gamma=3, cost={"type": "linear", "target_base_ms": 10.0,
+                                 "target_per_token_ms": 0.1, "target_per_ctx_ktoken_ms": 0.5,
+                                 "draft_step_ms": 1.0})
+    price = dflash_startup_cost(sc.cost)
+    # 32 requests at K = 3: 128 tokens, 32 x 8192 context tokens, three drafter passes
+    want = (10.0 + 0.1 * 128 + 0.5 * 32 * DFLASH_PROFILE_CONTEXT / 1000 + 3 * 1.0) * 1e-3
+    assert price(32, 3) == pytest.approx(want)
+    assert price(32, 0) == pytest.approx((10.0 + 3.2 + 0.5 * 32 * 8.192) * 1e-3)
+
+
+def test_dflash_scores_from_its_startup_profile_then_ratchets_down_for_good() -> None:
+    d = DflashAdaptiveK(0, 7, _profile())
+    assert d.decide(8, 8192) == 7 and d.settled()  # below batch 16: full K
     # drafting never accepted, each drafted token costs 1 ms on a 10 ms step
     picks = drive(d, 32, 40, accept=lambda g: 0, seconds=lambda v, g: 0.010 + 0.001 * g)
-    first = picks[:9]
-    assert set(first) == {0, 1, 3, 7}  # the start-up profile of bucket 32, each K held
-    assert sorted(d.cost[32]) == [0, 1, 3, 7]
-    assert picks[-1] == 0 and d.global_cap == 0 and d.settled()
+    assert picks[0] == 7  # survival starts at 1: the profile alone favours full K
+    assert all(a >= b for a, b in zip(picks, picks[1:], strict=False))  # only ever down
+    assert set(picks) <= {0, 1, 3, 7} and d.settled()
+    assert picks[-1] == 0 and d.global_cap == 0
     assert d.decide(4, 8192) == 0  # the global cap ends speculation at every batch size
-    d2 = DflashAdaptiveK(0, 7)
+    d2 = DflashAdaptiveK(0, 7, _profile(per_k=0.0002))
     picks2 = drive(d2, 32, 40, accept=lambda g: g, seconds=lambda v, g: 0.010 + 0.0002 * g)
-    assert picks2[-1] == 7 and d2.survival[0] > 0.99
+    assert set(picks2) == {7} and d2.survival[0] > 0.99
 
 
 def test_dflash_overhead_ema_is_per_bucket_after_two_samples() -> None:
-    d = DflashAdaptiveK(0, 3)
+    d = DflashAdaptiveK(0, 3, _profile())
     steps = [0]
 
-    def seconds(v: int, g: int) -> float:  # 5 ms of extra per-step work after the profile
+    def seconds(v: int, g: int) -> float:  # 5 ms of host work the profile does not see
         steps[0] += 1
         return 0.010 + 0.001 * g + (0.005 if steps[0] > 12 else 0.0)
 
     drive(d, 32, 60, accept=lambda g: g, seconds=seconds)
-    assert sorted(d.cost[32]) == [0, 1, 3]
     assert d.overhead_n[32] >= 2 and d.overhead[32] == pytest.approx(0.005, rel=1e-3)
-    assert 64 not in d.overhead and 64 not in d.cost
-    drive(d, 64, 4, accept=lambda g: g, seconds=lambda v, g: 0.02)
-    assert 64 not in d.overhead  # bucket 64 is still being profiled: no overhead samples
+    assert 64 not in d.overhead
+    drive(d, 64, 4, accept=lambda g: g, seconds=lambda v, g: 0.02 + 0.001 * g)
+    assert d.overhead[64] == pytest.approx(0.01, rel=1e-3)  # its own EMA
     assert d.overhead[32] == pytest.approx(0.005, rel=1e-3)
 
 
@@ -322,7 +342,7 @@ def test_upstream_baselines_registered_and_within_gamma_bounds(name: str) -> Non
 
 
 def test_dflash_small_batches_keep_full_k_without_the_ratchet() -> None:
-    d = DflashAdaptiveK(0, 7, ratchet=False)
+    d = DflashAdaptiveK(0, 7, _profile(), ratchet=False)
     picks = drive(d, 16, 40, accept=lambda g: 0, seconds=lambda v, g: 0.010 + 0.001 * g)
     assert picks[-1] == 0  # batch 16 -> bucket 16, where drafting never pays
     assert [d.decide(12, 8192) for _ in range(3)][-1] == 7  # same bucket, below batch 16

@@ -16,6 +16,7 @@ from vllm_hust_vspec.sim import (
     parse_scenario,
     unconditional_to_conditional,
 )
+from vllm_hust_vspec.sim.scenario import HOST_CALIBRATION_ERROR
 
 
 def write(tmp_path: Path, data: object) -> Path:
@@ -65,6 +66,14 @@ def test_unknown_nested_key_names_dotted_path(tmp_path: Path) -> None:
 def test_bad_values_are_reported_with_their_key(changes: dict[str, object], pattern: str) -> None:
     with pytest.raises(ScenarioError, match=pattern):
         parse_scenario(scenario_dict(**changes), "my.json")
+
+
+def test_the_startup_calibration_is_the_host_default_unless_turned_off() -> None:
+    assert make().startup_calibration == HOST_CALIBRATION_ERROR  # the host runs it by default
+    assert make(startup_calibration=None).startup_calibration is None
+    assert make(startup_calibration=0.1).startup_calibration == 0.1
+    with pytest.raises(ScenarioError, match=r"'startup_calibration': must be <= 0.5"):
+        make(startup_calibration=0.6)
 
 
 def test_missing_key_and_bad_json(tmp_path: Path) -> None:

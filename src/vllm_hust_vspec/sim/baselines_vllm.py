@@ -20,11 +20,12 @@ The per-batch-size policies (SGLang's, Nightjar's) are in :mod:`.baselines_per_b
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..adaptive.feedback import ControllerSnapshot, SettledPolicy, StepFeedback
 from .baselines import VllmBatchSchedule, _clip
+from .cost import CostModel
 
 
 def pow2_bucket(batch_size: int) -> int:
@@ -184,13 +185,26 @@ def dflash_k_candidates(max_k: int) -> list[int]:
     return out
 
 
+# Per-request context of upstream's start-up profile
+# (VLLM_ADAPTIVE_VERIFICATION_PROFILE_CONTEXT_LEN, default 8192; a deployment may set it).
+DFLASH_PROFILE_CONTEXT = 8192
+
+
+def dflash_startup_cost(cost: CostModel) -> Callable[[int, int], float]:
+    """The start-up profile DFlash adaptive K takes before serving: a decode-only step of
+    ``batch`` requests at K, priced by ``cost`` at the profile's context."""
+    def price(batch: int, k: int) -> float:
+        return cost.steady_time(batch, k, batch * DFLASH_PROFILE_CONTEXT)
+    return price
+
+
 class DflashAdaptiveK:
     """Model Runner V2's DFlash adaptive K (``DFlashAdaptiveKPolicy`` + the manager's
     per-bucket selection).
 
     Source: vllm-project/vllm ``vllm/v1/worker/gpu/spec_decode/dflash/adaptive_k.py`` (read at
-    commit b1171c804b96474eafd3e2f0354b8ec67bfa8ab7) and its unit tests. Neither the 0.33.0
-    wheel nor the 0.32.0 build in our venv has it: their
+    commit b1171c804b96474eafd3e2f0354b8ec67bfa8ab7, re-read 2026-12-03) and its unit tests.
+    Neither the 0.33.0 wheel nor the 0.32.0 build in our venv has it: their
     ``v1/worker/gpu/spec_decode/dflash/`` (``speculator.py``, ``cudagraph.py``,
     ``utils.py``) contains no adaptive-K logic.
 
@@ -198,37 +212,38 @@ class DflashAdaptiveK:
     (``DFlashAdaptiveKManager`` defaults); 2 runtime samples before the overhead EMA is used
     (``_RUNTIME_CALIBRATION_SAMPLES``); full K below batch 16 (hard-coded in ``select_k``);
     candidates from :func:`dflash_k_candidates` (``get_dflash_k_candidates``), i.e. {0, 1, 3,
-    7} for max 7 and {0, 1, 3, 5} for max 5, restricted to [min_gamma, max_gamma]; batch
-    buckets are powers of two (``_batch_bucket``).
+    7} for max 7 and {0, 1, 3, 5} for max 5, restricted to [min_gamma, max_gamma]; overhead
+    buckets are powers of two (``_batch_bucket``); the profile's context is
+    :data:`DFLASH_PROFILE_CONTEXT`.
 
-    Modelled faithfully: the survival EMA -- per position p, the fraction of requests that
-    drafted more than p and accepted more than p, blended with weight ``history_weight`` and
-    then made non-increasing over positions; the score ``batch * (1 + sum(survival[:K])) /
-    (cost(K) + overhead(bucket))`` maximised over the candidates (ties to the smaller K);
-    full K below batch 16 or while a bucket has no cost profile; a K held for
-    ``decision_interval`` decisions per bucket; and the manager's ratchet: a bucket's K only
-    moves down, and a global cap (the smallest K chosen anywhere) caps every bucket, so K 0
-    ends speculation for good (``ratchet=False`` turns this off).
+    Modelled faithfully: the cost tables come from a start-up profile taken before serving
+    (``batches_to_profile`` / ``set_initial_cost_curves``), so they cost no served step, and
+    are indexed by the exact batch size; the survival EMA -- per position p, the fraction of
+    requests that drafted more than p and accepted more than p, blended with weight
+    ``history_weight`` and then made non-increasing over positions; the score ``batch * (1 +
+    sum(survival[:K])) / (cost(batch, K) + overhead(bucket))`` maximised over the candidates
+    (ties to the smaller K); full K below batch 16; a K held for ``decision_interval``
+    decisions per bucket; and the manager's ratchet: a bucket's K only moves down, and a
+    global cap (the smallest K chosen anywhere) caps every bucket, so K 0 ends speculation
+    for good (``ratchet=False`` turns this off).
 
-    Simplified: upstream profiles (batch, K + 1) verification shapes with synthetic
-    decode-only batches at start-up (5 replays each, median) and a K-independent drafter
-    cost, then interpolates over batch size. Here the profile is taken on live steps: the
-    first time a bucket of batch >= 16 is decided for, every candidate K is run until one
-    clean decode-only step of that K (verified K, drafted K, same bucket) has been measured
-    -- normally two steps per K -- and its whole step interval (draft + verify, so a
-    K-dependent drafter cost is included) is that bucket's cost for K; after a few tries a
-    step with prefill is accepted. Those profiling steps are exploration (``settled()`` is
-    False) and are exempt from the ratchet, like upstream's start-up profile. The runtime
-    overhead is ``max(interval - profiled cost(K), 0)`` for steps with K > 0 that verified
-    and drafted the same K, EMA'd per bucket like upstream; buckets are those of the
-    decision, whose batch counts prefilling requests too.
+    Simplified: ``startup_cost(batch, K)`` stands for the profile (upstream: the median of 5
+    replays of synthetic decode-only batches per (batch, K + 1) verification shape at the
+    profile context, interpolated over batch, plus a drafter cost measured at full K and
+    charged to every K > 0, exact for DFlash's parallel drafter). The simulator prices the
+    whole step of K without noise (:func:`dflash_startup_cost`), so a serial drafter's
+    K-dependent cost is in the table: at least as accurate as upstream's. The runtime
+    overhead is ``max(interval - cost(batch, K), 0)`` over steps with K > 0 that verified and
+    drafted the same K (upstream times the verification alone against the verify table), EMA'd
+    per bucket like upstream; the batch is the decision's, which counts prefilling requests
+    too.
     """
 
     SMALL_BATCH = 16
     CALIBRATION_SAMPLES = 2
-    PROFILE_TRIES = 4
 
-    def __init__(self, min_gamma: int, max_gamma: int, *, history_weight: float = 0.2,
+    def __init__(self, min_gamma: int, max_gamma: int,
+                 startup_cost: Callable[[int, int], float], *, history_weight: float = 0.2,
                  decision_interval: int = 2, ratchet: bool = True) -> None:
         if not 0.0 < history_weight <= 1.0:
             raise ValueError("history_weight must be in (0, 1]")
@@ -239,32 +254,23 @@ class DflashAdaptiveK:
         cands = [k for k in dflash_k_candidates(max_gamma) if min_gamma <= k <= max_gamma]
         self.candidates = cands or [max_gamma]
         self.max_k = self.candidates[-1]
+        self.startup_cost = startup_cost
         self.weight = history_weight
         self.decision_interval = decision_interval
         self.ratchet = ratchet
         self.survival = [1.0] * max_gamma
-        self.cost: dict[int, dict[int, float]] = {}  # bucket -> K -> profiled step seconds
-        self.tries: dict[tuple[int, int], int] = {}
         self.overhead: dict[int, float] = {}
         self.overhead_n: dict[int, int] = {}
         self.selected: dict[int, int] = {}
         self.uses: dict[int, int] = {}
         self.global_cap = self.max_k
         self.gamma = self.max_k
-        self.profiling = False
         self.scores: dict[int, float] = {}
-        # (bucket, K, batch) of the decision verified in the next step / of the latest one
-        self._prev: tuple[int, int, int] | None = None
-        self._cur: tuple[int, int, int] | None = None
+        # (K, batch) of the decision verified in the next step / of the latest one
+        self._prev: tuple[int, int] | None = None
+        self._cur: tuple[int, int] | None = None
 
     # -- decision -----------------------------------------------------------------------------
-    def _unprofiled(self, bucket: int) -> int | None:
-        table = self.cost.get(bucket, {})
-        for k in self.candidates:
-            if k not in table:
-                return k
-        return None
-
     def _policy_k(self, batch_size: int) -> int:
         """``DFlashAdaptiveKPolicy.select_k``: the best-scoring candidate for this batch."""
         if batch_size < 1:
@@ -272,9 +278,6 @@ class DflashAdaptiveK:
         if batch_size < self.SMALL_BATCH:
             return self.max_k
         bucket = pow2_bucket(batch_size)
-        table = self.cost.get(bucket)
-        if table is None or self._unprofiled(bucket) is not None:
-            return self.max_k
         extra = 0.0
         if self.overhead_n.get(bucket, 0) >= self.CALIBRATION_SAMPLES:
             extra = self.overhead[bucket]
@@ -282,7 +285,8 @@ class DflashAdaptiveK:
         scores: dict[int, float] = {}
         for k in self.candidates:
             expected = 1.0 + sum(self.survival[:k])
-            score = batch_size * expected / max(table[k] + extra, 1e-9)
+            cost = self.startup_cost(batch_size, k) + extra
+            score = batch_size * expected / max(cost, 1e-9)
             scores[k] = score
             if score > best:
                 best_k, best = k, score
@@ -312,17 +316,9 @@ class DflashAdaptiveK:
         return k
 
     def decide(self, batch_size: int, token_budget: int) -> int:
-        """A profiling K while this batch's bucket lacks a cost profile, else the selection."""
-        bucket = pow2_bucket(batch_size)
-        k: int | None = None
-        spent = self.ratchet and self.global_cap == self.candidates[0]
-        if batch_size >= self.SMALL_BATCH and not spent:
-            k = self._unprofiled(bucket)
-        self.profiling = k is not None
-        if k is None:
-            k = self._manager_k(batch_size)
-        self.gamma = _clip(k, self.min_gamma, self.max_gamma)
-        self._prev, self._cur = self._cur, (bucket, self.gamma, batch_size)
+        """The manager's selection for this batch."""
+        self.gamma = _clip(self._manager_k(batch_size), self.min_gamma, self.max_gamma)
+        self._prev, self._cur = self._cur, (self.gamma, batch_size)
         return self.gamma
 
     # -- feedback -----------------------------------------------------------------------------
@@ -344,25 +340,17 @@ class DflashAdaptiveK:
                 s[pos] = s[pos - 1]
 
     def observe(self, feedback: StepFeedback) -> None:
-        """Survival EMA from every step; cost profile and overhead EMA from clean steps."""
+        """Survival EMA from every step; the overhead EMA from clean steps with K > 0."""
         if feedback.gamma > 0 and feedback.drafted:
             self._update_survival(feedback.drafted, feedback.accepted)
         prev, cur = self._prev, self._cur
-        if prev is None or cur is None or prev[:2] != cur[:2] or prev[1] != feedback.gamma:
+        if prev is None or cur is None or prev[0] != cur[0] or prev[0] != feedback.gamma:
             return
-        bucket, k, batch = prev
-        if feedback.interval_s <= 0 or batch < self.SMALL_BATCH:
+        k, batch = prev
+        if k == 0 or feedback.interval_s <= 0 or batch < 1:
             return
-        table = self.cost.setdefault(bucket, {})
-        if k not in table:
-            tries = self.tries.get((bucket, k), 0) + 1
-            self.tries[(bucket, k)] = tries
-            if feedback.steady or tries >= self.PROFILE_TRIES:
-                table[k] = feedback.interval_s
-            return
-        if k == 0:
-            return
-        seen = max(feedback.interval_s - table[k], 0.0)
+        bucket = pow2_bucket(batch)
+        seen = max(feedback.interval_s - self.startup_cost(batch, k), 0.0)
         old = self.overhead.get(bucket)
         self.overhead[bucket] = seen if old is None else (
             (1.0 - self.weight) * old + self.weight * seen)
@@ -370,8 +358,8 @@ class DflashAdaptiveK:
 
     # -- reporting ----------------------------------------------------------------------------
     def settled(self) -> bool:
-        """False while a bucket's cost profile is being measured."""
-        return not self.profiling
+        """Always: the cost profile was taken before serving, nothing is explored."""
+        return True
 
     def report(self) -> ControllerSnapshot:
         """Latest gamma; estimated tokens/s per candidate from the latest scored bucket."""
@@ -382,7 +370,6 @@ class DflashAdaptiveK:
         return {"policy": "vllm-dflash-adaptive-k", "gamma": self.gamma,
                 "candidates": list(self.candidates), "global_cap": self.global_cap,
                 "survival": [round(x, 4) for x in self.survival],
-                "profiled_buckets": sorted(b for b in self.cost if self._unprofiled(b) is None),
                 "selected": {str(b): k for b, k in sorted(self.selected.items())},
                 "overhead_ms": {str(b): round(1e3 * v, 4)
                                 for b, v in sorted(self.overhead.items())}}
@@ -392,5 +379,6 @@ __all__ = [
     "AcceptanceAdaptiveK",
     "DflashAdaptiveK",
     "dflash_k_candidates",
+    "dflash_startup_cost",
     "pow2_bucket",
 ]

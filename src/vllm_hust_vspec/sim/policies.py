@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..adaptive.feedback import Controller
 from .baselines import FixedGamma, HfHeuristic, SglangAdaptive, Ucb1, VllmBatchSchedule
 from .baselines_per_batch import NightjarBandit, SglangPerBatchEma
-from .baselines_vllm import AcceptanceAdaptiveK, DflashAdaptiveK
+from .baselines_vllm import AcceptanceAdaptiveK, DflashAdaptiveK, dflash_startup_cost
 from .oracle import Oracle
 from .per_request import PerRequestOracle, VllmAdaptiveVerification
 from .scenario import Scenario
@@ -72,7 +72,7 @@ def make_controller(name: str, scenario: Scenario, seed: int = 0) -> Controller:
     if name == "vllm-acceptance-adaptive-k":
         return AcceptanceAdaptiveK(lo, hi)
     if name == "vllm-dflash-adaptive-k":
-        return DflashAdaptiveK(lo, hi)
+        return DflashAdaptiveK(lo, hi, dflash_startup_cost(scenario.cost))
     if name == "sglang-per-batch-ema":
         return SglangPerBatchEma(lo, hi)
     if name == "nightjar-bandit":

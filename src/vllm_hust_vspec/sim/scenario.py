@@ -29,6 +29,9 @@ KNOWN_TAGS = ("stationary", "non-stationary")
 #             skipped step never draft again (their draft KV has holes); unsettled zeros are
 #             sync zeros.
 GAMMA0_MODES = ("free", "sync", "sticky")
+# The relative error of a start-up calibration arm (the median of three real steps on a busy
+# host): what a scenario's vSpec controllers start from unless it says otherwise.
+HOST_CALIBRATION_ERROR = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +70,11 @@ class Scenario:
     # The host's start-up calibration (host/startup_calibration.py): vSpec's own controllers
     # start from real steps at every power-of-two batch, every gamma and gamma 0 as the host
     # plays it, priced by the cost model at the calibration's contexts, each off by up to this
-    # relative error (seeded per run; the median of three noisy steps); None: no calibration
-    # (the start-up profile, if any, is the prior).
-    startup_calibration: float | None = None
+    # relative error (seeded per run; the median of three noisy steps). The host runs it by
+    # default, so a scenario file without the key gets HOST_CALIBRATION_ERROR; ``null``: no
+    # calibration (a host where it cannot run: data-parallel, a KV connector, diagnostic
+    # traces, or --no-adaptive-startup-calibration), the start-up profile, if any, is the prior.
+    startup_calibration: float | None = HOST_CALIBRATION_ERROR
     source: str = field(default="<memory>", compare=False)
 
     @property
@@ -80,6 +85,15 @@ class Scenario:
         if "stationary" in self.tags:
             return True
         return self.acceptance.stationary
+
+
+def _calibration_error(top: StrictObject) -> float | None:
+    """``startup_calibration``: absent, the host's default; ``null``, none; else its error."""
+    if not top.has("startup_calibration"):
+        return HOST_CALIBRATION_ERROR
+    if top.raw("startup_calibration") is None:
+        return None
+    return top.number("startup_calibration", 0.0, lo=0.0, hi=0.5)
 
 
 def parse_scenario(data: Any, source: str) -> Scenario:
@@ -129,8 +143,7 @@ def parse_scenario(data: Any, source: str) -> Scenario:
         startup_profile=(top.number("startup_profile", 0.0, lo=0.0, hi=0.9)
                          if top.has("startup_profile") else None),
         startup_zero_bias=top.number("startup_zero_bias", 1.0, lo=0.5, hi=2.0),
-        startup_calibration=(top.number("startup_calibration", 0.0, lo=0.0, hi=0.5)
-                             if top.has("startup_calibration") else None),
+        startup_calibration=_calibration_error(top),
         source=source,
     )
     top.finish()
