@@ -16,7 +16,6 @@ from vllm_hust_vspec.sim import (
     parse_scenario,
     unconditional_to_conditional,
 )
-from vllm_hust_vspec.sim.scenario import HOST_CALIBRATION_ERROR
 
 
 def write(tmp_path: Path, data: object) -> Path:
@@ -69,7 +68,7 @@ def test_bad_values_are_reported_with_their_key(changes: dict[str, object], patt
 
 
 def test_the_startup_calibration_is_the_host_default_unless_turned_off() -> None:
-    assert make().startup_calibration == HOST_CALIBRATION_ERROR  # the host runs it by default
+    assert make().startup_calibration == 0.0  # the host runs it by default
     assert make(startup_calibration=None).startup_calibration is None
     assert make(startup_calibration=0.1).startup_calibration == 0.1
     with pytest.raises(ScenarioError, match=r"'startup_calibration': must be <= 0.5"):

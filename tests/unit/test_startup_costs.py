@@ -3,6 +3,7 @@ prior of dummy batches (CostPrior.needs_anchor)."""
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -12,6 +13,7 @@ from vllm_hust_vspec.adaptive.cost_prior import CostPrior, CostSample
 from vllm_hust_vspec.adaptive.feedback import StepFeedback
 from vllm_hust_vspec.host import startup_costs
 from vllm_hust_vspec.settings import Settings
+from vllm_hust_vspec.sim.noise import TimingNoise
 
 K = 4
 
@@ -221,7 +223,8 @@ def test_the_simulated_calibration_prices_real_steps_as_the_host_plays_them() ->
     )
     from vllm_hust_vspec.sim.scenario import load_scenario
 
-    sc = dataclasses.replace(load_scenario("b8-cpu-sticky-medium"), startup_calibration=0.05)
+    sc = dataclasses.replace(load_scenario("b8-cpu-sticky-medium"), startup_calibration=0.05,
+                             timing_noise=TimingNoise())
     assert sc.gamma0 == "sticky"
     exact = dataclasses.replace(sc, startup_calibration=0.0)
     prior = calibration_prior(exact, 3, startup_prior(exact, 3))
@@ -240,6 +243,14 @@ def test_the_simulated_calibration_prices_real_steps_as_the_host_plays_them() ->
     noisy = calibration_prior(sc, 3, None)
     for e, n in zip(prior.samples, noisy.samples, strict=True):
         assert abs(n.seconds / e.seconds - 1.0) <= 0.05 + 1e-12
+    # with jitter, each arm is the median of three jittered steps: off, but by less than the
+    # largest of three draws could be
+    jittered = calibration_prior(
+        dataclasses.replace(exact, timing_noise=TimingNoise(jitter_sigma=0.05)), 3, None)
+    ratios = [j.seconds / e.seconds for e, j in zip(prior.samples, jittered.samples,
+                                                    strict=True)]
+    assert len(set(ratios)) == len(ratios)
+    assert all(abs(math.log(r)) < 4 * 0.05 for r in ratios)
     assert build_ours("online", sc, 3).snapshot()["cost_prior"].startswith(
         "start-up calibration")
     sync = dataclasses.replace(exact, gamma0="sync")

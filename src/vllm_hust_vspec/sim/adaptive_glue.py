@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import math
 import random
 import shutil
 import tempfile
@@ -96,10 +97,14 @@ def calibration_prior(scenario: Scenario, seed: int, profile: CostPrior | None) 
     """What host/startup_calibration.py gives a fresh controller: real steps at every
     power-of-two batch up to ``max_num_seqs``, every gamma from 1 up, and gamma 0 as the host
     plays a settled zero (reported as drafter-skipping on a sticky host; its first pass run on
-    a sync one), priced by the cost model at the calibration's contexts, each off by up to
-    ``scenario.startup_calibration`` (uniform, seeded by run and shape); the profile's
-    target-alone times come along scaled onto the real level, as the host scales them."""
+    a sync one), priced by the cost model at the calibration's contexts, each the median of
+    three steps with the scenario's jitter (the host keeps the median over its rounds, each
+    relative to its round's level, so the slow load and a lone stall drop out) and off by up
+    to ``scenario.startup_calibration`` more (uniform; both seeded by run and shape); the
+    profile's target-alone times come along scaled onto the real level, as the host scales
+    them."""
     err = scenario.startup_calibration or 0.0
+    jitter = scenario.timing_noise.jitter_sigma
     cost = scenario.cost
     skipped = scenario.gamma0 == "sticky"  # how the host reports a settled zero
     zero_pass = scenario.gamma0 == "sync"
@@ -109,9 +114,11 @@ def calibration_prior(scenario: Scenario, seed: int, profile: CostPrior | None) 
             ran = g > 0 or not skipped
             t = cost.step_time(b, b * g, g, b, 0, b * _CALIBRATION_CONTEXT,
                                zero_pass=g == 0 and zero_pass)
-            u = random.Random(f"vspec-calibration/{scenario.name}/{seed}/{b}/{g}").uniform(
-                -err, err)
-            samples.append(CostSample(b, g, t * (1.0 + u), drafter_ran=ran, count=3))
+            rng = random.Random(f"vspec-calibration/{scenario.name}/{seed}/{b}/{g}")
+            u = rng.uniform(-err, err)
+            steps = sorted(math.exp(jitter * rng.gauss(0.0, 1.0)) for _ in range(3))
+            samples.append(CostSample(b, g, t * (1.0 + u) * steps[1], drafter_ran=ran,
+                                      count=3))
     verify = (tuple((t, sec / _DUMMY_LEVEL) for t, sec in profile.verify)
               if profile is not None else ())
     return CostPrior("start-up calibration (simulated)", tuple(samples), verify=verify)

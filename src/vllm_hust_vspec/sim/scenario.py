@@ -29,9 +29,6 @@ KNOWN_TAGS = ("stationary", "non-stationary")
 #             skipped step never draft again (their draft KV has holes); unsettled zeros are
 #             sync zeros.
 GAMMA0_MODES = ("free", "sync", "sticky")
-# The relative error of a start-up calibration arm (the median of three real steps on a busy
-# host): what a scenario's vSpec controllers start from unless it says otherwise.
-HOST_CALIBRATION_ERROR = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +66,14 @@ class Scenario:
     startup_zero_bias: float = 1.0
     # The host's start-up calibration (host/startup_calibration.py): vSpec's own controllers
     # start from real steps at every power-of-two batch, every gamma and gamma 0 as the host
-    # plays it, priced by the cost model at the calibration's contexts, each off by up to this
-    # relative error (seeded per run; the median of three noisy steps). The host runs it by
-    # default, so a scenario file without the key gets HOST_CALIBRATION_ERROR; ``null``: no
-    # calibration (a host where it cannot run: data-parallel, a KV connector, diagnostic
-    # traces, or --no-adaptive-startup-calibration), the start-up profile, if any, is the prior.
-    startup_calibration: float | None = HOST_CALIBRATION_ERROR
+    # plays it, priced by the cost model at the calibration's contexts, each the median of
+    # three steps with this scenario's jitter and off by up to this further relative error
+    # (seeded per run: what the host's steps vary by beyond the jitter, e.g. load moving within
+    # a round). The host runs it by default, so a scenario file without the key gets 0.0;
+    # ``null``: no calibration (a host where it cannot run: data-parallel, a KV connector,
+    # diagnostic traces, or --no-adaptive-startup-calibration), the start-up profile, if any,
+    # is the prior.
+    startup_calibration: float | None = 0.0
     source: str = field(default="<memory>", compare=False)
 
     @property
@@ -88,9 +87,10 @@ class Scenario:
 
 
 def _calibration_error(top: StrictObject) -> float | None:
-    """``startup_calibration``: absent, the host's default; ``null``, none; else its error."""
+    """``startup_calibration``: absent, the host's default (no error beyond the jitter);
+    ``null``, none; else its further error."""
     if not top.has("startup_calibration"):
-        return HOST_CALIBRATION_ERROR
+        return 0.0
     if top.raw("startup_calibration") is None:
         return None
     return top.number("startup_calibration", 0.0, lo=0.0, hi=0.5)
