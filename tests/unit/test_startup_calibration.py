@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from vllm_hust_vspec.adaptive._limits import bucket_index, calibration_batches
 from vllm_hust_vspec.adaptive.cost_prior import CostPrior, CostSample
 from vllm_hust_vspec.adaptive.feedback import StepFeedback
 from vllm_hust_vspec.host.startup_calibration import CalibrationScript, blocker, scaled_verify
@@ -103,6 +104,18 @@ def test_a_sync_zero_is_timed_with_the_drafter_running() -> None:
     _drive(script, 2, sticky=False)
     zero = [s for s in script.samples() if s.gamma == 0]
     assert [(s.drafter_ran, s.count) for s in zero] == [(True, 2)]
+
+
+def test_each_bucket_is_calibrated_at_its_middle() -> None:
+    assert calibration_batches(8) == [1, 3, 6, 8]  # the top bucket [8, 16) capped at 8
+    assert calibration_batches(256) == [1, 3, 6, 12, 24, 48, 96, 192, 256]
+    assert calibration_batches(48) == [1, 3, 6, 12, 24, 48]
+    assert calibration_batches(1) == calibration_batches(0) == [1]
+    assert calibration_batches(2) == [1, 2]
+    for top in (1, 2, 3, 8, 48, 100, 256):
+        # one batch per bucket, inside it
+        assert [bucket_index(b) for b in calibration_batches(top)] == list(
+            range(bucket_index(top) + 1))
 
 
 def test_the_token_budget_caps_the_arms() -> None:

@@ -10,8 +10,10 @@ that really skipped the drafter says what skipping costs.
 
 So once the engine is built (the end of ``EngineCore.__init__``: scheduler, KV cache and
 prefix hashing in place) and before it serves anything, vSpec runs real steps of its own
-through the engine's own ``step()``: for every power-of-two batch ``B`` up to
-``max_num_seqs``, :data:`ROUNDS` fresh cohorts of ``B`` greedy requests of seeded random token
+through the engine's own ``step()``: for a batch ``B`` in the middle of every batch bucket up
+to ``max_num_seqs`` (1, 3, 6, 12, ..., ``adaptive._limits.calibration_batches``: a bucket's
+cost coefficients stand for all of it, and its lower edge is its cheapest corner),
+:data:`ROUNDS` fresh cohorts of ``B`` greedy requests of seeded random token
 ids each play every gamma from the maximum down to 1 and then gamma 0 the way the host plays
 it (a sticky zero skips the drafter and pins the cohort; a sync zero runs it), each arm until
 it has :data:`CLEAN_STEPS` clean steps (steady, verified and drafted at the same gamma). The
@@ -37,7 +39,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from vllm_hust_vspec.adaptive._limits import bucket_batches, budget_cap
+from vllm_hust_vspec.adaptive._limits import budget_cap, calibration_batches
 from vllm_hust_vspec.adaptive.cost_prior import CostPrior, CostSample
 from vllm_hust_vspec.adaptive.feedback import ControllerSnapshot, StepFeedback
 
@@ -195,7 +197,7 @@ def calibrate(core: Any, hook: SchedulerHook, budget_s: float = BUDGET_S,
     start = time.perf_counter()
     n_steps = 0
     with hook.calibrating(script):
-        for batch in bucket_batches(int(cfg.scheduler_config.max_num_seqs)):
+        for batch in calibration_batches(int(cfg.scheduler_config.max_num_seqs)):
             if script.times and time.perf_counter() - start > budget_s:
                 break
             cap = 8 * (hook.max_gamma + 1) * steps_per_arm + 4 * batch * prompt_len // max(

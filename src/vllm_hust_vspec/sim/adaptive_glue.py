@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from ..adaptive import FitError, FitSample, build_controller, fit_profile
-from ..adaptive._limits import bucket_batches
+from ..adaptive._limits import bucket_batches, calibration_batches
 from ..adaptive.cost_prior import CostPrior, CostSample
 from ..adaptive.feedback import Controller
 from .scenario import Scenario
@@ -94,8 +94,9 @@ _CALIBRATION_CONTEXT = 84
 
 
 def calibration_prior(scenario: Scenario, seed: int, profile: CostPrior | None) -> CostPrior:
-    """What host/startup_calibration.py gives a fresh controller: real steps at every
-    power-of-two batch up to ``max_num_seqs``, every gamma from 1 up, and gamma 0 as the host
+    """What host/startup_calibration.py gives a fresh controller: real steps at the middle
+    of every batch bucket up to ``max_num_seqs`` (``calibration_batches``), every gamma from 1
+    up, and gamma 0 as the host
     plays a settled zero (reported as drafter-skipping on a sticky host; its first pass run on
     a sync one), priced by the cost model at the calibration's contexts, each the median of
     three steps with the scenario's jitter (the host keeps the median over its rounds, each
@@ -109,7 +110,7 @@ def calibration_prior(scenario: Scenario, seed: int, profile: CostPrior | None) 
     skipped = scenario.gamma0 == "sticky"  # how the host reports a settled zero
     zero_pass = scenario.gamma0 == "sync"
     samples: list[CostSample] = []
-    for b in bucket_batches(scenario.max_num_seqs):
+    for b in calibration_batches(scenario.max_num_seqs):
         for g in range(scenario.min_gamma, scenario.max_gamma + 1):
             ran = g > 0 or not skipped
             t = cost.step_time(b, b * g, g, b, 0, b * _CALIBRATION_CONTEXT,
