@@ -207,10 +207,11 @@ class Settings:
     )
     adaptive_startup_calibration: bool = _opt(
         True, "Before serving, time a few real decode steps of vSpec's own (random-token "
-        "requests at every power-of-two batch up to max_num_seqs, every gamma, gamma 0 as the "
-        "host plays it; a few seconds on small models, at most ~30 s; then aborted) so a "
-        "fresh controller starts from real step costs, which dummy batches misprice. Online "
-        "policy; a matching --adaptive-state-path is preferred.", group="adaptive",
+        "requests at the middle of every batch bucket up to max_num_seqs (1, 3, 6, 12, ...), "
+        "every gamma, gamma 0 as the host plays it; a few seconds on small models, at most "
+        "~30 s; then aborted) so a fresh controller starts from real step costs, which "
+        "dummy batches misprice. Online policy; a matching --adaptive-state-path is "
+        "preferred.", group="adaptive",
     )
     adaptive_entropy_stop: bool = _opt(
         False, "Cut each request's draft at its first low-confidence position.",
