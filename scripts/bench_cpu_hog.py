@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_cpu_e2e import ADAPTIVE, MAX_K, losing_arms, stuck_runs  # scripts/ is on sys.path
+from vllm_hust_vspec.adaptive._limits import bucket_index
 
 HERE = Path(__file__).resolve().parent
 BENCH_BATCH = 8  # concurrent prompts of every invocation (bench_cpu_e2e.py --batch)
@@ -89,7 +90,7 @@ def main() -> int:
         if arm in ("vspec", "vspec-cold"):
             ok &= sum(stuck) == 0
     print(f"start-up prior per invocation (what vspec-cold starts from; at batch {BENCH_BATCH}, "
-          "step time over the skipped zero's per gamma):")
+          "step time over the skipped zero's per gamma, in its bucket):")
     for n, r in enumerate(runs, 1):
         stuck = any(stuck_runs(pooled, r["gamma_steps"][a]) for a in ("vspec", "vspec-cold"))
         print(f"  {n}: {prior_shape(r)}" + ("  <- a stuck run" if stuck else ""))
@@ -99,11 +100,16 @@ def main() -> int:
 
 
 def prior_shape(run: dict[str, Any], batch: int = BENCH_BATCH) -> str:
-    """One invocation's start-up prior at ``batch``: each gamma's step time over the skipped
-    zero's (bench_cpu_e2e.py --json records the prior)."""
+    """One invocation's start-up prior in ``batch``'s bucket (the calibration times each
+    bucket at one batch, its middle): each gamma's step time over the skipped zero's
+    (bench_cpu_e2e.py --json records the prior)."""
     rows = run.get("startup_prior") or []
     if not rows:
         return "none recorded"
+    timed = {row["batch"] for row in rows if bucket_index(row["batch"]) == bucket_index(batch)}
+    if not timed:
+        return f"no step timed in batch {batch}'s bucket"
+    batch = min(timed)
     times = {(row["gamma"], row["drafter_ran"]): row["seconds"] for row in rows
              if row["batch"] == batch}
     zero = times.get((0, False))
