@@ -22,17 +22,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from vllm_hust_vspec.sim.runner import run_one, seeds_for
-from vllm_hust_vspec.sim.scenario import load_scenario
+from vllm_hust_vspec.sim.scenario import Scenario, load_scenario
 
 
-def stretch_times(scenario: str, policy: str, seeds: list[int], marks: list[float]
+def stretch_times(scenario: Scenario, policy: str, seeds: list[int], marks: list[float]
                   ) -> list[float]:
     """Busy seconds summed over ``seeds`` in each stretch between consecutive ``marks``
     (committed tokens; the last stretch runs to the end)."""
-    sc = load_scenario(scenario)
     out = [0.0] * (len(marks) + 1)
     for seed in seeds:
-        tl = run_one(sc, policy, seed, record=True).timeline
+        tl = run_one(scenario, policy, seed, record=True).timeline
         committed = list(itertools.accumulate(tl["committed"]))
         busy = list(itertools.accumulate(tl["dt"]))
         before = 0.0
@@ -58,8 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         parser.error(f"--marks: expected comma-separated numbers, got {args.marks!r}")
     policies = [p for p in args.policies.split(",") if p]
-    seeds = seeds_for(load_scenario(args.scenario), args.seeds)
-    times = {p: stretch_times(args.scenario, p, seeds, marks) for p in policies}
+    scenario = load_scenario(args.scenario)
+    seeds = seeds_for(scenario, args.seeds)
+    times = {p: stretch_times(scenario, p, seeds, marks) for p in policies}
     ref = times[policies[0]]
     edges = ["0", *(f"{m:g}" for m in marks), "end"]
     print(f"{args.scenario}: busy time per stretch of committed tokens, {args.seeds} seeds, "

