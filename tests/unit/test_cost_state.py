@@ -124,27 +124,37 @@ def test_a_restarted_online_controller_starts_from_the_persisted_costs(tmp_path:
     assert best not in (0, 4)
     state = CostState(str(tmp_path / "s.json"), FP)
     first = OnlineController(OnlineConfig())
-    for _ in range(300):  # the first run: feedback also goes to the state, as the hook does
-        fb = env.step(first.decide(env.batch, env.budget))
+    # The first run: feedback also goes to the state, as the hook does. Its exploration
+    # need not visit every arm, so the run starts with a pass over each (a first run at
+    # other fixed gammas would record the same), and the prior covers every arm.
+    played = [g for g in range(5) for _ in range(20)] + [None] * 300
+    for g in played:
+        fb = env.step(first.decide(env.batch, env.budget) if g is None else g)
         first.observe(fb)
         state.observe(fb)
     state.save()
     prior = CostState(str(tmp_path / "s.json"), FP).load()
     assert prior is not None and set(prior.gammas()) == {0, 1, 2, 3, 4}
 
-    def first_decisions(ctrl: OnlineController) -> list[int]:
+    def first_decisions(ctrl: OnlineController, seed: int) -> list[int]:
         _, decisions = run(ctrl, SynthEnv(a=0.010, b=2e-5, c=0.004, alpha=0.55, batch=16,
-                                          noise=0.02, seed=4), 40)
+                                          noise=0.02, seed=seed), 40)
         return decisions
 
-    cold = OnlineController(OnlineConfig())
-    warm = OnlineController(OnlineConfig(), cost_prior=prior)
-    cold_d, warm_d = first_decisions(cold), first_decisions(warm)
-    assert cold.snapshot()["cost_prior"] == "none"
-    assert warm.snapshot()["cost_prior"].startswith("persisted state")
-    # the warm controller only learns acceptance, then settles
-    assert warm_d[-20:].count(best) >= 18
-    assert sum(d != best for d in warm_d) < sum(d != best for d in cold_d)
+    # Several restarts, as single runs of 40 decisions are noisy.
+    cold_off = warm_off = 0
+    for seed in range(4, 12):
+        cold = OnlineController(OnlineConfig())
+        warm = OnlineController(OnlineConfig(), cost_prior=prior)
+        cold_d, warm_d = first_decisions(cold, seed), first_decisions(warm, seed)
+        assert cold.snapshot()["cost_prior"] == "none"
+        assert warm.snapshot()["cost_prior"].startswith("persisted state")
+        # the warm controller only learns acceptance, then settles
+        assert warm_d[-20:].count(best) >= 15, (seed, warm_d)
+        assert sum(d != best for d in warm_d) < sum(d != best for d in cold_d), seed
+        cold_off += sum(d != best for d in cold_d)
+        warm_off += sum(d != best for d in warm_d)
+    assert warm_off <= 0.5 * cold_off, (warm_off, cold_off)
 
 
 def test_the_state_path_needs_the_online_policy(tmp_path: Path) -> None:

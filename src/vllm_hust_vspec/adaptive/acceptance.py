@@ -56,9 +56,8 @@ class AcceptanceModel:
     """Discounted per-position acceptance counts (an EWMA weighted by sample count)."""
 
     __slots__ = (
-        "_decay_cache",
+        "_decays",
         "_dirty",
-        "_fast_cache",
         "_fn",
         "_fs",
         "_halflife_requests",
@@ -108,26 +107,19 @@ class AcceptanceModel:
         self._recent: deque[tuple[int, int, tuple[int, ...], tuple[int, ...]]] = deque()
         self._recent_requests = 0
         self._dirty = False
-        self._decay_cache: dict[int, float] = {}
-        self._fast_cache: dict[int, float] = {}
+        self._decays: dict[int, tuple[float, float]] = {}  # batch -> (long, short) factors
         self.shifts = 0  # times both memories restarted after a shift
 
-    def _decay(self, batch: int) -> float:
-        d = self._decay_cache.get(batch)
+    def _decay(self, batch: int) -> tuple[float, float]:
+        """Per-step discount factors of the long and the short memory at ``batch``."""
+        d = self._decays.get(batch)
         if d is None:
             steps = self._halflife_requests / max(batch, 1)
             steps = min(max(steps, self._min_steps), self._max_steps)
-            d = 0.5 ** (1.0 / steps)
-            if len(self._decay_cache) < 4096:
-                self._decay_cache[batch] = d
-        return d
-
-    def _fast_decay(self, batch: int) -> float:
-        d = self._fast_cache.get(batch)
-        if d is None:
-            d = 0.5 ** (1.0 / max(_FAST_HALFLIFE_REQUESTS / max(batch, 1), 1.0))
-            if len(self._fast_cache) < 4096:
-                self._fast_cache[batch] = d
+            d = (0.5 ** (1.0 / steps),
+                 0.5 ** (1.0 / max(_FAST_HALFLIFE_REQUESTS / max(batch, 1), 1.0)))
+            if len(self._decays) < 4096:
+                self._decays[batch] = d
         return d
 
     def update(self, gamma: int, drafted: tuple[int, ...], accepted: tuple[int, ...]) -> None:
@@ -135,8 +127,7 @@ class AcceptanceModel:
         reqs = len(accepted)
         if reqs == 0 or gamma <= 0 or self.positions == 0:
             return
-        d = self._decay(reqs)
-        f = self._fast_decay(reqs)
+        d, f = self._decays.get(reqs) or self._decay(reqs)
         s, n, fs, fn = self._s, self._n, self._fs, self._fn
         depth = gamma if gamma < self.positions else self.positions
         # _position_counts' rule, inlined (this runs every step): n_k = requests that
@@ -152,27 +143,29 @@ class AcceptanceModel:
             acc_counts, drafted_counts = accepted, drafted
         below_a = 0
         below_d = 0
-        first = 0
-        for k in range(self.positions):
+        tried = first = reqs
+        for k in range(depth):
+            if not full:
+                below_d += drafted_counts.count(k)
+                tried = len(drafted) - below_d
+                if k == 0:
+                    first = tried
+            below_a += acc_counts.count(k)
+            got = reqs - below_a
+            if n[k] > _FLOOR:
+                s[k] = s[k] * d + got
+                n[k] = n[k] * d + tried
+            else:
+                s[k] += got
+                n[k] += tried
+            fs[k] = fs[k] * f + got
+            fn[k] = fn[k] * f + tried
+        for k in range(depth, self.positions):
             if n[k] > _FLOOR:
                 s[k] *= d
                 n[k] *= d
             fs[k] *= f
             fn[k] *= f
-            if k < depth:
-                below_a += acc_counts.count(k)
-                if full:
-                    tried = reqs
-                else:
-                    below_d += drafted_counts.count(k)
-                    tried = len(drafted) - below_d
-                if k == 0:
-                    first = tried
-                got = reqs - below_a
-                n[k] += tried
-                s[k] += got
-                fn[k] += tried
-                fs[k] += got
         recent = self._recent
         recent.append((first, gamma, drafted, accepted))
         self._recent_requests += first
@@ -227,8 +220,7 @@ class AcceptanceModel:
     def tick(self, batch: int) -> None:
         """A step without verify data (gamma 0): age the counts so that, when drafting is
         probed again, the fresh observations outweigh the old ones."""
-        d = self._decay(batch)
-        f = self._fast_decay(batch)
+        d, f = self._decay(batch)
         s, n, fs, fn = self._s, self._n, self._fs, self._fn
         for k in range(self.positions):
             if n[k] > _FLOOR:
@@ -266,17 +258,18 @@ class AcceptanceModel:
         s = self._s
         n = self._n
         w0 = self._prior_weight
-        prev = 1.0
+        if not self.positions:
+            self._dirty = False
+            return p
+        # Position 0 has nothing below it to extrapolate from: discounting keeps the ratio
+        # s/n, so its last measured value persists (e.g. while gamma is 0).
+        est = s[0] / n[0] if n[0] > _TINY else self._prior[0]
+        p[0] = prev = est if est < 1.0 else 1.0
         prev2 = 1.0
-        for k in range(self.positions):
-            if k == 0:
-                # Position 0 has nothing below it to extrapolate from: discounting keeps the
-                # ratio s/n, so its last measured value persists (e.g. while gamma is 0).
-                est = s[0] / n[0] if n[0] > _TINY else self._prior[0]
-            else:
-                ratio = prev / prev2 if prev2 > _TINY else 0.0
-                prior = prev * (ratio if ratio < 1.0 else 1.0)
-                est = (s[k] + w0 * prior) / (n[k] + w0)
+        for k in range(1, self.positions):
+            ratio = prev / prev2 if prev2 > _TINY else 0.0
+            prior = prev * (ratio if ratio < 1.0 else 1.0)
+            est = (s[k] + w0 * prior) / (n[k] + w0)
             if est > prev:
                 est = prev
             p[k] = est
