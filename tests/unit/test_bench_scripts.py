@@ -11,7 +11,10 @@ from _sim_helpers import make
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 from bench_cpu_hog import prior_shape  # noqa: E402
+from sim_drain_weighting import DrainWeightedOracle, busy_seconds  # noqa: E402
 from sim_time_by_stretch import stretch_times  # noqa: E402
+from vllm_hust_vspec.sim.engine import simulate  # noqa: E402
+from vllm_hust_vspec.sim.oracle import Oracle  # noqa: E402
 from vllm_hust_vspec.sim.runner import run_one  # noqa: E402
 
 
@@ -34,3 +37,24 @@ def test_the_hog_report_reads_the_prior_of_the_batch_calibrated_in_the_bucket() 
     assert prior_shape({"startup_prior": [r for r in rows if r["batch"] != 12]}, 8) == (
         "no step timed in batch 8's bucket")
     assert prior_shape({}, 8) == "none recorded"
+
+
+def test_the_drain_variants_are_the_oracle_until_the_batch_drains() -> None:
+    sc = make(workload__num_requests=24)
+    seen: list[tuple[int, int, int]] = []  # batch, decision, the plain oracle's decision
+
+    class Recording(DrainWeightedOracle):
+        def decide(self, batch_size: int, token_budget: int) -> int:
+            g = super().decide(batch_size, token_budget)
+            seen.append((len(self._bound().batch), g, Oracle.decide(self, batch_size,
+                                                                     token_budget)))
+            return g
+
+    simulate(sc, Recording(0, 4, sc.max_num_seqs, None), 1)
+    full = [(g, o) for b, g, o in seen if b >= sc.max_num_seqs]
+    draining = [g for b, g, _ in seen if 0 < b < sc.max_num_seqs]
+    assert full and all(g == o for g, o in full)
+    assert draining and set(draining) == {1}
+    assert any(o != 1 for b, _, o in seen if 0 < b < sc.max_num_seqs)  # the test can tell
+    # a weighted variant is a different policy from the oracle on the same seeds
+    assert busy_seconds(sc, 4.0, [1, 2]) != busy_seconds(sc, "oracle", [1, 2])
