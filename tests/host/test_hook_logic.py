@@ -389,3 +389,85 @@ def test_serving_before_a_pending_calibration_says_so_and_opens_the_trace(
     hook.close()
     header = json.loads(trace.read_text().splitlines()[0])
     assert header["prior"] == "none"
+
+
+class FakeCore:
+    """What EngineCore.post_step reads: its scheduler, the executor and three switches."""
+
+    def __init__(self, sched: FakeScheduler) -> None:
+        self.scheduler = sched
+        self.async_scheduling = False
+        self.batch_queue = None
+        self.check_for_draft_tokens = True
+        self.rpcs = 0
+        self.updates: list[Any] = []
+        sched.update_draft_token_ids = self.updates.append  # type: ignore[attr-defined]
+
+    def post_step(self, model_executed: bool) -> None:
+        """vLLM 0.32's: ask the worker for the drafts it just made (an RPC when serving)."""
+        if self.check_for_draft_tokens and not self.async_scheduling and model_executed:
+            self.rpcs += 1
+
+
+def test_after_a_step_that_skipped_the_drafter_no_worker_is_asked_for_drafts() -> None:
+    pytest.importorskip("vllm")
+    from vllm_hust_vspec.host.vllm import _make_post_step_wrapper
+
+    sched = FakeScheduler(running=2, waiting=0)
+    ctrl = Ctrl(gamma=0)
+    hook = _hook(sched, ctrl, adaptive_gamma0_mode="sticky")
+    setattr(sched, HOOK_ATTR, hook)
+    core = FakeCore(sched)
+    post_step = _make_post_step_wrapper(FakeCore.post_step)
+
+    def step(gamma: int) -> Any:
+        ctrl.gamma = gamma
+        _before_schedule(hook)
+        hook.decide(2)
+        out = _out({"r0": 1, "r1": 1}, {})
+        hook.after_schedule(out)
+        return out
+
+    assert getattr(step(0), SKIP_ATTR, False)
+    post_step(core, True)
+    # the drafter was skipped: every request of the step has no drafts, recorded locally
+    assert core.rpcs == 0
+    (update,) = core.updates
+    assert update.req_ids == ["r0", "r1"] and update.draft_token_ids == [[], []]
+    # read once: a second post_step without a new step goes to vLLM's own
+    post_step(core, True)
+    assert core.rpcs == 1
+    # async scheduling (drafts on the device) and batch queues keep vLLM's path
+    for switch, value, default in (("async_scheduling", True, False),
+                                   ("batch_queue", [], None)):
+        step(0)
+        setattr(core, switch, value)
+        post_step(core, True)
+        setattr(core, switch, default)
+    assert len(core.updates) == 1
+    step(0)
+    post_step(core, True)  # and the switches back: recorded locally again
+    assert len(core.updates) == 2
+    # without the zero-draft fast path (a runner that may still draft) vLLM asks the worker
+    hook.settings = Settings(adaptive_gamma0_mode="sticky", adaptive_zero_fast_path=False)
+    step(0)
+    post_step(core, True)
+    assert len(core.updates) == 2
+
+
+def test_a_speculating_step_still_fetches_its_drafts_from_the_worker() -> None:
+    pytest.importorskip("vllm")
+    from vllm_hust_vspec.host.vllm import _make_post_step_wrapper
+
+    sched = FakeScheduler(running=2, waiting=0)
+    hook = _hook(sched, Ctrl(gamma=2), adaptive_gamma0_mode="sticky")
+    setattr(sched, HOOK_ATTR, hook)
+    core = FakeCore(sched)
+    post_step = _make_post_step_wrapper(FakeCore.post_step)
+    _before_schedule(hook)
+    hook.decide(2)
+    out = _out({"r0": 3, "r1": 3}, {"r0": [5, 6], "r1": [7, 8]})
+    hook.after_schedule(out)
+    assert not getattr(out, SKIP_ATTR, False)
+    post_step(core, True)
+    assert core.rpcs == 1 and core.updates == []

@@ -115,6 +115,13 @@ class SchedulerHook:
         self.calibration_pending = False
         self.startup_profile: CostPrior | None = None  # this engine's dummy batches, if timed
 
+    def take_skipped_step(self) -> tuple[str, ...] | None:
+        """The requests of the step just run if it skipped the drafter on a runner that then
+        drafts nothing (the zero-draft fast path's runners), else None; cleared on reading.
+        Their drafts for the next step are known to be empty without asking the worker."""
+        ids, self._skipped = self._skipped, None
+        return ids if self.settings.adaptive_zero_fast_path else None
+
     @property
     def failed(self) -> bool:
         """True once the controller raised (the fixed upper bound rules from then on)."""
@@ -140,6 +147,7 @@ class SchedulerHook:
         self._last_update_t: float | None = None
         self._idle = True
         self._lengths: tuple[int, ...] | None = None  # this step's per-request lengths
+        self._skipped: tuple[str, ...] | None = None  # the last step's requests, if skipped
 
     # ---- start-up calibration ----------------------------------------------------------
     @contextmanager
@@ -228,6 +236,7 @@ class SchedulerHook:
         """Record the decision, mark sticky skips, publish the chosen gamma."""
         num_sched: dict[str, int] = out.num_scheduled_tokens
         now = time.monotonic()
+        self._skipped = None
         if not num_sched:
             return
         if self.adaptive and self._decided is None:
@@ -252,6 +261,7 @@ class SchedulerHook:
                 skip, decided = True, 0
         if skip:
             setattr(out, SKIP_ATTR, True)
+            self._skipped = tuple(num_sched)
         spec = out.scheduled_spec_decode_tokens
         # Every request scheduled 1 + its drafts (no prefill chunk) <=> the totals agree, as
         # no request is ever scheduled fewer tokens than that.

@@ -273,6 +273,25 @@ def _make_busy_loop_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
     return run_busy_loop
 
 
+def _make_post_step_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def post_step(self: Any, model_executed: bool, *args: Any, **kwargs: Any) -> Any:
+        # After a sync step vLLM asks the worker for the drafts it made (a round trip to the
+        # worker process when serving). After a sticky gamma-0 step the drafter did not run
+        # and the answer is "none" for every request of the step: recorded here instead, as
+        # vLLM would, so a step that skips the drafter costs what a target-only step does.
+        hook = getattr(getattr(self, "scheduler", None), HOOK_ATTR, None)
+        ids = hook.take_skipped_step() if hook is not None else None
+        if (ids is None or not model_executed or self.async_scheduling
+                or self.batch_queue is not None or not self.check_for_draft_tokens):
+            return orig(self, model_executed, *args, **kwargs)
+        from vllm.v1.outputs import DraftTokenIds
+
+        self.scheduler.update_draft_token_ids(DraftTokenIds(list(ids), [[] for _ in ids]))
+        return None
+
+    return post_step
+
+
 def _make_kv_init_wrapper(
     get_settings: Callable[[], Settings],
 ) -> Callable[[Callable[..., Any]], Any]:
@@ -355,6 +374,7 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
     patcher.wrap(resolve(*ENGINE_CORE), "shutdown", _make_engine_shutdown_wrapper)
     patcher.wrap(resolve(*ENGINE_CORE), "__init__", _make_engine_init_wrapper)
     patcher.wrap(resolve(*ENGINE_CORE_PROC), "run_busy_loop", _make_busy_loop_wrapper)
+    patcher.wrap(resolve(*ENGINE_CORE), "post_step", _make_post_step_wrapper)
     patcher.wrap(resolve(*ENGINE_CORE), "_initialize_kv_caches",
                  _make_kv_init_wrapper(get_settings))
     patcher.wrap(runner_cls, "propose_draft_token_ids", _make_propose_wrapper)

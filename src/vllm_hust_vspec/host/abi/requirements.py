@@ -31,6 +31,7 @@ SCHED_OUT_MOD = "vllm.v1.core.sched.output"
 SCHED_MOD = "vllm.v1.core.sched.scheduler"
 ASYNC_SCHED_MOD = "vllm.v1.core.sched.async_scheduler"
 ENGINE_CORE_MOD = "vllm.v1.engine.core"
+OUTPUTS_MOD = "vllm.v1.outputs"
 REQUEST_MOD = "vllm.v1.request"
 WORKER_MOD = "vllm.v1.worker.gpu_worker"
 BASE_PROPOSER_MOD = "vllm.v1.spec_decode.llm_base_proposer"
@@ -172,13 +173,21 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                 Check.of("vllm.zero_fast_path", VLLM,
                          "sticky gamma-0 steps run as plain target steps: the runner decides "
                          "the speculative path from self.speculative_config in execute_model "
-                         "and sample_tokens",
+                         "and sample_tokens, and EngineCore.post_step fetches the drafts, "
+                         "none after such a step, from the worker",
                          _p(SOURCE, RUNNER_MOD, "GPUModelRunner", "_prepare_inputs",
                             "speculative_config"),
                          _p(SOURCE, RUNNER_MOD, "GPUModelRunner", "execute_model",
                             "speculative_config"),
                          _p(SOURCE, RUNNER_MOD, "GPUModelRunner", "sample_tokens",
-                            "speculative_config")),
+                            "speculative_config"),
+                         _p(METHOD, ENGINE_CORE_MOD, "EngineCore", "post_step",
+                            "model_executed"),
+                         *(_p(SOURCE, ENGINE_CORE_MOD, "EngineCore", "post_step", token)
+                           for token in ("take_draft_token_ids", "check_for_draft_tokens",
+                                         "async_scheduling")),
+                         _p(SOURCE, ENGINE_CORE_MOD, "EngineCore", "__init__", "batch_queue"),
+                         _p(CLASS, OUTPUTS_MOD, "DraftTokenIds")),
             ]
     if not ascend:
         out += v2_checks()
