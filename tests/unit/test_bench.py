@@ -363,7 +363,7 @@ def test_pair_dry_run_prints_both_commands(
     assert "--speculative-config" in vspec["argv"] and "--speculative-config" not in base["argv"]
     assert vspec["env"]["HUST_VSPEC_ENABLED"] == "1" and base["env"]["HUST_VSPEC_ENABLED"] == "0"
     assert str(fake_models / "target") in base["argv"]
-    assert plan["order"] == ["baseline-r1", "vspec-r1", "baseline-r2", "vspec-r2"]
+    assert plan["order"] == ["baseline-r1", "vspec-r1", "vspec-r2", "baseline-r2"]
     assert plan["min_speedup"] == 1.10 and plan["backend"] == "builtin"
     assert "32 prompts x 64 output tokens" in plan["load"]
 
@@ -376,7 +376,7 @@ def test_pair_dry_run_text_and_passthrough(
     out = capsys.readouterr().out
     assert rc == 0
     assert out.count("--max-log-len 5") == 2  # both servers get the passthrough
-    assert "order: baseline-r1 vspec-r1 baseline-r2 vspec-r2 baseline-r3 vspec-r3" in out
+    assert "order: baseline-r1 vspec-r1 vspec-r2 baseline-r2 baseline-r3 vspec-r3" in out
     assert "200 prompts x 256 output tokens" in out  # regression-protocol defaults
 
 

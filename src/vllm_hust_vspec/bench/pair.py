@@ -1,8 +1,10 @@
 """Pair mode: the same load against a target-only server and a vSpec server, interleaved.
 
-Repetition *i* starts the target-only server, measures it, stops it, then does the same for
-the vSpec server (A B A B ...): only one server runs at a time, so both see the same
-machine, and slow drift (thermal, other tenants) hits both arms alike. Each start gets a
+Repetition *i* starts one server, measures it, stops it, then does the same for the other;
+odd repetitions run target-only first, even ones vSpec first (A B B A A B ...). Only one
+server runs at a time, so both see the same machine; slow drift (thermal, other tenants)
+hits both arms alike, and so does whatever favours a run's position in its repetition (a
+machine that slows under a minute of full load favours whichever runs first). Each start gets a
 fresh free port, a fresh ``PROMETHEUS_MULTIPROC_DIR`` (so counters of an earlier server are
 never summed in) and, for vSpec, its own controller trace file.
 """
@@ -66,8 +68,10 @@ class PairPlan:
     forced_acceptance_length: int | None = None
 
     def schedule(self) -> list[tuple[int, str]]:
-        """(repetition, arm) in run order: A B A B ..."""
-        return [(rep, arm) for rep in range(1, self.repetitions + 1) for arm in ARMS]
+        """(repetition, arm) in run order: A B B A A B ... (each arm first in every other
+        repetition)."""
+        return [(rep, arm) for rep in range(1, self.repetitions + 1)
+                for arm in (ARMS if rep % 2 else ARMS[::-1])]
 
     def to_dict(self) -> dict[str, Any]:
         return {
