@@ -11,6 +11,7 @@ from _sim_helpers import make
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 from bench_cpu_hog import prior_shape  # noqa: E402
+from bench_serve_rotation import burst  # noqa: E402
 from sim_drain_weighting import DrainWeightedOracle, busy_seconds  # noqa: E402
 from sim_time_by_stretch import stretch_times  # noqa: E402
 from vllm_hust_vspec.sim.engine import simulate  # noqa: E402
@@ -58,3 +59,39 @@ def test_the_drain_variants_are_the_oracle_until_the_batch_drains() -> None:
     assert any(o != 1 for b, _, o in seen if 0 < b < sc.max_num_seqs)  # the test can tell
     # a weighted variant is a different policy from the oracle on the same seeds
     assert busy_seconds(sc, 4.0, [1, 2]) != busy_seconds(sc, "oracle", [1, 2])
+
+
+def test_a_burst_counts_the_tokens_every_client_got_back() -> None:
+    import json
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[dict[str, object]] = []
+
+    class Completions(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append(body)
+            time.sleep(0.05)
+            out = json.dumps({"usage": {"completion_tokens": body["max_tokens"] - 1}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Completions)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        rate = burst(url, "m", concurrency=3, requests=2, output_len=9, seed=1)
+    finally:
+        server.shutdown()
+    assert len(seen) == 6 and all(b["model"] == "m" and b["ignore_eos"] for b in seen)
+    assert len({str(b["prompt"]) for b in seen}) == 6  # every request its own prompt
+    # 48 reported tokens (8 each, not the 9 asked for) over at least two sequential
+    # 50 ms requests per client
+    assert 48 / 2.0 < rate <= 48 / 0.1
