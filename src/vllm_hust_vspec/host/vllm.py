@@ -278,7 +278,8 @@ def _make_post_step_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
         # After a sync step vLLM asks the worker for the drafts it made (a round trip to the
         # worker process when serving). After a sticky gamma-0 step the drafter did not run
         # and the answer is "none" for every request of the step: recorded here instead, as
-        # vLLM would, so a step that skips the drafter costs what a target-only step does.
+        # vLLM would, so a step that skips the drafter makes no round trip a target-only
+        # engine does not.
         hook = getattr(getattr(self, "scheduler", None), HOOK_ATTR, None)
         ids = hook.take_skipped_step() if hook is not None else None
         if (ids is None or not model_executed or self.async_scheduling
