@@ -1,9 +1,14 @@
 """The per-Scheduler hook: one decision per step, its feedback, and the parts around them.
 
-It runs in the EngineCore process. ``schedule()`` asks :meth:`SchedulerHook.decide` through
-:class:`GammaLookup` (standing in for ``Scheduler.dynamic_sd_lookup``), inside
-:meth:`SchedulerHook.scheduling`; ``update_from_output()`` goes through
-:meth:`SchedulerHook.on_update`. The jobs are split (host/hook_parts.py): the guarded
+It runs in the EngineCore process. Gamma reaches the workers in the scheduler output's
+``num_spec_tokens_to_schedule`` through one of two channels, chosen from the host's own
+scheduler: where vLLM has its per-step K channel, ``schedule()`` asks
+:meth:`SchedulerHook.decide` through :class:`GammaLookup` (standing in for
+``Scheduler.dynamic_sd_lookup``); where it has none (the vLLM-HUST core), the hook carries
+its own (:attr:`SchedulerHook.own_channel`): it decides once ``schedule()`` has returned, sets
+the field on the output itself and sizes the async scheduler's draft placeholders to the
+step's gamma. ``update_from_output()`` goes through :meth:`SchedulerHook.on_update`. The
+jobs are split (host/hook_parts.py): the guarded
 controller, the sticky cohort, refill admission and telemetry.
 """
 
@@ -36,6 +41,9 @@ logger = logging.getLogger("vllm_hust_vspec.host")
 
 # Set on a SchedulerOutput when the drafter must not run after this step (sticky gamma 0).
 SKIP_ATTR = "vspec_skip_draft"
+# The SchedulerOutput field that carries the step's gamma to every worker (upstream vLLM's
+# name; set as an attribute by the hook's own channel where the host lacks the field).
+K_FIELD = "num_spec_tokens_to_schedule"
 
 
 @dataclass(slots=True)
@@ -109,6 +117,9 @@ class SchedulerHook:
         self.cost_prior = cost_prior  # what the controller started from (None: nothing)
         self.closed = False
         self.inside = InsideStep()
+        # True where the host has no K channel: after_schedule() publishes gamma itself.
+        self.own_channel = False
+        self._placeholders: dict[int, list[int]] = {}
         self._records: dict[int, _StepRecord] = {}
         self._reset_steps()
         # the engine runs its start-up calibration once built (host/startup_calibration.py)
@@ -239,6 +250,8 @@ class SchedulerHook:
         self._skipped = None
         if not num_sched:
             return
+        if self.own_channel:
+            setattr(out, K_FIELD, self.decide(len(num_sched)))
         if self.adaptive and self._decided is None:
             # Every supported Scheduler.schedule asks dynamic_sd_lookup once it schedules
             # anything (the doctor's requirement); a replacement that does not would run a
@@ -248,7 +261,8 @@ class SchedulerHook:
                 "without asking Scheduler.dynamic_sd_lookup, so adaptive gamma cannot apply "
                 "with this scheduler class; use vLLM's Scheduler (no --scheduler-cls, or "
                 "vllm-ascend without a custom scheduler) or turn adaptive speculation off")
-        decided = self._decided if self._decided is not None else out.num_spec_tokens_to_schedule
+        decided = self._decided if self._decided is not None else getattr(
+            out, K_FIELD, self.max_gamma)
         skip = False
         if self.adaptive and self.mode == "sticky":
             if decided == 0 and (self.sticky.pinned() or self.guard.settled()):
@@ -281,6 +295,26 @@ class SchedulerHook:
         )
         self.last_decided = decided
         self.telemetry.decision(decided)
+        if self.own_channel:
+            self._size_placeholders(num_sched, decided)
+
+    def _size_placeholders(self, scheduled: dict[str, int], gamma: int) -> None:
+        """The async scheduler gives every scheduled decode the fixed placeholders
+        ``[-1] * max K`` for the drafts the worker makes after this step; on the own channel
+        they are resized to the step's gamma, so the next step schedules what is drafted.
+        Only the scheduler's own placeholder list is replaced (identity), never real drafts."""
+        sched = self.scheduler
+        fixed = getattr(sched, "_spec_token_placeholders", None)
+        if fixed is None or gamma == len(fixed):
+            return
+        sized = self._placeholders.get(gamma)
+        if sized is None:
+            sized = self._placeholders[gamma] = [-1] * gamma
+        requests = sched.requests
+        for rid in scheduled:
+            request = requests.get(rid)
+            if request is not None and request.spec_token_ids is fixed:
+                request.spec_token_ids = sized
 
     # ---- feedback ---------------------------------------------------------------------
     def on_update(self, out: Any, runner_output: Any) -> Callable[[], None]:
@@ -388,5 +422,5 @@ def step_counts(
     return tuple(drafted), tuple(accepted), committed, tuple(ids)
 
 
-__all__ = ["SKIP_ATTR", "GammaLookup", "InsideStep", "SchedulerHook", "VSpecHostError",
+__all__ = ["K_FIELD", "SKIP_ATTR", "GammaLookup", "InsideStep", "SchedulerHook", "VSpecHostError",
            "step_counts"]

@@ -172,7 +172,13 @@ class StickyCohort:
 
 class RefillAdmission:
     """Holds the waiting queue until enough slots are free to admit ``batch`` requests
-    together (cohorts for speculation), never more than ``REFILL_MAX_HOLD_STEPS`` in a row."""
+    together (cohorts for speculation), never more than ``REFILL_MAX_HOLD_STEPS`` in a row.
+
+    It holds through the admission limit the host's WAITING loop reads: upstream vLLM's
+    ``max_num_active_reqs`` or, on hosts without it (the vLLM-HUST core),
+    ``max_num_running_reqs``. Holding sets that limit to the slots occupied now, which stops
+    admission under both hosts' tests (``>=`` upstream, ``==`` on vLLM-HUST) and keeps the
+    HUST scheduler's ``len(running) <= max_num_running_reqs`` invariant."""
 
     __slots__ = ("batch", "held", "_hold_steps", "_metrics")
 
@@ -182,20 +188,25 @@ class RefillAdmission:
         self._hold_steps = 0
         self._metrics = metrics
 
+    @staticmethod
+    def _occupied(scheduler: Any) -> int:
+        # Paused streaming sessions are not in `running` but hold a slot (upstream vLLM).
+        return len(scheduler.running) + int(
+            getattr(scheduler, "num_waiting_for_streaming_input", 0))
+
     def _should_hold(self, scheduler: Any) -> bool:
         waiting = len(scheduler.waiting)
         if self.batch <= 1 or not waiting or not scheduler.running:
             return False
-        running = len(scheduler.running) + int(
-            getattr(scheduler, "num_waiting_for_streaming_input", 0))
-        free = scheduler.max_num_active_reqs - running
+        free = getattr(scheduler, admission_limit(scheduler)) - self._occupied(scheduler)
         return free < min(self.batch, waiting) and self._hold_steps < REFILL_MAX_HOLD_STEPS
 
     @contextmanager
     def admission(self, scheduler: Any, *, speculating: bool = True) -> Iterator[bool]:
-        """Around one ``schedule()``: admit nobody while holding (the WAITING loop reads
-        ``max_num_active_reqs``). The limit is restored however the block exits, and it is
-        changed only inside the ``try``, so no exception can leave it at zero.
+        """Around one ``schedule()``: admit nobody while holding (the admission limit is
+        the occupied slot count for the call). The limit is restored however the block
+        exits, and it is changed only inside the ``try``, so no exception can leave it
+        lowered.
 
         ``speculating=False`` (a pinned sticky zero: no speculation until the cohort ends)
         never holds: cohorts are formed for speculation, and holding then only delays
@@ -208,12 +219,19 @@ class RefillAdmission:
         self._hold_steps += 1
         if self._metrics is not None:
             self._metrics.refill_holds.inc()
-        saved = scheduler.max_num_active_reqs
+        attr = admission_limit(scheduler)
+        saved = getattr(scheduler, attr)
         try:
-            scheduler.max_num_active_reqs = 0
+            setattr(scheduler, attr, self._occupied(scheduler))
             yield True
         finally:
-            scheduler.max_num_active_reqs = saved
+            setattr(scheduler, attr, saved)
+
+
+def admission_limit(scheduler: Any) -> str:
+    """The scheduler attribute its WAITING loop compares the occupied slots with."""
+    return "max_num_active_reqs" if hasattr(scheduler, "max_num_active_reqs") \
+        else "max_num_running_reqs"
 
 
 class Telemetry:

@@ -89,9 +89,12 @@ PENDING_STEPS_ATTR = "_vspec_conf_pending"
 
 
 def available() -> bool:
-    """True when this vLLM has Model Runner V2 (its module imports)."""
+    """True when this vLLM has the Model Runner V2 vSpec drives: the runner and every
+    speculator it patches import (an early V2 without them, such as the vLLM-HUST core's
+    opt-in one, is not driven, and a worker that builds it stops: host/runners.py)."""
     try:
-        resolve(*V2_RUNNER)
+        for target in (V2_RUNNER, V2_BASE_SPECULATOR, *V2_SPECULATORS):
+            resolve(*target)
     except Exception:  # noqa: BLE001 - older hosts, or a V2 module that cannot import
         return False
     return True

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from vllm_hust_vspec.host import k_backport
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.settings import Settings
@@ -155,8 +158,10 @@ def runner_of(vllm_config: Any) -> str:
         return ASCEND
     try:
         return V2 if bool(vllm_config.use_v2_model_runner) else V1
-    except AttributeError:  # hosts before Model Runner V2
-        return V1
+    except AttributeError:
+        # hosts where V2 is only an environment opt-in (the vLLM-HUST core), or absent
+        return V2 if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "0").strip().lower() in (
+            "1", "true") else V1
 
 
 def plan(settings: Settings, runner: str, vllm_config: Any = None) -> RunnerPlan:
@@ -202,6 +207,14 @@ def _async_scheduling(settings: Settings, vllm_config: Any, warnings: list[str],
             "async scheduling skips; use --no-async-scheduling or drop the option"
         )
     if (settings.adaptive_speculation and settings.adaptive_gamma0_mode == "sticky"
+            and not k_backport.host_has_k_channel()):
+        warnings.append(
+            "sticky gamma 0 with async scheduling on a host without vLLM's K channel (the "
+            "vLLM-HUST core): the drafter keeps its first pass at gamma 0 (sync mode), as "
+            "skipping it would leave the host's device-side draft bookkeeping unset"
+        )
+        settings = dataclasses.replace(settings, adaptive_gamma0_mode="sync")
+    if (settings.adaptive_speculation and settings.adaptive_gamma0_mode == "sticky"
             and settings.adaptive_zero_fast_path):
         warnings.append(
             "the zero-draft fast path is not available with async scheduling (draft "
@@ -214,6 +227,14 @@ def _async_scheduling(settings: Settings, vllm_config: Any, warnings: list[str],
 
 def _engine_errors(settings: Settings, runner: str, vllm_config: Any) -> list[str]:
     out: list[str] = []
+    if runner == V2:
+        from vllm_hust_vspec.host import runner_v2
+
+        if not runner_v2.available():
+            out.append(
+                "Model Runner V2 on this host is not one vSpec drives (its speculators "
+                "lack the propose(num_speculative_tokens=...) vSpec patches); unset "
+                "VLLM_USE_V2_MODEL_RUNNER to serve on the V1 runner")
     parallel = getattr(vllm_config, "parallel_config", None)
     dp = int(getattr(parallel, "data_parallel_size", 1) or 1)
     if settings.adaptive_speculation and dp > 1:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from vllm_hust_vspec.host import (
     controller_factory,
     fast_path,
+    k_backport,
     runner_v2,
     runners,
     schedule,
@@ -44,7 +45,13 @@ from vllm_hust_vspec.host.capabilities import (
     WORKER,
 )
 from vllm_hust_vspec.host.cost_state import CostState, fingerprint_of
-from vllm_hust_vspec.host.hook import SKIP_ATTR, GammaLookup, SchedulerHook, VSpecHostError
+from vllm_hust_vspec.host.hook import (
+    K_FIELD,
+    SKIP_ATTR,
+    GammaLookup,
+    SchedulerHook,
+    VSpecHostError,
+)
 from vllm_hust_vspec.host.hook_parts import REFILL_MAX_HOLD_STEPS
 from vllm_hust_vspec.host.metrics import get_metrics
 from vllm_hust_vspec.host.patching import Patcher, resolve
@@ -110,7 +117,10 @@ def attach(scheduler: Any, settings: Settings) -> SchedulerHook | None:
     )
     hook.calibration_pending = calibrate
     hook.startup_profile = profiled
-    if hook.adaptive:
+    if hook.adaptive and not hasattr(scheduler, "dynamic_sd_lookup"):
+        # No per-step K channel in this host (the vLLM-HUST core): the hook carries its own.
+        hook.own_channel = True
+    elif hook.adaptive:
         if scheduler.dynamic_sd_lookup is not None and not schedule.is_declared(spec):
             logger.warning(
                 "vSpec: replacing the configured num_speculative_tokens_per_batch_size "
@@ -124,8 +134,9 @@ def attach(scheduler: Any, settings: Settings) -> SchedulerHook | None:
     setattr(scheduler, HOOK_ATTR, hook)
     logger.info(
         "vSpec: scheduler hook active (method=%s, max gamma=%d, adaptive=%s, gamma0=%s, "
-        "refill=%d, runner=%s, trace=%s)", method, max_gamma, hook.adaptive, hook.mode,
-        hook.refill.batch, runner_plan.runner, settings.adaptive_trace,
+        "refill=%d, runner=%s, K channel=%s, trace=%s)", method, max_gamma, hook.adaptive,
+        hook.mode, hook.refill.batch, runner_plan.runner,
+        "vSpec's own" if hook.own_channel else "vLLM's", settings.adaptive_trace,
     )
     return hook
 
@@ -282,8 +293,13 @@ def _make_post_step_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
         # engine does not.
         hook = getattr(getattr(self, "scheduler", None), HOOK_ATTR, None)
         ids = hook.take_skipped_step() if hook is not None else None
+        # vLLM's gate for the fetch: check_for_draft_tokens (use_spec_decode on the
+        # vLLM-HUST core)
+        fetches = getattr(self, "check_for_draft_tokens", None)
+        if fetches is None:
+            fetches = getattr(self, "use_spec_decode", False)
         if (ids is None or not model_executed or self.async_scheduling
-                or self.batch_queue is not None or not self.check_for_draft_tokens):
+                or self.batch_queue is not None or not fetches):
             return orig(self, model_executed, *args, **kwargs)
         from vllm.v1.outputs import DraftTokenIds
 
@@ -357,9 +373,30 @@ def _make_propose_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
     ) -> Any:
         if getattr(scheduler_output, SKIP_ATTR, False):
             return _skipped_drafts(self, sampled_token_ids)
-        return orig(self, scheduler_output, sampled_token_ids, *args, **kwargs)
+        drafter = self.drafter
+        if k_backport.propose_takes_k(drafter) or getattr(scheduler_output, K_FIELD,
+                                                           None) is None:
+            return orig(self, scheduler_output, sampled_token_ids, *args, **kwargs)
+        # A host whose runner does not hand the scheduler's gamma to the proposer (the
+        # vLLM-HUST core): vSpec's own channel, host/k_backport.py.
+        return _draft_gamma(self, lambda: orig(self, scheduler_output, sampled_token_ids,
+                                               *args, **kwargs), scheduler_output)
 
     return propose_draft_token_ids
+
+
+def _draft_gamma(runner: Any, call: Callable[[], Any], scheduler_output: Any) -> Any:
+    """Run the runner's K-less drafting so the step drafts the scheduler's gamma."""
+    drafter = runner.drafter
+    max_k = int(runner.speculative_config.num_speculative_tokens)
+    width = max_k if k_backport.reads_stride_max_k(runner) else None
+    if not hasattr(drafter, "num_speculative_tokens"):
+        # n-gram / suffix proposers have no step loop to shorten: their drafts are cut.
+        gamma = k_backport.requested_gamma(scheduler_output, max_k)
+        out = call()
+        return out if gamma >= max_k else k_backport.keep_first(out, gamma, width)
+    gamma = k_backport.requested_gamma(scheduler_output, k_backport.max_k_of(drafter))
+    return k_backport.run_at_gamma(drafter, gamma, call, sync_zero=True, width=width)
 
 
 def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
@@ -379,6 +416,9 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
     patcher.wrap(resolve(*ENGINE_CORE), "_initialize_kv_caches",
                  _make_kv_init_wrapper(get_settings))
     patcher.wrap(runner_cls, "propose_draft_token_ids", _make_propose_wrapper)
+    if hasattr(runner_cls, "_copy_draft_token_ids_to_cpu"):
+        patcher.wrap(runner_cls, "_copy_draft_token_ids_to_cpu",
+                     k_backport.make_draft_copy_wrapper)
     patcher.wrap(resolve(*WORKER), "load_model", _make_load_model_wrapper(get_settings))
     schedule.install(patcher, get_settings)
     runner_v2.install(patcher, get_settings)

@@ -108,8 +108,12 @@ def probe(resolver: Resolver, p: Probe) -> ProbeResult:
 
 def run_check(resolver: Resolver, check: Check) -> CheckResult:
     """Evaluate every alternative; the first whose probes are all found wins."""
-    if check.applies_if and not resolver.has_module(check.applies_if):
-        return CheckResult(check, True, f"not applicable: no {check.applies_if}", ())
+    cond = check.applies_if
+    if isinstance(cond, Probe):
+        if not probe(resolver, cond).found:
+            return CheckResult(check, True, f"not applicable: no {cond.label}", ())
+    elif cond and not resolver.has_module(cond):
+        return CheckResult(check, True, f"not applicable: no {cond}", ())
     results: list[ProbeResult] = []
     winner: int | None = None
     for i, alternative in enumerate(check.alternatives):

@@ -74,6 +74,8 @@ class LiveResolver:
             methods: dict[str, FuncInfo] = {}
             for attr, value in vars(cls).items():
                 fn = value.__func__ if isinstance(value, staticmethod | classmethod) else value
+                if isinstance(value, property) and value.fget is not None:
+                    fn = value.fget  # a property is a method in the static tier's view too
                 if inspect.isfunction(fn) or inspect.isfunction(inspect.unwrap(fn)):
                     fi = _func_info(attr, fn)
                     if fi is not None:

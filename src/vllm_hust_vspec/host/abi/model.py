@@ -70,14 +70,15 @@ class Check:
     required: bool = True
     # Label of each alternative (same order), e.g. ("native K", "backport").
     variants: tuple[str, ...] = ()
-    # A module the requirement belongs to: a host without it (e.g. a vLLM before Model Runner
-    # V2) has nothing this check would patch, so the check passes as not applicable.
-    applies_if: str | None = None
+    # A module (or a probe) the requirement belongs to: a host without it (e.g. a vLLM before
+    # Model Runner V2, or one where V2 is not a runner vLLM builds by itself) has nothing
+    # this check would patch, so the check passes as not applicable.
+    applies_if: str | Probe | None = None
 
     @staticmethod
     def of(
         id: str, host: str, why: str, *probes: Probe, required: bool = True,
-        applies_if: str | None = None,
+        applies_if: str | Probe | None = None,
     ) -> Check:
         """A check with a single alternative (all ``probes`` must be found)."""
         return Check(id=id, host=host, why=why, alternatives=(tuple(probes),),

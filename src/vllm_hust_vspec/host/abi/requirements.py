@@ -35,6 +35,9 @@ OUTPUTS_MOD = "vllm.v1.outputs"
 REQUEST_MOD = "vllm.v1.request"
 WORKER_MOD = "vllm.v1.worker.gpu_worker"
 BASE_PROPOSER_MOD = "vllm.v1.spec_decode.llm_base_proposer"
+# Where SpecDecodeBaseProposer lives on hosts before the split (the vLLM-HUST core).
+BASE_PROPOSER_OLD_MOD = "vllm.v1.spec_decode.eagle"
+BASE_PROPOSER_MODS = (BASE_PROPOSER_MOD, BASE_PROPOSER_OLD_MOD)
 RUNNER_MOD = "vllm.v1.worker.gpu_model_runner"
 REJECTION_MOD = "vllm.v1.sample.rejection_sampler"
 ENGINE_ARGS_MOD = "vllm.engine.arg_utils"
@@ -66,6 +69,10 @@ A_GRAPH_MOD = "vllm_ascend.compilation.acl_graph"
 A_DISPATCHER_MOD = "vllm.v1.cudagraph_dispatcher"
 A_DISPATCHER = "CudagraphDispatcher"
 
+# Labels of the two ways gamma reaches the drafter (checks with one alternative each).
+NATIVE_K = "vLLM's K channel"
+OWN_K = "vSpec's own K channel"
+
 # The parameter a K-aware _propose takes first, and the one the backport reads gamma through.
 K_PARAM = "num_speculative_tokens"
 SCHED_OUT_PARAM = "scheduler_output"
@@ -88,13 +95,18 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                  *(_p(METHOD, SCHED_MOD, "Scheduler", m) for m in
                    ("__init__", "schedule", "update_from_output", "update_draft_token_ids",
                     "shutdown"))),
-        Check.of("vllm.scheduler_state", VLLM,
-                 "the hook reads the scheduler's token budget, requests and queues, and the "
-                 "refill hold sets max_num_active_reqs, which schedule() reads",
-                 *(_p(SOURCE, SCHED_MOD, "Scheduler", "__init__", attr) for attr in
-                   ("max_num_active_reqs", "max_num_scheduled_tokens", "requests",
-                    "waiting", "running", "finished_req_ids")),
-                 _p(SOURCE, SCHED_MOD, "Scheduler", "schedule", "max_num_active_reqs")),
+        Check(id="vllm.scheduler_state", host=VLLM,
+              why="the hook reads the scheduler's token budget, requests and queues, and the "
+                  "refill hold lowers the admission limit schedule() reads "
+                  "(max_num_active_reqs upstream, max_num_running_reqs on the vLLM-HUST core)",
+              alternatives=tuple(
+                  (*(_p(SOURCE, SCHED_MOD, "Scheduler", "__init__", attr) for attr in
+                     (limit, "max_num_scheduled_tokens", "requests", "waiting", "running",
+                      "finished_req_ids")),
+                   _p(SOURCE, SCHED_MOD, "Scheduler", "schedule", limit))
+                  for limit in ("max_num_active_reqs", "max_num_running_reqs")),
+              variants=("admission limit max_num_active_reqs",
+                        "admission limit max_num_running_reqs")),
         Check.of("vllm.worker_load", VLLM,
                  "the worker checks which runner it builds (Model Runner V2 or V1) before "
                  "its model loads",
@@ -133,20 +145,39 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
     ]
     if adaptive:
         out += [
-            Check.of("vllm.k_channel", VLLM,
-                     "gamma travels to every rank in SchedulerOutput.num_spec_tokens_to_schedule",
-                     _p(FIELD, SCHED_OUT_MOD, "SchedulerOutput", "num_spec_tokens_to_schedule")),
-            Check.of("vllm.dynamic_schedule", VLLM,
-                     "the hook drives gamma through Scheduler.dynamic_sd_lookup (no padding to "
-                     "1 + max K)",
-                     _p(SOURCE, SCHED_MOD, "Scheduler", "__init__", "dynamic_sd_lookup"),
-                     _p(SOURCE, SCHED_MOD, "Scheduler", "schedule", "dynamic_sd_lookup")),
-            Check.of("vllm.async_k", VLLM,
-                     "under async scheduling the scheduler sizes each step's draft "
-                     "placeholders from the step's gamma",
-                     _p(SOURCE, ASYNC_SCHED_MOD, "AsyncScheduler", "_update_after_schedule",
-                        "num_spec_tokens_to_schedule"),
-                     applies_if=ASYNC_SCHED_MOD),
+            Check(id="vllm.k_channel", host=VLLM,
+                  why="gamma travels to every rank in SchedulerOutput."
+                      "num_spec_tokens_to_schedule: vLLM's field, or set by vSpec's own "
+                      "channel on each output Scheduler.schedule builds (hosts without it)",
+                  alternatives=(
+                      (_p(FIELD, SCHED_OUT_MOD, "SchedulerOutput",
+                          "num_spec_tokens_to_schedule"),),
+                      (_p(CLASS, SCHED_OUT_MOD, "SchedulerOutput"),
+                       _p(SOURCE, SCHED_MOD, "Scheduler", "schedule", "SchedulerOutput")),
+                  ), variants=(NATIVE_K, OWN_K)),
+            Check(id="vllm.dynamic_schedule", host=VLLM,
+                  why="each step verifies the drafts made after the previous one: vLLM's "
+                      "dynamic_sd_lookup (no padding to 1 + max K), or, without it, a "
+                      "schedule() that schedules each request's own spec_token_ids",
+                  alternatives=(
+                      (_p(SOURCE, SCHED_MOD, "Scheduler", "__init__", "dynamic_sd_lookup"),
+                       _p(SOURCE, SCHED_MOD, "Scheduler", "schedule", "dynamic_sd_lookup")),
+                      (_p(SOURCE, SCHED_MOD, "Scheduler", "schedule", "spec_token_ids"),
+                       _p(METHOD, SCHED_MOD, "Scheduler", "update_draft_token_ids",
+                          "draft_token_ids")),
+                  ), variants=(NATIVE_K, OWN_K)),
+            Check(id="vllm.async_k", host=VLLM,
+                  why="under async scheduling each step's draft placeholders have the step's "
+                      "gamma: sized by vLLM from num_spec_tokens_to_schedule, or the fixed "
+                      "_spec_token_placeholders resized by vSpec after schedule()",
+                  alternatives=(
+                      (_p(SOURCE, ASYNC_SCHED_MOD, "AsyncScheduler", "_update_after_schedule",
+                          "num_spec_tokens_to_schedule"),),
+                      (_p(SELF_ATTR, ASYNC_SCHED_MOD, "AsyncScheduler",
+                          "_spec_token_placeholders"),
+                       _p(SOURCE, ASYNC_SCHED_MOD, "AsyncScheduler", "_update_after_schedule",
+                          "_spec_token_placeholders")),
+                  ), variants=(NATIVE_K, OWN_K), applies_if=ASYNC_SCHED_MOD),
             Check.of("vllm.finished_ids", VLLM,
                      "a sticky gamma-0 cohort ends when its last request is freed: "
                      "Scheduler._free_request records it in finished_req_ids",
@@ -154,47 +185,87 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
         ]
         if not ascend:
             out += [
-                Check.of("vllm.proposer_k", VLLM,
-                         "the upstream proposer drafts the K it is given",
-                         _p(METHOD, BASE_PROPOSER_MOD, "SpecDecodeBaseProposer", "propose",
-                            K_PARAM)),
-                Check.of("vllm.startup_profile", VLLM,
-                         "the start-up cost profile times the V1 runner's dummy batches and "
-                         "the proposer's dummy drafting on every worker (collective_rpc)",
-                         _p(METHOD, RUNNER_MOD, "GPUModelRunner", "_dummy_run", "num_tokens"),
-                         _p(METHOD, BASE_PROPOSER_MOD, "SpecDecodeBaseProposer", "dummy_run",
-                            "num_tokens")),
-                Check.of("vllm.runner_forwards_k", VLLM,
-                         "the V1 runner passes the scheduler's K to propose()",
-                         _p(SOURCE, RUNNER_MOD, "GPUModelRunner", "propose_draft_token_ids",
-                            "num_spec_tokens_to_schedule")),
+                Check(id="vllm.proposer_k", host=VLLM,
+                      why="the proposer drafts the step's gamma: it takes "
+                          "num_speculative_tokens, or vSpec sets the attribute its draft "
+                          "loop reads for the call (host/k_backport.py)",
+                      alternatives=(
+                          (_p(METHOD, BASE_PROPOSER_MOD, "SpecDecodeBaseProposer", "propose",
+                              K_PARAM),),
+                          *((_p(SELF_ATTR, mod, "SpecDecodeBaseProposer", K_PARAM),
+                             _p(SOURCE, mod, "SpecDecodeBaseProposer", "propose", K_PARAM))
+                            for mod in BASE_PROPOSER_MODS),
+                      ), variants=(NATIVE_K, OWN_K, OWN_K)),
+                Check(id="vllm.startup_profile", host=VLLM,
+                      why="the start-up cost profile times the V1 runner's dummy batches and "
+                          "the proposer's dummy drafting on every worker (collective_rpc)",
+                      alternatives=tuple(
+                          (_p(METHOD, RUNNER_MOD, "GPUModelRunner", "_dummy_run", "num_tokens"),
+                           _p(METHOD, mod, "SpecDecodeBaseProposer", "dummy_run",
+                              "num_tokens"))
+                          for mod in BASE_PROPOSER_MODS)),
+                Check(id="vllm.runner_forwards_k", host=VLLM,
+                      why="the V1 runner passes the scheduler's K to propose(), or vSpec's "
+                          "wrapper of propose_draft_token_ids sets the drafter's K from the "
+                          "scheduler output it receives",
+                      alternatives=(
+                          (_p(SOURCE, RUNNER_MOD, "GPUModelRunner", "propose_draft_token_ids",
+                              "num_spec_tokens_to_schedule"),),
+                          (_p(METHOD, RUNNER_MOD, "GPUModelRunner", "propose_draft_token_ids",
+                              "scheduler_output"),
+                           _p(SOURCE, RUNNER_MOD, "GPUModelRunner", "propose_draft_token_ids",
+                              "drafter")),
+                      ), variants=(NATIVE_K, OWN_K)),
+                Check.of("vllm.sync_draft_copy", VLLM,
+                         "with synchronous scheduling the runner copies each step's drafts "
+                         "into a [max_num_reqs, max K] CPU buffer; vSpec narrows it to the "
+                         "drafts' width so gamma below max K reaches the scheduler as drafted",
+                         _p(SELF_ATTR, RUNNER_MOD, "GPUModelRunner", "draft_token_ids_cpu"),
+                         _p(SOURCE, RUNNER_MOD, "GPUModelRunner",
+                            "_copy_draft_token_ids_to_cpu", "draft_token_ids_cpu"),
+                         _p(SOURCE, RUNNER_MOD, "GPUModelRunner", "_get_draft_token_ids_cpu",
+                            "draft_token_ids_cpu")),
                 Check.of("vllm.declared_schedule", VLLM,
                          "vSpec declares gamma 0..max as a dynamic schedule where vLLM builds "
-                         "the speculative config, so vLLM sizes graphs per verify width",
+                         "the speculative config, so vLLM sizes graphs per verify width; a "
+                         "host without the field captures target graphs for 1 + max K only "
+                         "(steps of smaller gamma run piecewise or eager: same outputs)",
                          _p(METHOD, ENGINE_ARGS_MOD, "EngineArgs",
                             "create_speculative_config"),
                          _p(FIELD, SPEC_CONFIG_MOD, "SpeculativeConfig",
-                            "num_speculative_tokens_per_batch_size")),
-                Check.of("vllm.zero_fast_path", VLLM,
-                         "sticky gamma-0 steps run as plain target steps: the runner decides "
-                         "the speculative path from self.speculative_config in execute_model "
-                         "and sample_tokens, and EngineCore.post_step fetches the drafts, "
-                         "none after such a step, from the worker",
-                         _p(SOURCE, RUNNER_MOD, "GPUModelRunner", "_prepare_inputs",
-                            "speculative_config"),
-                         _p(SOURCE, RUNNER_MOD, "GPUModelRunner", "execute_model",
-                            "speculative_config"),
-                         _p(SOURCE, RUNNER_MOD, "GPUModelRunner", "sample_tokens",
-                            "speculative_config"),
-                         *(_p(SOURCE, ENGINE_CORE_MOD, "EngineCore", "post_step", token)
-                           for token in ("take_draft_token_ids", "check_for_draft_tokens",
-                                         "async_scheduling")),
-                         _p(SOURCE, ENGINE_CORE_MOD, "EngineCore", "__init__", "batch_queue"),
-                         _p(CLASS, OUTPUTS_MOD, "DraftTokenIds")),
+                            "num_speculative_tokens_per_batch_size"),
+                         required=False),
+                Check(id="vllm.zero_fast_path", host=VLLM,
+                      why="sticky gamma-0 steps run as plain target steps: the runner decides "
+                          "the speculative path from self.speculative_config in execute_model "
+                          "and sample_tokens (and _prepare_inputs reads it, or the step's "
+                          "scheduled drafts), and EngineCore.post_step fetches the drafts, none "
+                          "after such a step, from the worker (gated by check_for_draft_tokens, "
+                          "or use_spec_decode on the vLLM-HUST core)",
+                      alternatives=tuple(
+                          (_p(SOURCE, RUNNER_MOD, "GPUModelRunner", "_prepare_inputs", spec),
+                           _p(SOURCE, RUNNER_MOD, "GPUModelRunner", "execute_model",
+                              "speculative_config"),
+                           _p(SOURCE, RUNNER_MOD, "GPUModelRunner", "sample_tokens",
+                              "speculative_config"),
+                           *(_p(SOURCE, ENGINE_CORE_MOD, "EngineCore", "post_step", token)
+                             for token in ("take_draft_token_ids", gate, "async_scheduling")),
+                           _p(SOURCE, ENGINE_CORE_MOD, "EngineCore", "__init__", "batch_queue"),
+                           _p(CLASS, OUTPUTS_MOD, "DraftTokenIds"))
+                          for spec, gate in (("speculative_config", "check_for_draft_tokens"),
+                                             ("scheduled_spec_decode_tokens",
+                                              "use_spec_decode"))),
+                      variants=("upstream vLLM", "vLLM-HUST core")),
             ]
     if not ascend:
         out += v2_checks()
     return out
+
+
+# vLLM builds Model Runner V2 by itself (its CUDA default since 0.32) where VllmConfig decides
+# the runner; where V2 is only an opt-in environment switch (the vLLM-HUST core) vSpec does
+# not drive it, and a worker that builds it stops before its model loads (host/runners.py).
+V2_BUILT = _p(METHOD, "vllm.config.vllm", "VllmConfig", "use_v2_model_runner")
 
 
 def v2_checks() -> list[Check]:
@@ -209,7 +280,7 @@ def v2_checks() -> list[Check]:
                  _p(CALL_KW, V2_RUNNER_MOD, "GPUModelRunner", "sample_tokens", K_PARAM,
                     callee="propose"),
                  _p(METHOD, V2_RUNNER_MOD, "GPUModelRunner", "take_draft_token_ids"),
-                 applies_if=V2_RUNNER_MOD),
+                 applies_if=V2_BUILT),
         Check.of("vllm.v2_speculators", VLLM,
                  "the sticky skip returns the speculator's draft buffer from each "
                  "speculator's own propose(); the draft model's decode loop reads "
@@ -220,7 +291,7 @@ def v2_checks() -> list[Check]:
                  _p(SELF_ATTR, V2_SPEC_MOD, "DraftModelSpeculator", "draft_tokens"),
                  _p(SOURCE, V2_STANDALONE_MOD, "StandaloneARSpeculator",
                     "_multi_step_decode", "num_speculative_steps"),
-                 applies_if=V2_RUNNER_MOD),
+                 applies_if=V2_BUILT),
         Check.of("vllm.v2_draft_logits", VLLM,
                  "the padded-vocabulary guard masks DraftModelSpeculator.compute_draft_logits, "
                  "which sample_draft reads",
@@ -228,7 +299,7 @@ def v2_checks() -> list[Check]:
                     "hidden_states"),
                  _p(SOURCE, V2_SPEC_MOD, "DraftModelSpeculator", "sample_draft",
                     "compute_draft_logits"),
-                 applies_if=V2_RUNNER_MOD),
+                 applies_if=V2_BUILT),
         Check.of("vllm.v2_rejection", VLLM,
                  "relaxed acceptance wraps the rejection_sample that RejectionSampler._verify "
                  "calls by name, inside GPUModelRunner.sample (the greedy rows' layout: "
@@ -238,7 +309,7 @@ def v2_checks() -> list[Check]:
                     "num_speculative_steps", "synthetic_conditional_rates"),
                  _p(SOURCE, V2_REJ_MOD, "RejectionSampler", "_verify", "rejection_sample"),
                  _p(METHOD, V2_RUNNER_MOD, "GPUModelRunner", "sample", "input_batch"),
-                 applies_if=V2_RUNNER_MOD),
+                 applies_if=V2_BUILT),
     ]
 
 
@@ -296,7 +367,7 @@ def ascend_checks(method: str, adaptive: bool, features: tuple[str, ...] = ()) -
             _p(CALL_KW, A_RUNNER_MOD, A_RUNNER, "propose_draft_token_ids",
                "common_attn_metadata", callee="_propose"),
         ))
-        # The K backport's padding rule (host/ascend/proposer.py _pads_to_max_k): under async
+        # The K backport's padding rule (host/k_backport.py reads_stride_max_k): under async
         # scheduling the next frame reads this frame's drafts in _prepare_input_ids with row
         # stride num_spec_tokens (max K; vLLM 0.23), unless the runner keeps the last draft
         # width in prev_num_spec_tokens (vLLM >= 0.31; vllm-ascend 0.30 sets it too). vSpec

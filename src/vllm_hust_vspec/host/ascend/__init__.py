@@ -84,6 +84,12 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> AscendPla
             except Exception:  # noqa: BLE001 - optional proposer, absent on some lines
                 extra = ()
         k_channel = install_proposer(patcher, base, gamma0_mode, extra)
+        npu_runner = resolve(req.A_RUNNER_MOD, req.A_RUNNER)
+        if "_copy_draft_token_ids_to_cpu" in vars(npu_runner):
+            # its own sync copy of the drafts, [max_num_reqs, max K] without a column slice
+            from vllm_hust_vspec.host.k_backport import make_draft_copy_wrapper
+
+            patcher.wrap(npu_runner, "_copy_draft_token_ids_to_cpu", make_draft_copy_wrapper)
 
     strict_graph = bool(settings.mtp_strict_graph) and method == "mtp"
 

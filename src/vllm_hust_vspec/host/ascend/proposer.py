@@ -18,6 +18,15 @@ from collections.abc import Callable
 from typing import Any
 
 from vllm_hust_vspec.host.abi.requirements import K_PARAM, SCHED_OUT_PARAM
+from vllm_hust_vspec.host.k_backport import (
+    MAX_K_ATTR,
+    drafting_steps,
+    max_k_of,
+    reads_stride_max_k,
+    requested_gamma,
+    takes_k,
+    to_width,
+)
 from vllm_hust_vspec.host.patching import Patcher, PatchError
 
 logger = logging.getLogger("vllm_hust_vspec.host.ascend")
@@ -25,32 +34,11 @@ logger = logging.getLogger("vllm_hust_vspec.host.ascend")
 # Set on a SchedulerOutput when the drafter must not run after this step (sticky gamma 0);
 # the same name the upstream hook uses (host/vllm.py SKIP_ATTR).
 SKIP_ATTR = "vspec_skip_draft"
-# Per-instance: the configured maximum K (buffers and graphs were sized for it).
-MAX_K_ATTR = "_vspec_max_k"
 # Per-instance: {gamma: runnable} draft graphs captured for that gamma (see graphs.py).
 GAMMA_RUNNABLES_ATTR = "_vspec_gamma_runnables"
 
 NATIVE = "native"
 BACKPORT = "backport"
-
-
-def takes_k(fn: Callable[..., Any]) -> bool:
-    """True when ``_propose`` has a ``num_speculative_tokens`` parameter."""
-    try:
-        return K_PARAM in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def requested_gamma(scheduler_output: Any, max_k: int) -> int:
-    """Gamma the scheduler asked for this step, clamped to ``[0, max_k]``.
-
-    A scheduler output without the field (an old vLLM, or no hook) means "the configured K".
-    """
-    value = getattr(scheduler_output, "num_spec_tokens_to_schedule", None)
-    if value is None:
-        return max_k
-    return max(0, min(int(value), max_k))
 
 
 def _batch_size(kwargs: dict[str, Any]) -> int:
@@ -75,48 +63,23 @@ def _graph_bakes_k(proposer: Any) -> bool:
     return type(runnable).__name__ == "ACLGraphWrapper"
 
 
-def _pads_to_max_k(proposer: Any) -> bool:
-    """True when the next frame reads this frame's drafts with row stride ``max K``.
-
-    Under async scheduling the runner copies the previous frame's draft tensor into the next
-    frame's input ids on device. vLLM 0.23's ``GPUModelRunner._prepare_input_ids`` (which
-    ``NPUModelRunner`` inherits) indexes it as ``prev_index * self.num_spec_tokens``
-    (vllm/v1/worker/gpu_model_runner.py:1756 of 0.23.0), and vllm-ascend 0.23 copies it into a
-    ``[max_num_reqs, K]`` CPU buffer (worker/model_runner_v1.py:1942); vLLM >= 0.31 keeps the
-    stride of the last draft tensor instead (``prev_num_spec_tokens``). A ``[B, gamma]``
-    tensor on a stride-K runner reads the wrong drafts (or past the end) in the next frame."""
-    runner = getattr(proposer, "runner", None)
-    return bool(getattr(proposer, "use_async_scheduling", False)) and runner is not None \
-        and not hasattr(runner, "prev_num_spec_tokens")
-
-
-def _to_width(out: Any, keep: int, width: int) -> Any:
-    """The first ``keep`` draft columns, zero-padded to ``width`` columns (never verified:
-    the next frame schedules ``keep`` placeholders)."""
-    out = out[:, :keep] if out.shape[1] != keep else out
-    if width == keep:
-        return out
-    import torch
-
-    pad = torch.zeros(out.shape[0], width - keep, dtype=out.dtype, device=out.device)
-    return torch.cat([out, pad], dim=1)
-
-
 def make_propose_backport(
     original: Callable[..., Any], gamma0_mode: Callable[[], str]
 ) -> Callable[..., Any]:
     """Wrap a K-less ``_propose`` so it drafts the scheduler's gamma.
 
     * gamma == max K: the original call, untouched.
-    * 0 < gamma < max K: ``self.num_speculative_tokens`` is gamma for this call (the loops and
-      output width follow it; buffers stay sized for max K) and restored after. When the
-      merged draft is a captured graph with K baked in, a graph captured for gamma is used if
-      one was registered, else the draft runs at max K and is truncated to gamma (correct;
-      only the verify width shrinks).
+    * 0 < gamma < max K: the proposer's step attributes (``num_speculative_tokens`` and, on
+      vLLM-Ascend-HUST, ``num_draft_steps``) are gamma for this call (the loops and output
+      width follow them; buffers stay sized for max K) and restored after. When the merged
+      draft is a captured graph with K baked in, a graph captured for gamma is used if one
+      was registered, else the draft runs at max K and is truncated to gamma (correct; only
+      the verify width shrinks).
     * gamma == 0: ``sticky`` (or the scheduler's skip flag) returns ``[B, 0]`` without
       drafting; ``sync`` drafts one token to keep the draft KV cache in step, then drops it.
     * async scheduling on a runner that reads drafts with row stride max K (vLLM 0.23): the
-      ``[B, gamma]`` drafts are zero-padded to ``[B, max K]`` (:func:`_pads_to_max_k`).
+      ``[B, gamma]`` drafts are zero-padded to ``[B, max K]``
+      (:func:`~vllm_hust_vspec.host.k_backport.reads_stride_max_k`).
     """
 
     def _propose(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -124,19 +87,18 @@ def make_propose_backport(
             # The runner passes everything by keyword; a positional call is a host we do not
             # know, so do not guess which argument is which.
             return original(self, *args, **kwargs)
-        max_k = self.__dict__.get(MAX_K_ATTR)
-        if max_k is None:
-            max_k = int(self.num_speculative_tokens)
-            self.__dict__[MAX_K_ATTR] = max_k
+        max_k = max_k_of(self)
         sched = kwargs.get(SCHED_OUT_PARAM)
         gamma = requested_gamma(sched, max_k)
         if gamma == max_k:
             return original(self, **kwargs)
-        width = max_k if _pads_to_max_k(self) else None
+        runner = getattr(self, "runner", None)
+        async_on = bool(getattr(self, "use_async_scheduling", False))
+        width = max_k if runner is not None and reads_stride_max_k(runner, async_on) else None
         if gamma == 0:
             if gamma0_mode() != "sync" or getattr(sched, SKIP_ATTR, False):
                 empty = _empty(kwargs, _batch_size(kwargs))
-                return empty if width is None else _to_width(empty, 0, width)
+                return empty if width is None else to_width(empty, 0, width)
             run_k, keep = 1, 0
         else:
             run_k, keep = gamma, gamma
@@ -148,14 +110,13 @@ def make_propose_backport(
                 self._runnable = graphs[run_k]
             else:
                 run_k = max_k
-        self.num_speculative_tokens = run_k
         try:
-            out = original(self, **kwargs)
+            with drafting_steps(self, run_k):
+                out = original(self, **kwargs)
         finally:
-            self.num_speculative_tokens = max_k
             if saved_runnable is not None:
                 self._runnable = saved_runnable
-        return _to_width(out, keep, keep if width is None else width)
+        return to_width(out, keep, keep if width is None else width)
 
     _propose.__vspec_backport__ = True  # type: ignore[attr-defined]
     return _propose
