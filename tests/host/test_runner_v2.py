@@ -306,7 +306,7 @@ def test_the_declared_schedule_is_told_apart_from_a_users() -> None:
     assert not schedule.is_declared(spec)
 
 
-def _engine_config(models: Any, settings: Settings, **spec: Any) -> Any:
+def _engine_config(models: Any, settings: Settings, dp: int = 1, **spec: Any) -> Any:
     from vllm.engine.arg_utils import EngineArgs
 
     patcher = Patcher("test-schedule")
@@ -314,7 +314,7 @@ def _engine_config(models: Any, settings: Settings, **spec: Any) -> Any:
     try:
         args = EngineArgs(
             model=str(models / "target"), tokenizer=str(models / "tokenizer"),
-            max_model_len=128, max_num_seqs=8, enforce_eager=True,
+            max_model_len=128, max_num_seqs=8, enforce_eager=True, data_parallel_size=dp,
             speculative_config={"method": "draft_model", "model": str(models / "draft"),
                                 "num_speculative_tokens": 3, **spec})
         return args.create_engine_config()
@@ -338,6 +338,18 @@ def test_vllm_builds_its_config_with_the_declared_schedule() -> None:
                            num_speculative_tokens_per_batch_size=[(1, 8, 2)])
     assert [tuple(e) for e in users.speculative_config.num_speculative_tokens_per_batch_size] \
         == [(1, 8, 2)]
+
+
+def test_a_dense_model_keeps_the_declared_schedule_under_data_parallel() -> None:
+    from tests.fixtures_models import models_dir
+
+    models = models_dir()
+    cfg = _engine_config(models, Settings(method="draft"), dp=2)
+    assert cfg.parallel_config.data_parallel_size == 2 and not cfg.model_config.is_moe
+    assert schedule.is_declared(cfg.speculative_config)  # vLLM would have dropped it
+    users = _engine_config(models, Settings(method="draft"), dp=2,
+                           num_speculative_tokens_per_batch_size=[(1, 8, 2)])
+    assert users.speculative_config.num_speculative_tokens_per_batch_size is None  # vLLM's
 
 
 def test_the_confidence_stop_cuts_each_requests_drafts_after_its_first_uncertain_position(

@@ -358,6 +358,11 @@ def test_unknown_method_is_rejected() -> None:
 
 
 V2_TREE = {
+    "vllm/config/vllm.py": """
+        class VllmConfig:
+            @property
+            def use_v2_model_runner(self): ...
+    """,
     "vllm/v1/worker/gpu/model_runner.py": """
         class GPUModelRunner:
             def execute_model(self, scheduler_output): ...
@@ -414,7 +419,7 @@ def test_model_runner_v2_checks_apply_only_where_v2_exists(
     assert report.ok
     results = {r.check.id: r for t in report.tiers for r in t.results}
     assert results["vllm.v2_speculators"].variant == (
-        "not applicable: no vllm.v1.worker.gpu.model_runner")
+        "not applicable: no vllm.config.vllm.VllmConfig.use_v2_model_runner")
     write(tmp_path / "v2", {**UPSTREAM, **V2_TREE})
     assert abi.check_static("draft", True, sources=[str(tmp_path / "v2")]).ok
     broken = dict(V2_TREE)

@@ -15,7 +15,9 @@ SCHEDULER = ("vllm.v1.core.sched.scheduler", "Scheduler")
 ENGINE_CORE = ("vllm.v1.engine.core", "EngineCore")
 ENGINE_CORE_PROC = ("vllm.v1.engine.core", "EngineCoreProc")
 SCHEDULER_OUTPUT = ("vllm.v1.core.sched.output", "SchedulerOutput")
-BASE_PROPOSER = ("vllm.v1.spec_decode.llm_base_proposer", "SpecDecodeBaseProposer")
+# (modules, class): the class moved to llm_base_proposer after the vLLM-HUST core's base.
+BASE_PROPOSER = (("vllm.v1.spec_decode.llm_base_proposer", "vllm.v1.spec_decode.eagle"),
+                 "SpecDecodeBaseProposer")
 MODEL_RUNNER = ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner")
 WORKER = ("vllm.v1.worker.gpu_worker", "Worker")
 SPEC_CONFIG = ("vllm.config.speculative", "SpeculativeConfig")

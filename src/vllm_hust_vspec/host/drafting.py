@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from vllm_hust_vspec.host.capabilities import BASE_PROPOSER, MODEL_RUNNER
-from vllm_hust_vspec.host.patching import Patcher, resolve
+from vllm_hust_vspec.host.patching import Patcher, resolve, resolve_any
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.settings import Settings
@@ -259,10 +259,11 @@ def _make_propose_wrapper(
     get_config: Callable[[], DraftSideConfig],
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def propose(self: Any, num_speculative_tokens: int, *args: Any, **kwargs: Any) -> Any:
+        def propose(self: Any, *args: Any, **kwargs: Any) -> Any:
+            # K is the first argument upstream and absent on the vLLM-HUST core: pass through
             state = state_of(self, get_config)
             if state.idle:
-                return orig(self, num_speculative_tokens, *args, **kwargs)
+                return orig(self, *args, **kwargs)
             if state.clamp_inputs is not None:
                 for name in ("target_token_ids", "next_token_ids"):
                     if name in kwargs:
@@ -270,7 +271,7 @@ def _make_propose_wrapper(
             state.steps = [] if state.record else None
             state.pending = None
             try:
-                out = orig(self, num_speculative_tokens, *args, **kwargs)
+                out = orig(self, *args, **kwargs)
             finally:
                 steps, state.steps = state.steps, None
             if steps and getattr(out, "ndim", 0) == 2 and out.shape[1] == len(steps) and all(
@@ -325,7 +326,7 @@ def install_drafting(patcher: Patcher, get_settings: Callable[[], Settings]) -> 
     def get_config() -> DraftSideConfig:
         return draft_config(get_settings())
 
-    base = resolve(*BASE_PROPOSER)
+    base = resolve_any(*BASE_PROPOSER)
     runner = resolve(*MODEL_RUNNER)
     patcher.wrap(base, "_greedy_sample", _make_greedy_wrapper(get_config))
     patcher.wrap(base, "propose", _make_propose_wrapper(get_config))

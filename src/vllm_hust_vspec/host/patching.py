@@ -77,6 +77,18 @@ def resolve(module: str, qualname: str) -> Any:
     return obj
 
 
+def resolve_any(modules: tuple[str, ...], qualname: str) -> Any:
+    """:func:`resolve` in the first of ``modules`` that has ``qualname`` (a class that moved
+    between host versions). Raises :class:`PatchError` naming every place looked in."""
+    errors = []
+    for module in modules:
+        try:
+            return resolve(module, qualname)
+        except PatchError as exc:
+            errors.append(str(exc))
+    raise PatchError(" | ".join(errors))
+
+
 def is_patched(owner: Any, name: str) -> bool:
     """True when ``owner.name`` is currently patched by any :class:`Patcher`."""
     with _LOCK:
@@ -211,4 +223,5 @@ __all__ = [
     "is_patched",
     "original_of",
     "resolve",
+    "resolve_any",
 ]

@@ -11,7 +11,8 @@ vLLM sizes its graphs and picks its graph modes from
   changes at run time (``VllmConfig._maybe_override_dynamic_sd_cudagraph_mode``), and sizes
   its capture list per width tier;
 * data parallel > 1 (and, in 0.33, a V1 method that cannot draft a per-step K) turns the
-  schedule off.
+  schedule off; for a dense model, whose data-parallel ranks are independent engines, vSpec
+  keeps its declared schedule there (:func:`_make_dp_wrapper`).
 
 A vSpec launch with adaptive gamma changes K every step, so it declares a schedule listing
 every K from 0 to the upper bound, and vLLM's own rules apply to it as to any dynamic
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("vllm_hust_vspec.host")
 
 ENGINE_ARGS = ("vllm.engine.arg_utils", "EngineArgs")
+VLLM_CONFIG = ("vllm.config.vllm", "VllmConfig")
+DP_RULE = "_maybe_disable_dynamic_sd_for_data_parallel"
 SCHEDULE_FIELD = "num_speculative_tokens_per_batch_size"
 # vLLM's default max_num_seqs is not yet set when the speculative config is built.
 _UNKNOWN_MAX_SEQS = 1 << 16
@@ -112,10 +115,33 @@ def _make_create_wrapper(
     return make
 
 
+def _make_dp_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def _maybe_disable_dynamic_sd_for_data_parallel(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # vLLM drops every dynamic schedule under data parallel > 1, as its ranks could pick
+        # different K in lockstep. A dense model's ranks are independent engines (data
+        # parallel 1 inside each; one vSpec controller per engine), so vSpec's declared
+        # schedule stays and graphs keep every verify width. MoE ranks step in lockstep:
+        # vLLM's rule applies (and vSpec refuses adaptive gamma there, host/runners.py).
+        spec = self.speculative_config
+        model = getattr(self, "model_config", None)
+        if spec is not None and is_declared(spec) and model is not None \
+                and not getattr(model, "is_moe", True):
+            logger.info("vSpec: keeping the declared gamma schedule under data parallel "
+                        "(a dense model's ranks run as independent engines)")
+            return None
+        return orig(self, *args, **kwargs)
+
+    return _maybe_disable_dynamic_sd_for_data_parallel
+
+
 def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
-    """Wrap ``EngineArgs.create_speculative_config`` (the front-end process builds it)."""
+    """Wrap ``EngineArgs.create_speculative_config`` (the front-end process builds it) and,
+    where vLLM has it, the rule that drops a dynamic schedule under data parallel."""
     patcher.wrap(resolve(*ENGINE_ARGS), "create_speculative_config",
                  _make_create_wrapper(get_settings))
+    config_cls = resolve(*VLLM_CONFIG)
+    if hasattr(config_cls, DP_RULE):
+        patcher.wrap(config_cls, DP_RULE, _make_dp_wrapper)
 
 
 __all__ = [

@@ -63,9 +63,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("vllm_hust_vspec.host")
 
 HOOK_ATTR = "_vspec_hook"
-# Methods whose proposer drafts exactly the K it is given. suffix asserts K == configured K
-# and custom_class ignores it, so neither can be driven per step; medusa is gone in vLLM 0.33.
-SUPPORTED_METHODS = frozenset({"draft_model", "eagle", "eagle3", "mtp", "ngram", "ngram_gpu"})
+# Methods whose proposer drafts exactly the K it is given. suffix and the GPU n-gram proposer
+# (ngram_gpu) assert K == configured K and custom_class ignores it, so none of them can be
+# driven per step; medusa is gone in vLLM 0.33.
+SUPPORTED_METHODS = frozenset({"draft_model", "eagle", "eagle3", "mtp", "ngram"})
 
 
 # ---- attaching to a Scheduler -----------------------------------------------------------

@@ -224,7 +224,9 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                          _p(SOURCE, RUNNER_MOD, "GPUModelRunner",
                             "_copy_draft_token_ids_to_cpu", "draft_token_ids_cpu"),
                          _p(SOURCE, RUNNER_MOD, "GPUModelRunner", "_get_draft_token_ids_cpu",
-                            "draft_token_ids_cpu")),
+                            "draft_token_ids_cpu"),
+                         applies_if=_p(METHOD, RUNNER_MOD, "GPUModelRunner",
+                                       "_copy_draft_token_ids_to_cpu")),
                 Check.of("vllm.declared_schedule", VLLM,
                          "vSpec declares gamma 0..max as a dynamic schedule where vLLM builds "
                          "the speculative config, so vLLM sizes graphs per verify width; a "

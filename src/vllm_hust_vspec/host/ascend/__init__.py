@@ -84,12 +84,7 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> AscendPla
             except Exception:  # noqa: BLE001 - optional proposer, absent on some lines
                 extra = ()
         k_channel = install_proposer(patcher, base, gamma0_mode, extra)
-        npu_runner = resolve(req.A_RUNNER_MOD, req.A_RUNNER)
-        if "_copy_draft_token_ids_to_cpu" in vars(npu_runner):
-            # its own sync copy of the drafts, [max_num_reqs, max K] without a column slice
-            from vllm_hust_vspec.host.k_backport import make_draft_copy_wrapper
-
-            patcher.wrap(npu_runner, "_copy_draft_token_ids_to_cpu", make_draft_copy_wrapper)
+        _install_draft_copy(patcher)
 
     strict_graph = bool(settings.mtp_strict_graph) and method == "mtp"
 
@@ -140,6 +135,23 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> AscendPla
                         relaxed_acceptance=relaxed, graph_widths=graph_widths)
     logger.info("vSpec: vllm-ascend adapter installed: %s", result)
     return result
+
+
+def _install_draft_copy(patcher: Patcher) -> None:
+    """The NPU runner's own sync copy of the drafts fills a ``[max_num_reqs, max K]`` buffer
+    without a column slice: narrowed to the drafts' width (host/k_backport.py). A runner
+    module that cannot import here cannot build a runner either (vLLM fails on it), so
+    there is nothing to patch then."""
+    from vllm_hust_vspec.host.k_backport import make_draft_copy_wrapper
+    from vllm_hust_vspec.host.patching import PatchError
+
+    try:
+        npu_runner = resolve(req.A_RUNNER_MOD, req.A_RUNNER)
+    except PatchError as exc:
+        logger.info("vSpec: the NPU runner's draft copy is not patched: %s", exc)
+        return
+    if "_copy_draft_token_ids_to_cpu" in vars(npu_runner):
+        patcher.wrap(npu_runner, "_copy_draft_token_ids_to_cpu", make_draft_copy_wrapper)
 
 
 def features_for(settings: Settings) -> tuple[str, ...]:
