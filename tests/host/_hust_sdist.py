@@ -49,3 +49,7 @@ def source_file(relative: str) -> str:
         if member is None:
             raise FileNotFoundError(relative)
         return member.read().decode()
+
+
+if __name__ == "__main__":  # scripts/setup_hust_core.sh: print the sdist's path
+    print(sdist())

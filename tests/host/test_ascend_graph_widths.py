@@ -242,3 +242,34 @@ def test_backport_pads_drafts_to_k_on_a_stride_k_async_runner() -> None:
     keeps_width = Proposer(True, type("R", (), {"prev_num_spec_tokens": 3})())
     assert run(keeps_width, 1).tolist() == [[1], [2]]
     assert run(Proposer(False, object()), 2).tolist() == [[1, 2], [3, 4]]
+
+
+class HustDrafter:
+    """vLLM-Ascend-HUST's proposer shape: K and num_draft_steps (the tree depth, else K) set
+    in __init__; dummy_run (the capture) loops num_draft_steps and shapes its query by K."""
+
+    def __init__(self, k: int) -> None:
+        self.num_speculative_tokens = k
+        self.num_draft_steps = k
+        self.captured: list[tuple[int, int]] = []  # (steps run, max_query_len) per capture
+
+    def dummy_run(self, **kwargs: Any) -> None:
+        steps = sum(1 for _ in range(self.num_draft_steps))
+        self.captured.append((steps, self.num_speculative_tokens + 1))
+
+
+def test_per_gamma_draft_graphs_capture_gamma_steps_on_a_hust_proposer() -> None:
+    drafter = HustDrafter(3)
+    runner = type("Runner", (), {})()
+    runner.drafter = drafter
+    runner.uniform_decode_query_len = 4
+    runner.__dict__[gw.STATE_ATTR] = gw.WidthState(
+        max_k=3, widths=(2, 3, 4), sizes={}, tables={}, draft_gammas=(1, 2, 3), drafter=drafter)
+    for width in (2, 3, 4):
+        with gw.as_width(runner, width):
+            runner.drafter.dummy_run(num_tokens=8)
+    assert drafter.captured == [(1, 2), (2, 3), (3, 4)]
+    assert (drafter.num_speculative_tokens, drafter.num_draft_steps) == (3, 3)  # restored
+    drafter.captured.clear()
+    gw._draft_fanout(drafter, [1, 2, 3])(num_tokens=8)  # combined FULL: one key, each gamma
+    assert drafter.captured == [(1, 2), (2, 3), (3, 4)]

@@ -167,6 +167,45 @@ def test_ascend_keeps_sticky_but_not_the_fast_path() -> None:
     assert any("NPUModelRunner" in w for w in result.warnings)
 
 
+# The options NPUModelRunner's own draft path (_propose -> _run_merged_draft) never reaches.
+NOT_ON_ASCEND = {"adaptive_entropy_stop", "eagle_draft_active_vocab_size",
+                 "eagle_draft_lm_head_quant", "eagle_draft_trace", "eagle_draft_io_trace_dir",
+                 "eagle_target_hidden_trace_dir", "eagle_target_argmax_trace_path",
+                 "eagle_target_active_vocab_ids"}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_ON_ASCEND))
+def test_draft_side_options_fail_closed_on_ascend(name: str) -> None:
+    result = runners.plan(Settings(method="eagle", **{name: WORKER_OPTIONS[name]}),
+                          runners.ASCEND)
+    assert any("vLLM-Ascend" in e or "NPUModelRunner" in e for e in result.errors), name
+
+
+def test_v2_as_an_environment_opt_in_is_seen_and_refused_where_vspec_cannot_drive_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm_hust_vspec.host import runner_v2
+
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    assert runners.runner_of(config(v2=None)) == runners.V2  # a host without the property
+    monkeypatch.setattr(runner_v2, "available", lambda: False)
+    result = runners.plan(Settings(method="eagle"), runners.V2, config(v2=None))
+    assert any("VLLM_USE_V2_MODEL_RUNNER" in e for e in result.errors)
+
+
+def test_sticky_under_async_without_vllms_k_channel_keeps_the_first_draft_pass(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm_hust_vspec.host import k_backport
+
+    cfg = config()
+    cfg.scheduler_config = SimpleNamespace(async_scheduling=True)
+    assert runners.plan(Settings(method="eagle"), runners.V1, cfg).settings \
+        .adaptive_gamma0_mode == "sticky"  # vLLM 0.32 has the channel
+    monkeypatch.setattr(k_backport, "host_has_k_channel", lambda: False)
+    result = runners.plan(Settings(method="eagle"), runners.V1, cfg)
+    assert result.settings.adaptive_gamma0_mode == "sync"
+    assert any("K channel" in w for w in result.warnings)
+
+
 def test_data_parallel_refuses_adaptive_gamma_on_every_runner() -> None:
     for runner in runners.RUNNERS:
         result = runners.plan(Settings(method="eagle"), runner, config(dp=2))

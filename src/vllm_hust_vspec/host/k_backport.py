@@ -23,6 +23,8 @@ K_PARAM = "num_speculative_tokens"
 MAX_K_ATTR = "_vspec_max_k"
 # The proposer attributes a K-less drafter's loops and buffers read for its step count.
 STEP_ATTRS = ("num_speculative_tokens", "num_draft_steps")
+# Per proposer instance: which of STEP_ATTRS count K there (see _step_attrs).
+STEP_ATTRS_ATTR = "_vspec_step_attrs"
 
 _TAKES_K: dict[type, bool] = {}
 
@@ -73,15 +75,25 @@ def max_k_of(proposer: Any) -> int:
     return int(max_k)
 
 
+def _step_attrs(proposer: Any) -> tuple[str, ...]:
+    """The step attributes that count K on this proposer (those equal to max K at first
+    sight: a tree's depth differs from K and is not one of them), remembered."""
+    attrs = proposer.__dict__.get(STEP_ATTRS_ATTR)
+    if attrs is None:
+        max_k = max_k_of(proposer)
+        attrs = proposer.__dict__[STEP_ATTRS_ATTR] = tuple(
+            a for a in STEP_ATTRS if getattr(proposer, a, None) == max_k)
+    return tuple(attrs)
+
+
 @contextmanager
 def drafting_steps(proposer: Any, steps: int) -> Iterator[None]:
-    """Within the block the proposer drafts ``steps`` tokens: every step attribute that
-    equals max K is set to ``steps`` (a tree's depth differs from K and is left alone)."""
-    max_k = max_k_of(proposer)
-    saved = {a: getattr(proposer, a) for a in STEP_ATTRS
-             if isinstance(getattr(proposer, a, None), int) and getattr(proposer, a) == max_k}
+    """Within the block the proposer drafts ``steps`` tokens: its step attributes are set to
+    ``steps`` and restored after (blocks may nest)."""
+    attrs = _step_attrs(proposer)
+    saved = {a: getattr(proposer, a) for a in attrs}
     try:
-        for attr in saved:
+        for attr in attrs:
             setattr(proposer, attr, steps)
         yield
     finally:

@@ -56,6 +56,9 @@ class RunnerFeature:
     downgrade_note: str = ""
 
 
+_NPU_DRAFT_PATH = ("vLLM-Ascend drafts through _propose -> _run_merged_draft (its own argmax), "
+                   "never the upstream propose / _greedy_sample this feature wraps")
+
 FEATURES: tuple[RunnerFeature, ...] = (
     RunnerFeature(
         "adaptive gamma with a draft model (--method draft)",
@@ -81,25 +84,30 @@ FEATURES: tuple[RunnerFeature, ...] = (
     RunnerFeature(
         "the confidence stop (--adaptive-entropy-stop)",
         lambda s: s.adaptive_entropy_stop,
-        {},  # V2: host/runner_v2.py records in compute_draft_logits (eager drafting only)
+        # V2: host/runner_v2.py records in compute_draft_logits (eager drafting only)
+        {ASCEND: _NPU_DRAFT_PATH},
     ),
     RunnerFeature(
         "the draft LM-head options (--eagle-draft-active-vocab-*, --eagle-draft-lm-head-quant)",
         lambda s: s.draft_head_changed(),
-        {},  # V2: host/runner_v2.py computes DraftModelSpeculator.compute_draft_logits
+        # V2: host/runner_v2.py computes DraftModelSpeculator.compute_draft_logits
+        {ASCEND: _NPU_DRAFT_PATH},
     ),
     RunnerFeature(
         "the diagnostic traces (--eagle-draft-trace, --eagle-*-trace-dir/-path)",
         lambda s: bool(s.eagle_draft_trace or s.eagle_draft_io_trace_dir
                        or s.eagle_target_hidden_trace_dir or s.eagle_target_argmax_trace_path),
         {V2: "they wrap the V1 proposers and runner bookkeeping, which Model Runner V2 does "
-             "not have (its drafting lives in spec_decode/*/speculator.py)"},
+             "not have (its drafting lives in spec_decode/*/speculator.py)",
+         ASCEND: "they wrap the upstream proposers' propose and the V1 runner's bookkeeping; "
+                 "vLLM-Ascend drafts through its own _propose path"},
     ),
     RunnerFeature(
         "the target active vocabulary (--eagle-target-active-vocab-ids)",
         lambda s: s.eagle_target_active_vocab_ids is not None,
         {V2: "the restricted head is attached by the V1 runner's initialize_kv_cache, which "
-             "V2 does not have"},
+             "V2 does not have",
+         ASCEND: "NPUModelRunner computes the target's logits on its own path"},
     ),
     RunnerFeature(
         "per-request verify lengths (--adaptive-per-request-lengths)",

@@ -468,18 +468,32 @@ def ascend_checks(method: str, adaptive: bool, features: tuple[str, ...] = ()) -
             _p(CALL_KW, A_RUNNER_MOD, A_RUNNER, "_dummy_run", "aclgraph_runtime_mode",
                callee="dummy_run"),
         ))
-        out.append(Check.of(
-            "ascend.draft_graph_per_gamma", ASCEND,
-            "one merged draft graph per gamma: the proposer's _runnable is an "
-            "ACLGraphWrapper around _run_merged_draft whose step loop and capture shape "
-            "follow num_speculative_tokens",
-            _p(METHOD, A_GRAPH_MOD, "ACLGraphWrapper", "__init__", "runnable", "vllm_config",
-               "runtime_mode", "use_eagle", "enable_enpu"),
-            _p(METHOD, A_BASE_MOD, A_BASE, "_run_merged_draft", "num_input_tokens",
-               "batch_size", "multi_steps_attn_metadata"),
-            _p(SOURCE, A_BASE_MOD, A_BASE, "_run_merged_draft", "num_speculative_tokens"),
-            _p(SOURCE, A_BASE_MOD, A_BASE, "dummy_run", "num_speculative_tokens"),
-            _p(SOURCE, A_BASE_MOD, A_BASE, "_propose", "cudagraph_dispatcher"),
+        graph_init = _p(METHOD, A_GRAPH_MOD, "ACLGraphWrapper", "__init__", "runnable",
+                        "vllm_config", "runtime_mode", "use_eagle", "enable_enpu")
+        merged = _p(METHOD, A_BASE_MOD, A_BASE, "_run_merged_draft", "num_input_tokens",
+                    "batch_size", "multi_steps_attn_metadata")
+        dispatch = _p(SOURCE, A_BASE_MOD, A_BASE, "_propose", "cudagraph_dispatcher")
+        out.append(Check(
+            id="ascend.draft_graph_per_gamma", host=ASCEND,
+            why="one merged draft graph per gamma: the proposer's _runnable is an "
+                "ACLGraphWrapper around _run_merged_draft, whose step loop and capture shape "
+                "follow the step attributes vSpec sets to gamma for each capture: "
+                "num_draft_steps and num_speculative_tokens (vLLM-Ascend-HUST) or "
+                "num_speculative_tokens alone",
+            alternatives=(
+                (graph_init, merged,
+                 _p(SELF_ATTR, A_BASE_MOD, A_BASE, "num_draft_steps"),
+                 _p(SOURCE, A_BASE_MOD, A_BASE, "_run_merged_draft", "num_draft_steps"),
+                 _p(SOURCE, A_BASE_MOD, A_BASE, "dummy_run", "num_draft_steps"),
+                 _p(SOURCE, A_BASE_MOD, A_BASE, "dummy_run", "num_speculative_tokens"),
+                 dispatch),
+                (graph_init, merged,
+                 _p(SOURCE, A_BASE_MOD, A_BASE, "_run_merged_draft", "num_speculative_tokens"),
+                 _p(SOURCE, A_BASE_MOD, A_BASE, "dummy_run", "num_speculative_tokens"),
+                 dispatch),
+            ),
+            variants=("steps: num_draft_steps and num_speculative_tokens",
+                      "steps: num_speculative_tokens"),
         ))
     return out
 

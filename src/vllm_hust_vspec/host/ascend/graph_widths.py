@@ -17,7 +17,8 @@ drafter. With graph-per-gamma on, this module makes every candidate width a firs
   ``GraphParams`` (the target graph params become a router keyed by the width of the forward
   context's batch descriptor), so replay patches the kernels of the graph that is replayed.
 * **Draft**: one merged draft ``ACLGraphWrapper`` per candidate gamma >= 1, captured inside the
-  target capture of width ``1 + gamma`` with ``num_speculative_tokens = gamma`` and its own
+  target capture of width ``1 + gamma`` with the drafter's step attributes at gamma
+  (``num_speculative_tokens``, and ``num_draft_steps`` on vLLM-Ascend-HUST) and its own
   draft ``GraphParams`` (router keyed by the drafter's ``num_speculative_tokens``); the
   proposer's ``_runnable`` becomes :class:`GammaDraftGraphs`, which calls the wrapper of the
   step's gamma (the K backport sets ``num_speculative_tokens`` to it).
@@ -86,6 +87,7 @@ from vllm_hust_vspec.host.ascend.graphs import (
     mode_name,
 )
 from vllm_hust_vspec.host.ascend.proposer import GAMMA_RUNNABLES_ATTR
+from vllm_hust_vspec.host.k_backport import drafting_steps
 from vllm_hust_vspec.host.patching import Patcher
 
 logger = logging.getLogger("vllm_hust_vspec.host.ascend")
@@ -184,7 +186,7 @@ def as_width(runner: Any, width: int) -> Iterator[WidthState]:
             stack.enter_context(_swapped(runner, uniform_decode_query_len=width))
         if drafter is not None:
             if width - 1 in st.draft_gammas or width == st.max_k + 1:
-                stack.enter_context(_swapped(drafter, num_speculative_tokens=width - 1))
+                stack.enter_context(drafting_steps(drafter, width - 1))
             else:  # width 1 (no draft pass), or a gamma without its own draft graph
                 stack.enter_context(_swapped(runner, drafter=None))
         try:
@@ -201,7 +203,7 @@ def _draft_fanout(drafter: Any, gammas: list[int]) -> Callable[..., Any]:
     def dummy_run(*args: Any, **kwargs: Any) -> Any:
         out = None
         for g in gammas:
-            with _swapped(drafter, num_speculative_tokens=g):
+            with drafting_steps(drafter, g):
                 out = original(*args, **kwargs)
         return out
 
