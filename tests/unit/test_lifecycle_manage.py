@@ -121,7 +121,7 @@ def test_real_delegation_calls_manager(manager: tuple[Path, Path]) -> None:
 def test_local_validate_and_inspect_run() -> None:
     res = run_script(MANAGE, "--python", PY, "validate")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "OK   [0.3]" in res.stdout and "OK   [0.2-experimental]" in res.stdout
+    assert "OK   [0.2-experimental]" in res.stdout and "OK   [0.3-experimental]" in res.stdout
     res = run_script(MANAGE, "--python", PY, "inspect")
     assert res.returncode == 0 and '"extension_id": "org.vllm-hust.vspec"' in res.stdout
 

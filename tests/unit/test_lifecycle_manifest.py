@@ -23,7 +23,7 @@ from vllm_hust_vspec import __version__, bundle
 from vllm_hust_vspec.cli import launch
 from vllm_hust_vspec.cli import manifest as manifest_cli
 
-SCHEMAS = ("0.3", "0.2-experimental")
+SCHEMAS = ("0.2-experimental", "0.3-experimental")
 ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 
 
@@ -40,11 +40,12 @@ def test_manifest_valid_against_its_json_schema(schema: str) -> None:
 
 
 def test_schemas_discriminate_the_versions() -> None:
-    v03 = jsonschema.Draft202012Validator(bundle.load_schema("0.3"))
+    v03 = jsonschema.Draft202012Validator(bundle.load_schema("0.3-experimental"))
     v02 = jsonschema.Draft202012Validator(bundle.load_schema("0.2-experimental"))
-    assert not v02.is_valid(doc("0.3"))  # 0.3-only fields and schema_version
+    assert not v02.is_valid(doc("0.3-experimental"))  # 0.3-only fields and schema_version
     assert not v03.is_valid(doc("0.2-experimental"))
-    downgraded = {k: v for k, v in doc("0.3").items()
+    assert not v03.is_valid({**doc("0.3-experimental"), "schema_version": "0.3"})
+    downgraded = {k: v for k, v in doc("0.3-experimental").items()
                   if k not in ("resource_claims", "requires_extensions")}
     downgraded["schema_version"] = "0.2-experimental"
     assert downgraded == doc("0.2-experimental")  # same content apart from the 0.3 additions
@@ -63,16 +64,18 @@ def test_pattern_and_pep440_rules(schema: str) -> None:
         SpecifierSet(r)  # raises on anything that is not PEP 440
     rng = d["host"]["version_range"]
     assert SpecifierSet(rng).prereleases  # names a pre-release, so rc/dev hosts may match
-    for ok in ("0.18.0", "0.23.0", "0.32.0", "0.33.1", "0.30.0rc2", "0.33.0.dev4", "0.32.0+cpu"):
+    for ok in ("0.18.0", "0.23.0", "0.32.0", "0.33.1", "0.30.0rc2", "0.33.0.dev4", "0.32.0+cpu",
+               "0.17.2rc1.dev5871+g762f85b31.empty", "0.28.1rc1.dev319+g762f85b31.empty",
+               "0.17.2.post1"):
         assert bundle.host_in_range(rng, ok) is True, ok
-    for bad in ("0.17.1", "0.34.0", "1.0.0", "0.34.0rc1"):
+    for bad in ("0.17.1", "0.17.2rc0", "0.34.0", "1.0.0", "0.34.0rc1"):
         assert bundle.host_in_range(rng, bad) is False, bad
     # The documented rule: without a pre-release in the range an rc host never matches.
     assert bundle.host_in_range(">=0.18.0,<0.34", "0.30.0rc2") is False
 
 
 def test_03_claims_and_activation() -> None:
-    d = doc("0.3")
+    d = doc("0.3-experimental")
     claims = {(c["resource"], c["scope"], c["mode"]) for c in d["resource_claims"]}
     assert claims == {("vllm.spec-decode.patch-set", "vllm-process", "exclusive"),
                       ("vllm.model-registry/qwen2-eagle", "vllm-process", "exclusive")}
@@ -82,8 +85,11 @@ def test_03_claims_and_activation() -> None:
         assert s["activation"]["environment"] == {"HUST_VSPEC_ENABLED": "1"}
         assert s["activation"]["entry_points"] == [{"group": "vllm.general_plugins",
                                                     "name": "vspec"}]
-        assert {p["name"] for p in s["protocols"]} == {
-            "vllm.general_plugins", "vllm-ascend.spec-decode.private-abi"}
+        # null ranges: no host advertises these, the manager's run gate skips them
+        assert {p["name"]: p["version_range"] for p in s["protocols"]} == {
+            "vllm.general_plugins": None, "vllm-ascend.spec-decode.private-abi": None}
+        assert s["host"] == {"provider": "vllm", "name": "vllm",
+                             "version_range": ">=0.17.2rc1.dev0,<0.34"}
         assert s["runtime"] == {"type": "python", "process_scope": "vllm-processes",
                                 "isolation": "trusted_in_process"}
 
@@ -91,52 +97,66 @@ def test_03_claims_and_activation() -> None:
 def test_discovery_package_holds_exactly_one_manifest_and_no_code() -> None:
     pkg = resources.files("vllm_hust_vspec.manifests")
     direct = sorted(p.name for p in pkg.iterdir() if p.name.endswith(".json"))
-    assert direct == ["vllm-hust-extension-v0.3.json"]
-    legacy = resources.files("vllm_hust_vspec.manifests.v0_2")
-    assert sorted(p.name for p in legacy.iterdir() if p.name.endswith(".json")) == [
-        "vllm-hust-extension-v0.2.json"]
-    for init in (pkg / "__init__.py", legacy / "__init__.py"):
+    assert direct == ["vllm-hust-extension-v0.2.json"]
+    assert doc("0.2-experimental") == json.loads(pkg.joinpath(direct[0]).read_text())
+    v03 = resources.files("vllm_hust_vspec.manifests.v0_3")
+    assert sorted(p.name for p in v03.iterdir() if p.name.endswith(".json")) == [
+        "vllm-hust-extension-v0.3.json"]
+    assert not pkg.joinpath("v0_2").is_dir()
+    for init in (pkg / "__init__.py", v03 / "__init__.py"):
         tree = ast.parse(init.read_text(encoding="utf-8"))
         assert not [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
 
 
-def _mutate(schema: str, path: tuple[str, ...], value: Any) -> dict[str, Any]:
+def _mutate(schema: str, path: tuple[str | int, ...], value: Any) -> dict[str, Any]:
     d = copy.deepcopy(doc(schema))
-    target = d
+    target: Any = d
     for key in path[:-1]:
         target = target[key]
     target[path[-1]] = value
     return d
 
 
+V03 = "0.3-experimental"
 BAD = [
-    ("0.3", ("extension_id",), "Org.VSpec", "extension_id"),
-    ("0.3", ("extension_version",), "1.0-final-ish", "extension_version"),
-    ("0.3", ("extension_version",), "9.9.9", "version mismatch"),
-    ("0.3", ("host", "version_range"), ">=0.18,<0.34", "pre-release"),
-    ("0.3", ("host", "version_range"), "0.18 to 0.34", "version range"),
-    ("0.3", ("activation", "environment"), {}, "HUST_VSPEC_ENABLED"),
-    ("0.3", ("resource_claims",), [{"resource": "a", "scope": "vllm-process", "mode": "x"}],
+    (V03, ("extension_id",), "Org.VSpec", "extension_id"),
+    (V03, ("extension_version",), "1.0-final-ish", "extension_version"),
+    (V03, ("extension_version",), "9.9.9", "version mismatch"),
+    (V03, ("host", "version_range"), ">=0.18,<0.34", "pre-release"),
+    (V03, ("host", "version_range"), "0.18 to 0.34", "version range"),
+    (V03, ("activation", "environment"), {}, "HUST_VSPEC_ENABLED"),
+    (V03, ("resource_claims",), [{"resource": "a", "scope": "vllm-process", "mode": "x"}],
      "mode"),
     ("0.2-experimental", ("resource_claims",), [], "unknown field"),
-    ("0.3", ("kind",), "scheduler_policy", "kind"),
+    (V03, ("kind",), "scheduler_policy", "kind"),
+    (V03, ("schema_version",), "0.3", "write '0.3-experimental'"),
+    ("0.2-experimental", ("protocols",),
+     [{"name": "vllm.general_plugins", "version_range": None},
+      {"name": "vllm-ascend.spec-decode.private-abi", "version_range": ">=0.18.0rc0,<0.34"}],
+     "use null"),
+    ("0.2-experimental", ("components", 0, "contracts"), ["general_plugins"], "contracts"),
+    (V03, ("requires_extensions",), [{"extension_id": "a", "version_range": None}],
+     "version range"),
 ]
 
 
 @pytest.mark.parametrize(("schema", "path", "value", "needle"), BAD)
-def test_rules_reject_bad_manifests(schema: str, path: tuple[str, ...], value: Any,
+def test_rules_reject_bad_manifests(schema: str, path: tuple[str | int, ...], value: Any,
                                     needle: str) -> None:
     problems = bundle.rule_problems(_mutate(schema, path, value), __version__)
     assert problems and any(needle in p for p in problems), problems
 
 
 def test_duplicate_claim_and_schema_errors() -> None:
-    d = copy.deepcopy(doc("0.3"))
+    d = copy.deepcopy(doc(V03))
     d["resource_claims"].append(dict(d["resource_claims"][0]))
     assert any("duplicate" in p for p in bundle.rule_problems(d, __version__))
-    assert bundle.schema_problems(d, "0.3")  # uniqueItems in the JSON Schema too
-    bad_id = _mutate("0.3", ("extension_id",), "-bad")
-    assert any(p.startswith("extension_id") for p in bundle.schema_problems(bad_id, "0.3") or [])
+    assert bundle.schema_problems(d, V03)  # uniqueItems in the JSON Schema too
+    bad_id = _mutate(V03, ("extension_id",), "-bad")
+    assert any(p.startswith("extension_id") for p in bundle.schema_problems(bad_id, V03) or [])
+    d = copy.deepcopy(doc("0.2-experimental"))
+    d["components"].append(dict(d["components"][0]))
+    assert any("duplicate" in p for p in bundle.rule_problems(d, __version__))
 
 
 def test_cli_validate_and_show(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -146,14 +166,14 @@ def test_cli_validate_and_show(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     # a CI checkout under /tmp/tmp.XXXXllOK once did)
     assert [line.split()[0] for line in lines] == ["OK", "OK"], lines
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps(_mutate("0.3", ("extension_version",), "0.0.1")))
+    bad.write_text(json.dumps(_mutate(V03, ("extension_version",), "0.0.1")))
     assert manifest_cli.main(["validate", "--file", str(bad), "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert not report["ok"] and "version mismatch" in json.dumps(report)
-    assert manifest_cli.main(["show", "--schema", "0.2-experimental"]) == 0
-    assert json.loads(capsys.readouterr().out)["schema_version"] == "0.2-experimental"
-    assert manifest_cli.main(["show", "--format", "path"]) == 0
-    assert Path(capsys.readouterr().out.strip()).is_file()
+    assert manifest_cli.main(["show", "--schema", V03]) == 0
+    assert json.loads(capsys.readouterr().out)["schema_version"] == V03
+    assert manifest_cli.main(["show", "--format", "path"]) == 0  # the discovered manifest
+    assert Path(capsys.readouterr().out.strip()).name == "vllm-hust-extension-v0.2.json"
     assert manifest_cli.main(["validate", "--file", str(tmp_path / "missing.json")]) == 2
 
 

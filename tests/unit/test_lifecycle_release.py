@@ -41,7 +41,7 @@ def _rewrite_wheel(src: Path, dst: Path, member: str, data: bytes) -> None:
 
 
 def test_check_fails_on_tampered_wheel(artefacts: Artefacts, tmp_path: Path) -> None:
-    member = "vllm_hust_vspec/manifests/vllm-hust-extension-v0.3.json"
+    member = "vllm_hust_vspec/manifests/vllm-hust-extension-v0.2.json"
     with zipfile.ZipFile(artefacts.wheel) as zf:
         doc = json.loads(zf.read(member))
     doc["extension_version"] = "9.9.9"

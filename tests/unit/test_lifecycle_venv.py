@@ -42,7 +42,7 @@ ep = [e for e in metadata.entry_points(group="vllm_hust.extension_bundles")
 assert len(ep) == 1, ep
 ep = ep[0]
 # The manager's way: the file list of the distribution, no import at all.
-wanted = ep.value.replace(".", "/") + "/vllm-hust-extension-v0.3.json"
+wanted = ep.value.replace(".", "/") + "/vllm-hust-extension-v0.2.json"
 files = [f for f in ep.dist.files if str(f).startswith(ep.value.replace(".", "/") + "/")
          and str(f).count("/") == ep.value.count(".") + 1 and str(f).endswith(".json")]
 manifest = json.loads(ep.dist.locate_file(files[0]).read_text())
@@ -84,7 +84,7 @@ def test_manage_install_wheel_in_fresh_venv(installed: tuple[Path, Path, object]
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
     assert f"installed vllm-hust-vspec {__version__}" in out
-    assert "OK   [0.3]" in out and "OK   [0.2-experimental]" in out
+    assert "OK   [0.2-experimental]" in out and "OK   [0.3-experimental]" in out
     # the installed doctor runs; this venv has no vLLM, which it reports without failing
     assert "host vllm: not installed" in out
     assert "restarted" in out
@@ -98,7 +98,7 @@ def test_discovery_without_runtime_imports(installed: tuple[Path, Path, object])
                          check=True, cwd="/")
     info = json.loads(out.stdout)
     assert info["files"] == [info["wanted"]]  # exactly one manifest directly in the package
-    assert info["manifest"]["schema_version"] == "0.3"
+    assert info["manifest"]["schema_version"] == "0.2-experimental"
     assert info["manifest"]["extension_version"] == __version__
     assert info["same"]
     assert info["metadata_only"] == []  # the manager's discovery imports nothing of vSpec
@@ -126,7 +126,7 @@ def test_installed_manifest_tampering_is_a_version_mismatch(
     installed: tuple[Path, Path, object], tmp_path: Path
 ) -> None:
     venv, _, _ = installed
-    target = site_packages(venv) / "vllm_hust_vspec/manifests/vllm-hust-extension-v0.3.json"
+    target = site_packages(venv) / "vllm_hust_vspec/manifests/vllm-hust-extension-v0.2.json"
     saved = tmp_path / "saved.json"
     shutil.copy(target, saved)
     try:

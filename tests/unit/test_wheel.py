@@ -22,9 +22,13 @@ from vllm_hust_vspec.settings import list_presets
 from vllm_hust_vspec.metadata import load_schema
 manifests = [p.name for p in resources.files("vllm_hust_vspec.manifests").iterdir()
              if p.name.endswith(".json")]
+v03 = [p.name for p in resources.files("vllm_hust_vspec.manifests.v0_3").iterdir()
+       if p.name.endswith(".json")]
+schemas = sorted(p.name for p in resources.files("vllm_hust_vspec.manifests")
+                 .joinpath("schemas").iterdir())
 print(json.dumps({"eps": eps, "version": vllm_hust_vspec.__version__,
                   "file": vllm_hust_vspec.__file__, "presets": list_presets(),
-                  "manifests": manifests,
+                  "manifests": manifests, "v03": v03, "schemas": schemas,
                   "license": metadata.metadata("vllm-hust-vspec")["License-Expression"],
                   "license_files": sorted(str(f) for f in metadata.files("vllm-hust-vspec")
                                           if "licenses" in str(f)),
@@ -61,7 +65,11 @@ def test_entry_points_from_installed_wheel(fresh_venv: Path) -> None:
     assert "vllm-hust-vspec=vllm_hust_vspec.cli.launch:main" in info["eps"]["console_scripts"]
     assert str(fresh_venv) in info["file"]  # the wheel, not the source tree
     assert "cpu-tiny" in info["presets"]
-    assert info["manifests"] == ["vllm-hust-extension-v0.3.json"]
+    assert info["manifests"] == ["vllm-hust-extension-v0.2.json"]  # the discovered one, alone
+    assert info["v03"] == ["vllm-hust-extension-v0.3.json"]
+    assert info["schemas"] == ["manifest-0.2-experimental.schema.json",
+                               "manifest-0.3-experimental.schema.json",
+                               "mod-metadata.schema.json"]
     from vllm_hust_vspec import __version__
 
     assert info["version"] == __version__
