@@ -278,3 +278,30 @@ def test_a_tree_depth_is_not_taken_for_k() -> None:
     with k_backport.drafting_steps(p, 1):
         assert (p.num_speculative_tokens, p.num_draft_steps) == (1, 2)
     assert (p.num_speculative_tokens, p.num_draft_steps) == (3, 2)
+
+
+class HustAscendProposer(HustShapedProposer):
+    """vLLM-Ascend-HUST's K-less ``_propose(..., scheduler_output=None, ...)``."""
+
+    use_async_scheduling = False
+
+    def _propose(self, *, target_token_ids: Any = None, scheduler_output: Any = None,
+                 common_attn_metadata: Any = None) -> Any:
+        return self.propose(2)
+
+
+@pytest.mark.parametrize("runner_shape", ["k-less call", "k-native call"])
+def test_the_ascend_backport_drafts_gamma_steps_on_both_runner_shapes(runner_shape: str) -> None:
+    from vllm_hust_vspec.host.ascend.proposer import make_propose_backport
+
+    backport = make_propose_backport(HustAscendProposer._propose, lambda: "sync")
+    for gamma in (2, 1, 0, 3):
+        p = HustAscendProposer(3)
+        sched = SimpleNamespace(**{K_FIELD: gamma})
+        extra = {"num_speculative_tokens": gamma} if runner_shape == "k-native call" else {}
+        if extra:  # that runner's scheduler output carries no vSpec field
+            sched = SimpleNamespace()
+        out = backport(p, target_token_ids=torch.zeros(2), scheduler_output=sched, **extra)
+        assert out.shape == (2, gamma)
+        assert p.steps_run == max(gamma, 1)  # gamma 0 (sync): one step, dropped
+        assert (p.num_speculative_tokens, p.num_draft_steps) == (3, 3)

@@ -68,6 +68,8 @@ def make_propose_backport(
 ) -> Callable[..., Any]:
     """Wrap a K-less ``_propose`` so it drafts the scheduler's gamma.
 
+    * gamma comes from ``scheduler_output`` (``num_spec_tokens_to_schedule``), or from a
+      ``num_speculative_tokens=`` keyword a K-native runner passes.
     * gamma == max K: the original call, untouched.
     * 0 < gamma < max K: the proposer's step attributes (``num_speculative_tokens`` and, on
       vLLM-Ascend-HUST, ``num_draft_steps``) are gamma for this call (the loops and output
@@ -89,7 +91,12 @@ def make_propose_backport(
             return original(self, *args, **kwargs)
         max_k = max_k_of(self)
         sched = kwargs.get(SCHED_OUT_PARAM)
-        gamma = requested_gamma(sched, max_k)
+        # A runner of the K-native shape calling this K-less _propose (vLLM-Ascend-HUST
+        # builds whose runner and proposer disagree) hands gamma as a keyword the original
+        # does not take: it is the step's gamma.
+        asked = kwargs.pop(K_PARAM, None)
+        gamma = requested_gamma(sched, max_k) if asked is None else max(0, min(int(asked),
+                                                                              max_k))
         if gamma == max_k:
             return original(self, **kwargs)
         runner = getattr(self, "runner", None)
