@@ -66,27 +66,51 @@ def test_the_installed_upstream_host_keeps_vllms_own_k_channel() -> None:
     assert results["vllm.scheduler_state"].variant == "admission limit max_num_active_reqs"
 
 
-# ---- the core runner's synchronous draft copy, executed -----------------------------------
-def _core_runner_methods() -> dict[str, Any]:
-    """The core's GPUModelRunner._copy_draft_token_ids_to_cpu and _get_draft_token_ids_cpu,
-    compiled from its source with torch.cuda's stream calls stubbed for the CPU."""
-    _sdist()
-    text = _hust_sdist.source_file("vllm/v1/worker/gpu_model_runner.py")
+# ---- the runners' synchronous draft copy, executed ---------------------------------------
+def _methods(text: str, cls_name: str, wanted: set[str], torch_attr: str) -> dict[str, Any]:
+    """Methods of ``cls_name`` compiled from ``text`` with the device stream calls
+    (``torch.cuda`` / ``torch.npu``) stubbed for the CPU."""
     tree = ast.parse(text)
-    runner = next(n for n in tree.body
-                  if isinstance(n, ast.ClassDef) and n.name == "GPUModelRunner")
-    wanted = {"_copy_draft_token_ids_to_cpu", "_get_draft_token_ids_cpu"}
-    cuda = SimpleNamespace(current_stream=lambda: None,
-                           stream=lambda s: contextlib.nullcontext())
-    fake_torch = types.SimpleNamespace(cuda=cuda, is_tensor=torch.is_tensor,
-                                       Tensor=torch.Tensor)
+    cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls_name)
+    device = SimpleNamespace(current_stream=lambda: None,
+                             stream=lambda s: contextlib.nullcontext())
+    fake_torch = types.SimpleNamespace(is_tensor=torch.is_tensor, Tensor=torch.Tensor,
+                                       **{torch_attr: device})
     namespace: dict[str, Any] = {"torch": fake_torch, "SchedulerOutput": object}
-    for node in runner.body:
+    for node in cls.body:
         if isinstance(node, ast.FunctionDef) and node.name in wanted:
             source = textwrap.dedent(ast.get_source_segment(text, node) or "")
-            exec(compile(source, "vllm_hust/gpu_model_runner.py", "exec"), namespace)
+            exec(compile(source, f"{cls_name}.py", "exec"), namespace)
     assert wanted <= namespace.keys()
     return {name: namespace[name] for name in wanted}
+
+
+def _copy_and_read_back(runner: str) -> tuple[Any, Any]:
+    """(``_copy_draft_token_ids_to_cpu``, ``_get_draft_token_ids_cpu``) of a runner whose
+    sync copy fills a [max_num_reqs, max K] buffer without a column slice: the vLLM-HUST
+    core's GPUModelRunner, or vllm-ascend 0.23's NPUModelRunner (which reads back with the
+    GPUModelRunner method it inherits, the core's here)."""
+    _sdist()
+    core = _methods(_hust_sdist.source_file("vllm/v1/worker/gpu_model_runner.py"),
+                    "GPUModelRunner",
+                    {"_copy_draft_token_ids_to_cpu", "_get_draft_token_ids_cpu"}, "cuda")
+    if runner == "vllm-hust core":
+        return core["_copy_draft_token_ids_to_cpu"], core["_get_draft_token_ids_cpu"]
+    import tarfile
+
+    import _ascend_sdists
+
+    try:
+        path = _ascend_sdists.sdist(_ascend_sdists.RELEASE)
+    except _ascend_sdists.Unavailable as exc:
+        pytest.skip(str(exc))
+    name = f"vllm_ascend-{_ascend_sdists.RELEASE}/vllm_ascend/worker/model_runner_v1.py"
+    with tarfile.open(path) as tar:
+        member = tar.extractfile(name)
+        assert member is not None
+        text = member.read().decode()
+    npu = _methods(text, "NPUModelRunner", {"_copy_draft_token_ids_to_cpu"}, "npu")
+    return npu["_copy_draft_token_ids_to_cpu"], core["_get_draft_token_ids_cpu"]
 
 
 class _Event:
@@ -99,42 +123,47 @@ class _Stream:
     def wait_stream(self, other: Any) -> None: ...
 
 
-def _core_runner(wrapped: bool, max_k: int = 3, max_reqs: int = 4) -> Any:
-    methods = _core_runner_methods()
-    copy = methods["_copy_draft_token_ids_to_cpu"]
+def _runner(name: str, wrapped: bool, max_k: int = 3, max_reqs: int = 4) -> Any:
+    copy, read_back = _copy_and_read_back(name)
     if wrapped:
         copy = k_backport.make_draft_copy_wrapper(copy)
-    cls = type("CoreRunner", (), {"_copy_draft_token_ids_to_cpu": copy,
-                                  "_get_draft_token_ids_cpu":
-                                      methods["_get_draft_token_ids_cpu"]})
+    cls = type("Runner", (), {"_copy_draft_token_ids_to_cpu": copy,
+                              "_get_draft_token_ids_cpu": read_back})
     runner = cls()
     runner.use_async_scheduling = False
+    runner.num_spec_tokens = max_k
     runner.draft_token_ids_event = _Event()
     runner.draft_token_ids_copy_stream = _Stream()
     runner.draft_token_ids_cpu = torch.zeros(max_reqs, max_k, dtype=torch.int64)
-    runner.input_batch = SimpleNamespace(req_ids=["a", "b"])
+    runner.input_batch = SimpleNamespace(req_ids=["a", "b"],
+                                         sampling_metadata=SimpleNamespace(output_token_ids=[]))
     runner._draft_token_req_ids = None
     return runner
 
 
 def _sync_frame(runner: Any, gamma: int) -> list[list[int]]:
     runner._draft_token_ids = torch.arange(1, 2 * gamma + 1).view(2, gamma)
-    runner._copy_draft_token_ids_to_cpu(SimpleNamespace())
+    runner._copy_draft_token_ids_to_cpu(SimpleNamespace(has_structured_output_requests=False))
     drafts, req_ids = runner._get_draft_token_ids_cpu()
     assert req_ids == ["a", "b"]
     return drafts
 
 
-def test_the_core_runner_alone_cannot_hand_a_gamma_below_max_k_to_the_scheduler() -> None:
-    runner = _core_runner(wrapped=False)
+RUNNERS = ["vllm-hust core", "vllm-ascend 0.23"]
+
+
+@pytest.mark.parametrize("name", RUNNERS)
+def test_the_runner_alone_cannot_hand_a_gamma_below_max_k_to_the_scheduler(name: str) -> None:
+    runner = _runner(name, wrapped=False)
     assert _sync_frame(runner, 1) == [[1, 1, 1], [2, 2, 2]]  # broadcast: 3 drafts, not 1
     for gamma in (0, 2):
         with pytest.raises(RuntimeError):
             _sync_frame(runner, gamma)
 
 
-def test_sync_frames_of_gamma_0_1_2_reach_the_scheduler_as_drafted() -> None:
-    runner = _core_runner(wrapped=True)
+@pytest.mark.parametrize("name", RUNNERS)
+def test_sync_frames_of_gamma_0_1_2_reach_the_scheduler_as_drafted(name: str) -> None:
+    runner = _runner(name, wrapped=True)
     assert _sync_frame(runner, 2) == [[1, 2], [3, 4]]
     assert _sync_frame(runner, 0) == [[], []]
     assert _sync_frame(runner, 1) == [[1], [2]]
