@@ -471,3 +471,14 @@ def test_a_speculating_step_still_fetches_its_drafts_from_the_worker() -> None:
     assert not getattr(out, SKIP_ATTR, False)
     post_step(core, True)
     assert core.rpcs == 1 and core.updates == []
+
+
+@pytest.mark.parametrize("method", ["ngram_gpu", "suffix"])
+def test_a_proposer_that_drafts_only_its_configured_k_is_refused(method: str) -> None:
+    from vllm_hust_vspec.host.vllm import VSpecHostError, attach
+
+    spec = SimpleNamespace(method=method, num_speculative_tokens=3)
+    sched = SimpleNamespace(vllm_config=SimpleNamespace(speculative_config=spec),
+                            num_spec_tokens=3)
+    with pytest.raises(VSpecHostError, match=f"method '{method}'"):
+        attach(sched, Settings(method="eagle"))
