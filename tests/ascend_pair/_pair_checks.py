@@ -454,10 +454,25 @@ def check_vspec_graphs(graph_mode: str = "FULL_DECODE_ONLY") -> dict[str, Any]:
     log.clear()
     missing_before = len(fake_npu.MISSING_CALLS)
     ag._graph_params = ag._draft_graph_params = ag._draft_graph_prefill_params = None
+    # vLLM-Ascend-HUST's proposer shape: its merged draft loops over num_draft_steps (set in
+    # __init__, the tree depth, else K) beside num_speculative_tokens. The real 0.23 proposer
+    # gets that attribute at build, and every _run_merged_draft call (capture, eager draft)
+    # records both: vSpec must keep them equal to the step's gamma.
+    from vllm_ascend.spec_decode.llm_base_proposer import AscendSpecDecodeBaseProposer
+
+    merged = AscendSpecDecodeBaseProposer._run_merged_draft
+    hust_steps: list[list[int]] = []
+
+    def _run_merged_draft(self: Any, *args: Any, **kwargs: Any) -> Any:
+        hust_steps.append([int(self.num_speculative_tokens), int(self.num_draft_steps)])
+        return merged(self, *args, **kwargs)
+
+    AscendSpecDecodeBaseProposer._run_merged_draft = _run_merged_draft
     try:
         with set_current_vllm_config(cfg):
             _init_parallel(cfg)
             runner = NPUModelRunner(cfg, torch.device("cpu"))
+            runner.drafter.num_draft_steps = runner.drafter.num_speculative_tokens
             runner.load_model()
             spec = runner.get_kv_cache_spec()
             kv_cfg = get_kv_cache_configs(cfg, [spec], [64 * 1024 * 1024])[0]
@@ -486,7 +501,10 @@ def check_vspec_graphs(graph_mode: str = "FULL_DECODE_ONLY") -> dict[str, Any]:
             out["draft_graph_wrappers"] = {str(g): type(w).__name__ for g, w in graphs.items()}
             out["draft_wrappers_distinct"] = len({id(w) for w in graphs.values()}) == len(graphs)
 
+            hust_steps.clear()
             runner.capture_model()
+            out["hust_capture_steps"] = list(hust_steps)
+            hust_steps.clear()
             captures = [{"graph": c["graph"], "desc": _desc_dict(c.get("batch_descriptor"))}
                         for c in log.captures]
             out["num_captures"] = len(captures)
@@ -598,6 +616,9 @@ def check_vspec_graphs(graph_mode: str = "FULL_DECODE_ONLY") -> dict[str, Any]:
                 except Exception:  # report, the test names the frame
                     proposes[key] = {"error": traceback.format_exc()[-3000:]}
             out["proposes"] = proposes
+            out["hust_propose_steps"] = list(hust_steps)
+            out["hust_steps_after"] = [int(runner.drafter.num_speculative_tokens),
+                                       int(runner.drafter.num_draft_steps)]
 
             # a real decode step sequence (execute_model -> sample_tokens -> the runner's own
             # propose_draft_token_ids), async scheduling, the drafted gamma changing
@@ -619,6 +640,7 @@ def check_vspec_graphs(graph_mode: str = "FULL_DECODE_ONLY") -> dict[str, Any]:
             settings["now"] = dataclasses.replace(settings["now"], mtp_strict_graph=False)
             out["strict"] = strict_out
     finally:
+        AscendSpecDecodeBaseProposer._run_merged_draft = merged
         patcher.undo()
     out["undone"] = not any(hasattr(fn, "__vspec_original__") for fn in (
         NPUModelRunner._determine_batch_execution_and_padding, NPUModelRunner._warmup_and_capture,

@@ -57,6 +57,7 @@ def test_abi_checks_for_graph_per_gamma_pass_live(pair_vspec: dict[str, Any]) ->
         "vllm_ascend.spec_decode.llm_base_proposer.AscendSpecDecodeBaseProposer._propose",
         "vllm_ascend.spec_decode.step3p5.AscendStep3p5MTPProposer._propose",
         "vllm_ascend.worker.model_runner_v1.NPUModelRunner._check_and_update_cudagraph_mode",
+        "vllm_ascend.worker.model_runner_v1.NPUModelRunner._copy_draft_token_ids_to_cpu",
         "vllm_ascend.worker.model_runner_v1.NPUModelRunner._determine_batch_execution_and_padding",
         "vllm_ascend.worker.model_runner_v1.NPUModelRunner._pad_query_start_loc_for_fia",
         "vllm_ascend.worker.model_runner_v1.NPUModelRunner._warmup_and_capture",
@@ -314,3 +315,18 @@ def test_async_decode_frames_switch_gamma_on_the_real_runner(pair_vspec: dict[st
     # the frames after a switch verify at the new width and replay its graphs again
     assert [f["width"] for f in frames[1:]] == [4, 4, 2, 2, 3]
     assert [f["eager_drafts"] != [] for f in frames[1:]] == [False, True, False, True, False]
+
+
+def test_a_hust_shaped_proposer_captures_and_drafts_gamma_steps(
+        pair_vspec: dict[str, Any]) -> None:
+    """The real proposer given vLLM-Ascend-HUST's ``num_draft_steps`` (its merged draft's loop
+    count): each per-gamma draft graph is captured with both step attributes at its gamma, and
+    each drafting call (eager switching frames included) runs with both at the step's gamma;
+    both are back at K after."""
+    captured = pair_vspec["hust_capture_steps"]
+    assert captured and all(k == steps for k, steps in captured), captured
+    assert {k for k, _ in captured} == set(pair_vspec["draft_gammas"])
+    proposed = pair_vspec["hust_propose_steps"]
+    assert proposed and all(k == steps for k, steps in proposed), proposed
+    assert {k for k, _ in proposed} <= {1, 2, 3}
+    assert pair_vspec["hust_steps_after"] == [K, K]
