@@ -1,15 +1,17 @@
 """Fetch the released vLLM-HUST core (``vllm-hust==0.17.2.post1``, an sdist) into .cache/hust.
 
 ``pip download`` of this sdist installs its build requirements (a CUDA torch among them) just
-to read its metadata, so the file is fetched by name through the package index's JSON API
-instead (the same registry pip uses). Tests that need it skip with the reason when the index
-cannot be reached.
+to read its metadata, so the file is fetched by name from the package index's simple API
+instead (the page pip reads) and checked against the index's sha256. Tests that need it skip
+with the reason when the index cannot be reached.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
+import re
 import tarfile
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -17,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache" / "hust"
 VERSION = "0.17.2.post1"
 NAME = f"vllm_hust-{VERSION}"
+# The package index's simple API (PEP 503), the one pip reads.
+INDEX = "https://pypi.org/simple/vllm-hust/"
 
 
 class Unavailable(RuntimeError):
@@ -30,14 +34,19 @@ def sdist() -> Path:
         return path
     CACHE.mkdir(parents=True, exist_ok=True)
     try:
-        with urllib.request.urlopen(
-                f"https://pypi.org/pypi/vllm-hust/{VERSION}/json", timeout=60) as r:
-            files = json.load(r)["urls"]
-        url = next(f["url"] for f in files if f["filename"] == path.name)
+        with urllib.request.urlopen(INDEX, timeout=60) as r:
+            page = r.read().decode()
+        href = next(m.group(1) for m in re.finditer(r'href="([^"]+)"', page)
+                    if urllib.parse.urlsplit(m.group(1)).path.endswith("/" + path.name))
+        url = urllib.parse.urljoin(INDEX, href)
+        expected = urllib.parse.urlsplit(url).fragment.removeprefix("sha256=")
         part = path.with_suffix(".part")
-        urllib.request.urlretrieve(url, part)
+        urllib.request.urlretrieve(url.split("#", 1)[0], part)
+        if expected and hashlib.sha256(part.read_bytes()).hexdigest() != expected:
+            part.unlink()
+            raise OSError(f"{path.name}: sha256 differs from the index's")
         part.rename(path)
-    except (OSError, StopIteration, KeyError, ValueError) as exc:
+    except (OSError, StopIteration, ValueError) as exc:
         raise Unavailable(f"cannot fetch {path.name} from the package index: {exc}") from exc
     return path
 
