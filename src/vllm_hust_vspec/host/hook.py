@@ -8,8 +8,8 @@ scheduler: where vLLM has its per-step K channel, ``schedule()`` asks
 its own (:attr:`SchedulerHook.own_channel`): it decides once ``schedule()`` has returned, sets
 the field on the output itself and sizes the async scheduler's draft placeholders to the
 step's gamma. ``update_from_output()`` goes through :meth:`SchedulerHook.on_update`. The
-jobs are split (host/hook_parts.py): the guarded
-controller, the sticky cohort, refill admission and telemetry.
+jobs are split (host/hook_parts.py): the guarded controller, the sticky cohort, refill
+admission and telemetry.
 """
 
 from __future__ import annotations
