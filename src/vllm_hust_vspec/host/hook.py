@@ -30,6 +30,7 @@ from vllm_hust_vspec.host.hook_parts import (
     StickyCohort,
     Telemetry,
 )
+from vllm_hust_vspec.host.k_backport import K_FIELD
 from vllm_hust_vspec.host.metrics import VSpecMetrics
 from vllm_hust_vspec.host.trace import TraceWriter, open_trace
 
@@ -41,9 +42,6 @@ logger = logging.getLogger("vllm_hust_vspec.host")
 
 # Set on a SchedulerOutput when the drafter must not run after this step (sticky gamma 0).
 SKIP_ATTR = "vspec_skip_draft"
-# The SchedulerOutput field that carries the step's gamma to every worker (upstream vLLM's
-# name; set as an attribute by the hook's own channel where the host lacks the field).
-K_FIELD = "num_spec_tokens_to_schedule"
 
 
 @dataclass(slots=True)

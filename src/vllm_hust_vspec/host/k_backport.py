@@ -17,8 +17,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from vllm_hust_vspec.host.abi.requirements import K_PARAM
+
+# The SchedulerOutput field that carries the step's gamma to every worker (upstream vLLM's
+# name; set as an attribute by the scheduler hook's own channel where the host lacks it).
 K_FIELD = "num_spec_tokens_to_schedule"
-K_PARAM = "num_speculative_tokens"
 # Per proposer instance: the configured maximum K (buffers and graphs were sized for it).
 MAX_K_ATTR = "_vspec_max_k"
 # The proposer attributes a K-less drafter's loops and buffers read for its step count.
@@ -61,7 +64,11 @@ def requested_gamma(scheduler_output: Any, max_k: int) -> int:
 
     A scheduler output without the field (no hook, or a fixed gamma) means the configured K.
     """
-    value = getattr(scheduler_output, K_FIELD, None)
+    return clamp_gamma(getattr(scheduler_output, K_FIELD, None), max_k)
+
+
+def clamp_gamma(value: Any, max_k: int) -> int:
+    """A requested gamma clamped to ``[0, max_k]``; None means the configured K."""
     if value is None:
         return max_k
     return max(0, min(int(value), max_k))
@@ -188,9 +195,9 @@ def make_draft_copy_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
 __all__ = [
     "FULL_CPU_ATTR",
     "K_FIELD",
-    "K_PARAM",
     "MAX_K_ATTR",
     "STEP_ATTRS",
+    "clamp_gamma",
     "drafting_steps",
     "host_has_k_channel",
     "keep_first",

@@ -20,6 +20,7 @@ from typing import Any
 from vllm_hust_vspec.host.abi.requirements import K_PARAM, SCHED_OUT_PARAM
 from vllm_hust_vspec.host.k_backport import (
     MAX_K_ATTR,
+    clamp_gamma,
     drafting_steps,
     max_k_of,
     reads_stride_max_k,
@@ -95,8 +96,7 @@ def make_propose_backport(
         # builds whose runner and proposer disagree) hands gamma as a keyword the original
         # does not take: it is the step's gamma.
         asked = kwargs.pop(K_PARAM, None)
-        gamma = requested_gamma(sched, max_k) if asked is None else max(0, min(int(asked),
-                                                                              max_k))
+        gamma = requested_gamma(sched, max_k) if asked is None else clamp_gamma(asked, max_k)
         if gamma == max_k:
             return original(self, **kwargs)
         runner = getattr(self, "runner", None)
