@@ -41,8 +41,10 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 def _run_traced(
     tmp_path: Path, method: str, spec: dict[str, Any], caplog: pytest.LogCaptureFixture,
 ) -> tuple[list[Any], Path]:
+    # sync gamma 0: the drafter runs every step whatever gamma this machine's timing makes
+    # the controller choose (sticky would skip it, and the traces would have no records)
     settings = Settings(
-        method=method, eagle_draft_trace=True,
+        method=method, adaptive_gamma0_mode="sync", eagle_draft_trace=True,
         eagle_draft_io_trace_dir=str(tmp_path / "io"),
         eagle_target_hidden_trace_dir=str(tmp_path / "hidden"),
         eagle_target_argmax_trace_path=str(tmp_path / "argmax" / "trace.jsonl"),
