@@ -197,9 +197,14 @@ def test_contradictions_are_refused(env: dict[str, str], match: str) -> None:
 
 
 def test_draft_config_defaults_and_labels() -> None:
+    # the predecessor's defaults: top-2 renormalized entropy against 0.3 ** 2 / 0.15 nats
     cfg = draft_config(Settings(adaptive_entropy_stop=True))
-    assert cfg.entropy_stop and cfg.entropy_threshold == conf.DEFAULT_THRESHOLD["entropy"]
-    assert cfg.entropy_topk == conf.DEFAULT_TOPK and not cfg.head_changed
+    assert cfg.entropy_stop and cfg.entropy_rule == "topk-entropy"
+    assert cfg.entropy_threshold == pytest.approx(0.3 ** 2 / 0.15)
+    assert cfg.entropy_topk == 2 and not cfg.head_changed
+    ours = draft_config(Settings(adaptive_entropy_stop=True, adaptive_entropy_rule="entropy"))
+    assert ours.entropy_threshold == conf.DEFAULT_THRESHOLD["entropy"]
+    assert ours.entropy_topk == conf.DEFAULT_TOPK
     margin = draft_config(Settings(adaptive_entropy_stop=True, adaptive_entropy_rule="margin"))
     assert margin.entropy_threshold == conf.DEFAULT_THRESHOLD["margin"]
     head = Settings(eagle_draft_lm_head_quant="w8a8")

@@ -384,14 +384,14 @@ def test_model_runner_selects_vllms_runner(
 
 
 @pytest.mark.parametrize("mode,cudagraph_mode", [
-    ("full-combined", "FULL"), ("full", "FULL_AND_PIECEWISE"),
+    ("full", "FULL"), ("full-and-piecewise", "FULL_AND_PIECEWISE"),
     ("full-decode-only", "FULL_DECODE_ONLY"), ("piecewise", "PIECEWISE"),
 ])
 def test_graph_mode_choice_reaches_the_compilation_config(
     mode: str, cudagraph_mode: str, model_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # full-combined is vLLM's combined FULL (no separate decode routine), the predecessor
-    # manual's "组合 FULL"; full stays FULL_AND_PIECEWISE
+    # the predecessor's spellings: full is vLLM's combined FULL (no separate decode routine,
+    # the manual's "组合 FULL"), full-and-piecewise FULL_AND_PIECEWISE
     out = dry_run(capsys, "--method", "mtp", "--target-model", "target", "--gamma", "3",
                   "--max-num-seqs", "4", "--graph-mode", mode)
     argv = out["argv"]
@@ -409,6 +409,6 @@ def test_adaptive_full_graph_keeps_an_explicit_combined_full(
 
     monkeypatch.setattr(command, "cpu_host", lambda: False)
     out = dry_run(capsys, "--method", "mtp", "--target-model", "target", "--gamma", "3",
-                  "--adaptive-full-graph", "--adaptive-async", "--graph-mode", "full-combined")
+                  "--adaptive-full-graph", "--adaptive-async", "--graph-mode", "full")
     cc = json.loads(flag_value(out["argv"], "--compilation-config"))
     assert cc["cudagraph_mode"] == "FULL"

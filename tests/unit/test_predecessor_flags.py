@@ -103,7 +103,8 @@ def test_full_graph_and_async_map_to_the_hosts_switches(monkeypatch: pytest.Monk
     monkeypatch.setattr(command, "cpu_host", lambda: False)
     notes: list[str] = []
     mapped = command._graph_switches(s, notes)  # noqa: SLF001
-    assert mapped.graph_mode == "full" and mapped.async_scheduling is True and notes == []
+    assert mapped.graph_mode == "full-and-piecewise" and mapped.async_scheduling is True
+    assert notes == []
     kept = command._graph_switches(  # noqa: SLF001
         _settings("--method", "draft", "--adaptive-full-graph", "--graph-mode",
                   "full-decode-only"), notes)
@@ -116,8 +117,8 @@ def test_full_graph_and_async_map_to_the_hosts_switches(monkeypatch: pytest.Monk
 def test_contradicting_graph_switches_are_refused() -> None:
     from vllm_hust_vspec.settings import SettingsError
 
-    with pytest.raises(SettingsError, match="adaptive_async"):
-        _settings("--adaptive-async", "--no-async-scheduling")
+    # as in the predecessor, an explicit --no-async-scheduling wins over --adaptive-async
+    assert _settings("--adaptive-async", "--no-async-scheduling").async_scheduling is False
     with pytest.raises(SettingsError, match="merged_full_max_batch"):
         _settings("--merged-full-max-batch", "8")
 
@@ -138,7 +139,7 @@ def test_merged_full_is_vllm_ascends_own_graph_under_full_graph_modes() -> None:
 def test_merged_full_under_combined_full_is_the_hosts_merged_draft_graph() -> None:
     from vllm_hust_vspec.host import compat
 
-    combined = _settings("--method", "mtp", "--graph-mode", "full-combined", "--merged-full")
+    combined = _settings("--method", "mtp", "--graph-mode", "full", "--merged-full")
     assert compat.unsupported(combined, ascend=True) == []
-    off = _settings("--method", "mtp", "--graph-mode", "full-combined", "--no-merged-full")
+    off = _settings("--method", "mtp", "--graph-mode", "full", "--no-merged-full")
     assert any(e.startswith("--no-merged-full") for e in compat.unsupported(off, ascend=True))

@@ -232,24 +232,27 @@ def test_window_and_exploration_reach_the_online_controller() -> None:
 # -- adaptive_entropy_scale -------------------------------------------------------------------
 
 
-def test_entropy_scale_multiplies_the_confidence_threshold() -> None:
+def test_entropy_scale_keeps_the_predecessors_direction() -> None:
+    """The predecessor stopped where entropy * scale > threshold ** 2 (top-k renormalized):
+    a larger scale stops earlier, the threshold counts squared."""
     pytest.importorskip("torch")  # the draft-side config reads the backend's defaults
     from vllm_hust_vspec.host.drafting import draft_config
 
     base = draft_config(Settings(adaptive_entropy_stop=True))
-    scaled = draft_config(Settings(adaptive_entropy_stop=True, adaptive_entropy_scale=2.0))
-    margin = draft_config(Settings(adaptive_entropy_stop=True, adaptive_entropy_rule="margin",
-                                   adaptive_entropy_scale=0.5))
-    assert base.entropy_threshold == 1.0
-    assert scaled.entropy_threshold == 2.0
-    assert margin.entropy_threshold == pytest.approx(0.1)
-    # Position 1's top-4 entropy is ~1.28 nats: uncertain at 1.0, certain at 2.0.
-    draft = [[0.9, 0.05, 0.03, 0.02], [0.4, 0.3, 0.2, 0.1], [0.9, 0.05, 0.03, 0.02]]
-    assert confidence_keep(draft, threshold=base.entropy_threshold) == 2
-    assert confidence_keep(draft, threshold=scaled.entropy_threshold) == 3
-
-
-# -- range checks -----------------------------------------------------------------------------
+    eager = draft_config(Settings(adaptive_entropy_stop=True, adaptive_entropy_scale=0.6))
+    wide = draft_config(Settings(adaptive_entropy_stop=True, adaptive_entropy_threshold=0.6))
+    assert base.entropy_threshold == pytest.approx(0.09 / 0.15)
+    assert eager.entropy_threshold == pytest.approx(0.09 / 0.6)
+    assert wide.entropy_threshold == pytest.approx(0.36 / 0.15)
+    # Renormalized top-2 entropies: 0.9/0.05 -> 0.21 nats, 0.4/0.3 -> 0.68 nats.
+    draft = [[0.9, 0.05], [0.4, 0.3], [0.9, 0.05]]
+    rule = "topk-entropy"
+    assert confidence_keep(draft, rule=rule, threshold=base.entropy_threshold) == 2
+    assert confidence_keep(draft, rule=rule, threshold=eager.entropy_threshold) == 1
+    assert confidence_keep(draft, rule=rule, threshold=wide.entropy_threshold) == 3
+    with pytest.raises(SettingsError, match="topk-entropy"):
+        load_settings({"HUST_VSPEC_ADAPTIVE_ENTROPY_RULE": "entropy",
+                       "HUST_VSPEC_ADAPTIVE_ENTROPY_SCALE": "0.5"})
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,10 @@ The drafter's own distribution says when it is guessing. A position is *uncertai
 * rule ``"entropy"``: the entropy (nats) of its top-k probabilities, with the mass outside the
   top-k counted as one more outcome, is above ``threshold`` (this is a lower bound of the full
   entropy, so a truncated top-k never makes a position look more certain than it is); or
-* rule ``"margin"``: top-1 minus top-2 probability is below ``threshold``.
+* rule ``"margin"``: top-1 minus top-2 probability is below ``threshold``; or
+* rule ``"topk-entropy"`` (the predecessor's): the entropy of the top-k probabilities
+  renormalized to sum to one is above ``threshold`` (the predecessor compared entropy times a
+  scale with a squared threshold; :func:`scaled_threshold` turns its two knobs into this one).
 
 The uncertain token itself is kept (it still has a fair chance of acceptance and costs nothing
 more to verify), the positions after it are dropped: they are conditioned on a guess.
@@ -17,8 +20,8 @@ import math
 from collections.abc import Sequence
 from typing import Literal
 
-Rule = Literal["entropy", "margin"]
-RULES: tuple[str, ...] = ("entropy", "margin")
+Rule = Literal["topk-entropy", "entropy", "margin"]
+RULES: tuple[str, ...] = ("topk-entropy", "entropy", "margin")
 
 
 def position_uncertain(topk: Sequence[float], rule: Rule, threshold: float) -> bool:
@@ -42,6 +45,12 @@ def position_uncertain(topk: Sequence[float], rule: Rule, threshold: float) -> b
         if rest > 1e-12:
             h -= rest * math.log(rest)
         return h > threshold
+    if rule == "topk-entropy":
+        mass = sum(p for p in topk if p > 0.0)
+        if mass <= 0.0:
+            return True
+        h = -sum((p / mass) * math.log(p / mass) for p in topk if p > 0.0)
+        return h > threshold
     raise ValueError(f"unknown confidence rule {rule!r}; allowed: {', '.join(RULES)}")
 
 
@@ -53,18 +62,18 @@ def _check(rule: str, threshold: float) -> None:
 
 
 def scaled_threshold(threshold: float, scale: float | None) -> float:
-    """The confidence stop's threshold times ``scale`` (the predecessor's
-    adaptive_entropy_scale; ``None`` keeps ``threshold`` unchanged).
+    """The entropy bar of rule ``topk-entropy`` from the predecessor's two knobs.
 
-    For the entropy rule a larger scale tolerates more uncertainty (longer drafts); for the
-    margin rule it asks for a wider top-1 lead (shorter drafts).
+    A position was uncertain when ``entropy * scale > threshold ** 2``, i.e. when the entropy
+    exceeds ``threshold ** 2 / scale``: a larger scale stops earlier. ``None`` keeps
+    ``threshold`` as the bar itself (the other rules).
     """
     if scale is None:
         return threshold
     if isinstance(scale, bool) or not isinstance(scale, int | float) or not (
             math.isfinite(scale) and scale > 0.0):
         raise ValueError(f"confidence threshold scale must be a finite number > 0, got {scale!r}")
-    value = threshold * float(scale)
+    value = threshold * threshold / float(scale)
     _check("entropy", value)
     return value
 

@@ -7,8 +7,9 @@ rejection path (upstream ``RejectionSampler``, vllm-ascend's ``AscendRejectionSa
   mismatch is replaced by the target's argmax; if all are kept a bonus token follows.
   Bit-identical to target-only greedy decoding.
 * relaxed top-K (EAGLE, opt-in): also keep a draft token that is among the target's top-K.
-* confidence margin (opt-in): also keep a draft token whose target probability is within
-  ``margin`` of the target's top-1 probability.
+* confidence margin (opt-in): also keep a draft token whose target logit is within ``margin``
+  of the target's top-1 logit (``margin_unit="logit"``, the predecessor's unit), or whose
+  target probability is within ``margin`` of the top-1 probability (``"prob"``).
 * forced length (measurement only): keep exactly the first ``forced_length`` drafts whatever
   the target says, then the target's argmax; it times a chosen acceptance length.
 
@@ -39,7 +40,8 @@ class AcceptanceParams:
     """Which rules may keep a draft token that is not the target's argmax."""
 
     topk: int | None = None  # relaxed top-K (K >= 2)
-    margin: float | None = None  # confidence margin in probability
+    margin: float | None = None  # confidence margin, in margin_unit
+    margin_unit: str = "logit"  # "logit" (target logits) or "prob" (target probabilities)
     from_position: int = 0  # relaxed only at draft positions >= this
     after_tokens: int = 0  # relaxed only once a request generated this many tokens
     protected_token_ids: frozenset[int] = field(default_factory=frozenset)
@@ -90,11 +92,14 @@ def params_from_settings(settings: Settings, method: str | None = None) -> Accep
     topk = settings.eagle_relaxed_accept_topk
     if method not in ("eagle", "eagle3"):
         topk = None
-    margin = settings.confidence_accept_margin
+    margin, unit = settings.confidence_accept_margin, "logit"
+    if settings.confidence_accept_prob_margin is not None:
+        margin, unit = settings.confidence_accept_prob_margin, "prob"
     protected = settings.confidence_protected_token_ids or ()
     return AcceptanceParams(
         topk=topk,
         margin=margin,
+        margin_unit=unit,
         protected_token_ids=frozenset(int(t) for t in protected),
         topk_after_tokens=int(settings.eagle_relaxed_accept_after_tokens or 0),
         margin_from_position=int(settings.confidence_accept_from_position or 0),
@@ -130,10 +135,12 @@ def accept_mask(
         by_topk = (top == draft_token_ids.unsqueeze(-1)).any(dim=-1)
         relaxed |= by_topk if eligible is None else by_topk & eligible
     if params.margin is not None:
-        probs = target_logits.float().softmax(dim=-1)
-        p_top = probs.gather(-1, target_argmax.unsqueeze(-1)).squeeze(-1)
-        p_draft = probs.gather(-1, safe_ids.unsqueeze(-1)).squeeze(-1)
-        by_margin = (p_top - p_draft) <= params.margin
+        scores = target_logits.float()
+        if params.margin_unit == "prob":
+            scores = scores.softmax(dim=-1)
+        top = scores.gather(-1, target_argmax.unsqueeze(-1)).squeeze(-1)
+        drafted = scores.gather(-1, safe_ids.unsqueeze(-1)).squeeze(-1)
+        by_margin = (top - drafted) <= params.margin
         where = margin_eligible if margin_eligible is not None else eligible
         relaxed |= by_margin if where is None else by_margin & where
     if params.protected_token_ids:

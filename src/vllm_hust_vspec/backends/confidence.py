@@ -16,7 +16,11 @@ from vllm_hust_vspec.adaptive.confidence import Rule, confidence_keep_batch
 DEFAULT_TOPK = 4
 # Defaults per rule when adaptive_entropy_threshold is unset. Entropy (nats) of the top-4 plus
 # the rest: a confident position is near 0, a uniform guess over 5 outcomes is ln 5 = 1.61.
-DEFAULT_THRESHOLD = {"entropy": 1.0, "margin": 0.2}
+# Rule topk-entropy keeps the predecessor's defaults: top-2, threshold 0.3, scale 0.15 (an
+# entropy bar of 0.3**2 / 0.15 = 0.6 nats of the renormalized top-2; ln 2 = 0.69 at most).
+DEFAULT_THRESHOLD = {"topk-entropy": 0.3, "entropy": 1.0, "margin": 0.2}
+DEFAULT_TOPK_BY_RULE = {"topk-entropy": 2, "entropy": DEFAULT_TOPK, "margin": DEFAULT_TOPK}
+DEFAULT_SCALE = {"topk-entropy": 0.15}
 
 
 def topk_probs(logits: torch.Tensor, k: int = DEFAULT_TOPK) -> torch.Tensor:
@@ -54,4 +58,4 @@ def truncate(drafts: Sequence[Sequence[int]], keep: Sequence[int]) -> list[list[
     return out
 
 
-__all__ = ["DEFAULT_THRESHOLD", "DEFAULT_TOPK", "keep_counts", "topk_probs", "truncate"]
+__all__ = ["DEFAULT_SCALE", "DEFAULT_THRESHOLD", "DEFAULT_TOPK", "DEFAULT_TOPK_BY_RULE", "keep_counts", "topk_probs", "truncate"]

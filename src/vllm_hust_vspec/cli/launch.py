@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SettingsError, ModelNotFoundError, compat.UnsupportedSwitchError) as exc:
         print(f"vllm-hust-vspec: error: {exc}", file=sys.stderr)
         return 2
-    for note in command.notes:
+    for note in (*resolved.notes, *command.notes):
         print(f"vllm-hust-vspec: note: {note}", file=sys.stderr)
     if ns.dry_run:
         print(command.to_json() if ns.json else command.to_shell())

@@ -29,6 +29,26 @@ def _typed(opt: OptionInfo) -> Any:
     return parse
 
 
+def _typed_part(opt: OptionInfo) -> Any:
+    def parse(raw: str) -> list[int]:
+        try:
+            value = coerce(opt, raw, f"flag {opt.flag}")
+        except SettingsError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return list(value)
+
+    parse.__name__ = opt.kind
+    return parse
+
+
+class _JoinInts(argparse.Action):
+    """Concatenate the integer lists of every word given after an ``ints`` flag."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, [i for part in values or [] for i in part])
+
+
 def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one flag per option; unset flags stay absent from the namespace."""
     groups = {name: parser.add_argument_group(title) for name, title in GROUP_TITLES.items()}
@@ -42,10 +62,18 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
                 opt.flag, *opt.alias_flags, dest=opt.name, action=argparse.BooleanOptionalAction,
                 default=argparse.SUPPRESS, help=text,
             )
+        elif opt.kind == "ints":
+            # The predecessor's spelling (--ids 15 16) and vSpec's (--ids 15,16) both parse.
+            group.add_argument(
+                opt.flag, *opt.alias_flags, dest=opt.name, nargs="*", type=_typed_part(opt),
+                action=_JoinInts, default=argparse.SUPPRESS, metavar=opt.metavar or "ID",
+                help=text,
+            )
         else:
             group.add_argument(
                 opt.flag, *opt.alias_flags, dest=opt.name, type=_typed(opt),
                 default=argparse.SUPPRESS,
+                **({"nargs": "?", "const": opt.bare} if opt.bare is not None else {}),
                 metavar=opt.metavar or (opt.name.upper() if not opt.choices else None),
                 choices=None, help=text + (f" (one of: {', '.join(opt.choices)})"
                                            if opt.choices else ""),

@@ -188,7 +188,8 @@ def describe(params: AcceptanceParams) -> str:
         parts.append(f"top-{params.topk} from position {pos} after {after} tokens")
     if params.margin is not None:
         pos, after = params.limits("margin")
-        parts.append(f"margin {params.margin} from position {pos} after {after} tokens")
+        parts.append(f"margin {params.margin} ({params.margin_unit}) from position {pos} after"
+                     f" {after} tokens")
     if params.forced_length is not None:
         parts.append(f"FORCED acceptance length {params.forced_length} (measurement only)")
     if params.protected_token_ids:

@@ -42,7 +42,7 @@ class HostSwitch:
 
 
 _ASCEND_TODO = "vSpec implements no such path for vLLM-Ascend; unset the switch"
-_FULL_MODES = ("full", "full-decode-only", "full-combined")
+_FULL_MODES = ("full", "full-decode-only", "full-and-piecewise")
 
 SWITCHES: tuple[HostSwitch, ...] = (
     HostSwitch(
@@ -82,7 +82,7 @@ SWITCHES: tuple[HostSwitch, ...] = (
         "a merged FULL draft graph is vLLM-Ascend's (ACLGraphWrapper(_run_merged_draft)); "
         "upstream vLLM has no merged draft graph",
         "vllm-ascend captures its merged FULL draft graph only under FULL graphs; use "
-        "--graph-mode full-decode-only (or full, full-combined)",
+        "--graph-mode full-decode-only (or full-and-piecewise, full)",
         ascend_asked=lambda s: s.merged_full is True and s.graph_mode not in _FULL_MODES,
     ),
     HostSwitch(

@@ -25,7 +25,7 @@ ControllerFactory = Callable[[Any, int], Controller]
 # Settings field -> keyword of adaptive.build_controller (OnlineConfig field names).
 _OVERRIDES = {
     "adaptive_online_window": "window",
-    "adaptive_online_exploration": "exploration",
+    "adaptive_thompson_width": "exploration",
     "adaptive_online_warmup_samples": "warmup_samples",
     "adaptive_hysteresis": "hysteresis",
     "adaptive_control_interval": "control_interval",
@@ -67,6 +67,8 @@ def controller_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
         "max_gamma": max_gamma,
         "profile_path": settings.adaptive_profile,
     }
+    if settings.adaptive_online_exploration == 0 and settings.adaptive_thompson_width is None:
+        kwargs["exploration"] = 0.0  # the predecessor's "no exploration" (UCB1 coefficient 0)
     for field_name, keyword in _OVERRIDES.items():
         value = getattr(settings, field_name, None)
         if value is not None:

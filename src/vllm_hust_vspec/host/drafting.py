@@ -49,9 +49,9 @@ class DraftSideConfig:
     """The draft-side features the settings ask for."""
 
     entropy_stop: bool = False
-    entropy_rule: str = "entropy"
-    entropy_threshold: float = 1.0
-    entropy_topk: int = 4
+    entropy_rule: str = "topk-entropy"
+    entropy_threshold: float = 0.6  # 0.3 ** 2 / 0.15: the predecessor's default
+    entropy_topk: int = 2
     active_vocab_size: int | None = None
     active_vocab_file: str | None = None
     lm_head_quant: str = "none"
@@ -71,19 +71,24 @@ def draft_config(settings: Settings) -> DraftSideConfig:
     if settings is None:
         return DraftSideConfig()
     from vllm_hust_vspec.adaptive.confidence import scaled_threshold
-    from vllm_hust_vspec.backends.confidence import DEFAULT_THRESHOLD, DEFAULT_TOPK
+    from vllm_hust_vspec.backends.confidence import (
+        DEFAULT_SCALE,
+        DEFAULT_THRESHOLD,
+        DEFAULT_TOPK_BY_RULE,
+    )
 
-    rule = str(settings.adaptive_entropy_rule or "entropy")
+    rule = str(settings.adaptive_entropy_rule or "topk-entropy")
     threshold = settings.adaptive_entropy_threshold
     topk = settings.adaptive_entropy_topk
+    scale = settings.adaptive_entropy_scale
     return DraftSideConfig(
         entropy_stop=bool(settings.adaptive_entropy_stop),
         entropy_rule=rule,
         entropy_threshold=scaled_threshold(
             float(DEFAULT_THRESHOLD[rule] if threshold is None else threshold),
-            settings.adaptive_entropy_scale,
+            DEFAULT_SCALE.get(rule) if scale is None else scale,
         ),
-        entropy_topk=int(DEFAULT_TOPK if topk is None else topk),
+        entropy_topk=int(DEFAULT_TOPK_BY_RULE[rule] if topk is None else topk),
         active_vocab_size=settings.eagle_draft_active_vocab_size,
         active_vocab_file=settings.eagle_draft_active_vocab_file,
         lm_head_quant=str(settings.eagle_draft_lm_head_quant or "none"),

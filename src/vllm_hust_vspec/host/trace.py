@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("vllm_hust_vspec.trace")
 
+LOG_SINK = "log"  # adaptive_trace given as a bare switch: the lines go to the server log
 DEFAULT_CAPACITY = 65536  # records queued at most
 DEFAULT_BATCH = 64  # records per hand-over to the writer thread
 _CLOSE = object()
@@ -72,8 +73,25 @@ def open_trace(settings: Settings, prior: CostPrior | None) -> TraceWriter | Non
         settings.fingerprint(), prior.source if prior is not None else "none"))
 
 
+class _LogLines:
+    """A text sink that logs each line (``adaptive_trace`` as the predecessor's switch)."""
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if line:
+                logger.info("vSpec adaptive trace: %s", line)
+        return len(text)
+
+    def flush(self) -> None:
+        """Nothing is buffered."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
 class TraceWriter:
-    """Writes dict records as JSON lines from a background thread."""
+    """Writes dict records as JSON lines from a background thread (to a file, or to the
+    server log when the path is :data:`LOG_SINK`)."""
 
     def __init__(
         self,
@@ -85,9 +103,13 @@ class TraceWriter:
     ) -> None:
         self.path = Path(path)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            cut_off = _ends_mid_line(self.path)
-            self._file = self.path.open("a", encoding="utf-8")
+            cut_off = False
+            if str(path) == LOG_SINK:
+                self._file: Any = _LogLines()
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                cut_off = _ends_mid_line(self.path)
+                self._file = self.path.open("a", encoding="utf-8")
             if header is not None:
                 # after a crash mid-line, the header starts a fresh line of its own
                 self._file.write(("\n" if cut_off else "")
@@ -195,4 +217,4 @@ class TraceWriter:
                            self.dropped, self.path)
 
 
-__all__ = ["DEFAULT_BATCH", "DEFAULT_CAPACITY", "TraceWriter", "run_header"]
+__all__ = ["DEFAULT_BATCH", "DEFAULT_CAPACITY", "LOG_SINK", "TraceWriter", "run_header"]

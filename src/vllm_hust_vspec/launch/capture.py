@@ -13,15 +13,14 @@ from vllm_hust_vspec.settings import Settings
 
 DEFAULT_MAX_NUM_SEQS = 256
 DEFAULT_MAX_CAPTURE_TOKENS = 2048
-# --graph-mode -> vLLM's cudagraph_mode. ``full`` is FULL_AND_PIECEWISE (FULL decode graphs, a
-# separate routine; mixed batches piecewise), as the predecessor's FULL_AND_PIECEWISE presets;
-# ``full-combined`` is vLLM's combined FULL (one FULL graph per size for every batch, no
-# separate decode routine: the predecessor manual's "组合 FULL").
+# --graph-mode -> vLLM's cudagraph_mode, with the predecessor's spellings: ``full`` is combined
+# FULL (one FULL graph per size for every batch), ``full-and-piecewise`` FULL decode graphs with
+# mixed batches piecewise.
 CUDAGRAPH_MODE = {
     "piecewise": "PIECEWISE",
     "full-decode-only": "FULL_DECODE_ONLY",
-    "full": "FULL_AND_PIECEWISE",
-    "full-combined": "FULL",
+    "full-and-piecewise": "FULL_AND_PIECEWISE",
+    "full": "FULL",
 }
 
 

@@ -32,6 +32,7 @@ class ResolvedSettings:
     origins: dict[str, str] = field(default_factory=dict)
     extra_env: dict[str, str] = field(default_factory=dict)
     preset: str | None = None
+    notes: tuple[str, ...] = ()  # deprecation notes: the predecessor's keys that are ignored
 
 
 def resolve_settings(
@@ -52,6 +53,11 @@ def resolve_settings(
         layers.append(read_toml_layer(preset_path(preset, env), "preset"))
     layers.extend(config_layers(env, config))
     layers.extend(env_layers(env))
+    table_notes: list[str] = []
+    for layer in list(layers):
+        if layer.env:  # a file's [env] table reaches the server, which reads these names:
+            # check them now (a typo fails here, not after the model loaded) and keep the notes
+            table_notes += [n for checked in env_layers(layer.env) for n in checked.notes]
     if cli:
         cli_layer = Layer(name="command line")
         for name, value in cli.items():
@@ -72,7 +78,8 @@ def resolve_settings(
         origins["adaptive_policy"] = f"implied by adaptive_profile ({origins['adaptive_profile']})"
     settings = Settings(**values)
     check_consistency(settings, origins)
-    return ResolvedSettings(settings, origins, extra_env, preset)
+    notes = tuple(dict.fromkeys([*table_notes, *(n for layer in layers for n in layer.notes)]))
+    return ResolvedSettings(settings, origins, extra_env, preset, notes)
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
@@ -123,6 +130,25 @@ def check_consistency(s: Settings, origins: Mapping[str, str]) -> None:
         )
     _check_acceptance(s, origins)
     _check_draft(s, origins)
+    if s.confidence_accept_margin is not None and s.confidence_accept_prob_margin is not None:
+        raise SettingsError(
+            "confidence_accept_margin (logits,"
+            f" {_where(origins, 'confidence_accept_margin')}) and confidence_accept_prob_margin"
+            f" (probability, {_where(origins, 'confidence_accept_prob_margin')}) are two units of"
+            " one rule; give one"
+        )
+    if s.adaptive_entropy_scale is not None and s.adaptive_entropy_rule != "topk-entropy":
+        raise SettingsError(
+            f"adaptive_entropy_scale ({_where(origins, 'adaptive_entropy_scale')}) belongs to the"
+            f" topk-entropy rule, but adaptive_entropy_rule is {s.adaptive_entropy_rule!r}"
+            f" ({_where(origins, 'adaptive_entropy_rule')}); drop it or use that rule"
+        )
+    if s.adaptive_online_exploration and s.adaptive_thompson_width == 0:
+        raise SettingsError(
+            "adaptive_online_exploration > 0"
+            f" ({_where(origins, 'adaptive_online_exploration')}) asks to explore but"
+            f" adaptive_thompson_width is 0 ({_where(origins, 'adaptive_thompson_width')})"
+        )
     if not s.adaptive_entropy_stop:
         for name in ("adaptive_entropy_threshold", "adaptive_entropy_topk"):
             if getattr(s, name) is not None:
@@ -137,11 +163,6 @@ def check_consistency(s: Settings, origins: Mapping[str, str]) -> None:
         raise SettingsError(
             f"draft_tensor_parallel_size={s.draft_tensor_parallel_size} is larger than"
             f" tensor_parallel_size={s.tensor_parallel_size}"
-        )
-    if s.adaptive_async and s.async_scheduling is False:
-        raise SettingsError(
-            f"adaptive_async ({_where(origins, 'adaptive_async')}) asks for async scheduling"
-            f" but async_scheduling is off ({_where(origins, 'async_scheduling')}); drop one"
         )
     if s.adaptive_full_graph and s.graph_mode == "eager" and "graph_mode" in origins and (
         not origins["graph_mode"].startswith("preset")
@@ -175,7 +196,8 @@ def _check_acceptance(s: Settings, origins: Mapping[str, str]) -> None:
         _needs(s, origins, "eagle_relaxed_accept_after_tokens", "relaxed top-K acceptance",
                "--eagle-relaxed-accept-topk K")
     for name in ("confidence_accept_from_position", "confidence_accept_after_tokens"):
-        if getattr(s, name) and s.confidence_accept_margin is None:
+        if getattr(s, name) and (s.confidence_accept_margin is None
+                                 and s.confidence_accept_prob_margin is None):
             _needs(s, origins, name, "confidence-margin acceptance",
                    "--confidence-accept-margin M")
     if s.confidence_protected_token_ids and not s.relaxed_acceptance():

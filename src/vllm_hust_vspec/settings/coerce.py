@@ -25,7 +25,13 @@ def coerce(opt: OptionInfo, raw: Any, where: str) -> Any:
     """
     if isinstance(raw, str) and opt.optional and raw.strip().lower() in _NONE:
         return None
+    if opt.bare is not None and (isinstance(raw, bool) or (
+            isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE)):
+        # A switch-style value of a path option (the predecessor's boolean spelling).
+        return opt.bare if _to_bool(raw) else None
     value = _convert(opt, raw, where)
+    if opt.off is not None and value == opt.off and not isinstance(value, bool):
+        return None  # the predecessor's "off" spelling (e.g. top-K 1) is the default
     if opt.name == "method" and isinstance(value, str):
         value = METHOD_ALIASES.get(value, value)
     if opt.choices is not None and value not in opt.choices:

@@ -32,11 +32,18 @@ def _opt(
     maximum: float | None = None,
     metavar: str | None = None,
     aliases: tuple[str, ...] = (),
+    off: Any = None,
+    bare: str | None = None,
 ) -> Any:
     """Declare an option: a dataclass field carrying its CLI/TOML/env metadata. ``aliases``
-    are other names (the predecessor's) accepted in all three spellings."""
+    are other names (the predecessor's) accepted in all three spellings. ``off`` is a value
+    that means "feature off" (the predecessor's spelling, e.g. top-K 1): it reads as the
+    default. ``bare`` is the value of the flag given without an argument (and of a TOML/env
+    boolean true)."""
     meta = {
         "aliases": aliases,
+        "off": off,
+        "bare": bare,
         "help": help,
         "group": group,
         "choices": choices,
@@ -76,6 +83,12 @@ class Settings:
     dtype: str = _opt(
         "auto", "Model dtype.", choices=("auto", "float16", "bfloat16", "float32")
     )
+    kv_cache_dtype: str | None = _opt(
+        None, "KV cache dtype (vLLM --kv-cache-dtype; unset: the host's).", metavar="DTYPE"
+    )
+    block_size: int | None = _opt(
+        None, "KV cache block size in tokens (vLLM --block-size; unset: the host's).", minimum=1
+    )
     max_num_seqs: int | None = _opt(None, "Maximum concurrent sequences.", minimum=1)
     max_num_batched_tokens: int | None = _opt(
         None, "Token budget of one engine step.", minimum=1
@@ -96,10 +109,10 @@ class Settings:
     )
     graph_mode: str = _opt(
         "piecewise", "Graph capture mode (vLLM's cudagraph_mode): piecewise = PIECEWISE,"
-        " full-decode-only = FULL_DECODE_ONLY, full = FULL_AND_PIECEWISE, full-combined = FULL"
-        " (combined FULL: every batch on one FULL graph per size, no separate decode routine);"
-        " eager serves with --enforce-eager.",
-        choices=("eager", "piecewise", "full-decode-only", "full", "full-combined"),
+        " full-decode-only = FULL_DECODE_ONLY, full-and-piecewise = FULL_AND_PIECEWISE, full ="
+        " FULL (one FULL graph per size for every batch, no separate decode routine); eager"
+        " serves with --enforce-eager.",
+        choices=("eager", "piecewise", "full-decode-only", "full-and-piecewise", "full"),
     )
     capture_policy: str = _opt(
         "auto", "Which batch sizes get graphs (see docs/hosts.md).",
@@ -124,6 +137,26 @@ class Settings:
         None, "Seconds in-flight requests may drain after SIGTERM/SIGINT before the server stops"
         " (vLLM --shutdown-timeout; unset: the host's default, 0 = abort them at once).",
         minimum=0, metavar="SECONDS",
+    )
+    disable_log_stats: bool | None = _opt(
+        None, "vLLM --disable-log-stats (periodic engine stats lines off; unset: the host's)."
+    )
+    vllm_source: str | None = _opt(
+        None, "A vLLM source tree put first on the server's PYTHONPATH (serve that checkout "
+        "instead of the installed vLLM).", metavar="PATH",
+    )
+    ascend_source: str | None = _opt(
+        None, "A vLLM-Ascend source tree put on the server's PYTHONPATH after --vllm-source.",
+        metavar="PATH",
+    )
+    vllm_executable: str | None = _opt(
+        None, "The 'vllm' program to run (default: the one beside this Python, else on PATH).",
+        metavar="PATH",
+    )
+    model_registry: str | None = _opt(
+        None, "Model registry JSON naming local model folders (default: "
+        "$HUST_VSPEC_MODEL_REGISTRY, then ~/.config/vllm-hust-vspec/models.json; written by "
+        "vllm-hust-vspec-models).", metavar="PATH",
     )
     language_model_only: bool = _opt(
         False, "Load only the language model of a multimodal checkpoint."
@@ -168,6 +201,12 @@ class Settings:
         group="adaptive", minimum=1,
     )
     adaptive_online_exploration: float | None = _opt(
+        None, "The predecessor's UCB1 exploration coefficient (it read 0.01): 0 explores "
+        "nothing (the online policy plays its posterior mean); a value > 0 leaves exploration "
+        "to vSpec's Thompson sampling, whose width is --adaptive-thompson-width "
+        "(docs/migration.md).", group="adaptive", minimum=0.0,
+    )
+    adaptive_thompson_width: float | None = _opt(
         None, "Online policy: width of its Thompson draws in posterior standard deviations "
         "(1 by default; 0 plays the posterior mean and explores nothing).", group="adaptive",
         minimum=0.0, maximum=100.0,
@@ -187,12 +226,19 @@ class Settings:
         "path on every step.", group="adaptive",
     )
     adaptive_refill_batch: int = _opt(
-        0, "Cohort refill admission size (0: method default, 8 for draft, 4 otherwise).",
-        group="adaptive", minimum=0,
+        0, "Cohort refill admission size (0: method default, 8 for draft, 4 otherwise; 1: no"
+        " refill hold).", group="adaptive", minimum=0,
+    )
+    adaptive_refill: bool = _opt(
+        True, "Cohort refill: hold waiting requests until a cohort of adaptive_refill_batch can"
+        " join (off: admit as the host does). Also read from the predecessor's"
+        " HUST_VSPEC_MTP_COHORT_REFILL / HUST_VSPEC_EAGLE3_COHORT_REFILL.", group="adaptive",
+        aliases=("mtp_cohort_refill", "eagle3_cohort_refill"),
     )
     adaptive_trace: str | None = _opt(
-        None, "Write one JSON line per controller decision to this file.", group="adaptive",
-        metavar="PATH",
+        None, "Write one JSON line per controller decision to this file; given without a path"
+        " (or as true / 1), the decisions go to the server log instead (the predecessor's"
+        " switch).", group="adaptive", metavar="PATH", bare="log",
     )
     adaptive_state_path: str | None = _opt(
         None, "Keep the controller's measured step costs in this JSON file across restarts: a "
@@ -224,21 +270,27 @@ class Settings:
         "synchronous scheduling and the V1 model runner.", group="adaptive",
     )
     adaptive_entropy_threshold: float | None = _opt(
-        None, "Entropy (nats) above which a draft position is uncertain.", group="adaptive",
-        minimum=0.0,
+        None, "Confidence bar of the stop. Rule topk-entropy (default; the predecessor's): a"
+        " position is uncertain when its top-k entropy times adaptive_entropy_scale exceeds"
+        " threshold squared (default 0.3). Rule entropy: entropy in nats above this (default"
+        " 1.0). Rule margin: top-1 minus top-2 probability below this (default 0.2).",
+        group="adaptive", minimum=0.0,
     )
     adaptive_entropy_topk: int | None = _opt(
-        None, "Top-k draft probabilities the confidence rule looks at (default 4).",
-        group="adaptive", minimum=2, maximum=64,
+        None, "Top-k draft probabilities the confidence rule looks at (default 2 for rule"
+        " topk-entropy, 4 otherwise).", group="adaptive", minimum=2, maximum=64,
     )
     adaptive_entropy_rule: str = _opt(
-        "entropy", "Confidence rule of the entropy stop: top-k entropy above the threshold, or "
-        "top-1 minus top-2 probability below it.", group="adaptive",
-        choices=("entropy", "margin"),
+        "topk-entropy", "Confidence rule of the entropy stop: topk-entropy (the predecessor's:"
+        " entropy of the top-k probabilities renormalized, scaled by adaptive_entropy_scale,"
+        " against threshold squared), entropy (vSpec's: top-k entropy with the rest of the"
+        " mass as one more outcome, in nats), margin (top-1 minus top-2 probability).",
+        group="adaptive", choices=("topk-entropy", "entropy", "margin"),
     )
     adaptive_entropy_scale: float | None = _opt(
-        None, "Multiplies the confidence stop's threshold (the predecessor's knob; 1 keeps it)."
-        , group="adaptive", minimum=0.01, maximum=100.0,
+        None, "Rule topk-entropy: multiplies the entropy before it is compared with threshold"
+        " squared; larger stops earlier (the predecessor's knob, default 0.15).",
+        group="adaptive", minimum=0.001, maximum=1.0,
     )
     adaptive_min_observations: int | None = _opt(
         None, "Steady samples an arm needs in a batch-size bucket before the controller compares"
@@ -265,7 +317,8 @@ class Settings:
     )
     adaptive_full_graph: bool = _opt(
         False, "Graphs for every candidate gamma: FULL graph mode with every verify width in"
-        " the capture sizes (sets graph_mode full unless one is given). CPU hosts run eager.",
+        " the capture sizes (sets graph_mode full-and-piecewise unless one is given). CPU hosts"
+        " run eager.",
         group="adaptive",
     )
     adaptive_async: bool = _opt(
@@ -275,12 +328,19 @@ class Settings:
 
     # --- acceptance (relaxed modes change outputs; opt-in) -------------------------------
     confidence_accept_margin: float | None = _opt(
-        None, "RELAXED: accept a draft token when the target's top-1 margin is below this "
-        "(changes outputs).", group="acceptance", minimum=0.0, maximum=1.0,
+        None, "RELAXED: accept a draft token whose target logit is within this many logits of"
+        " the target's top-1 logit (the predecessor's unit; changes outputs).",
+        group="acceptance", minimum=0.0,
+    )
+    confidence_accept_prob_margin: float | None = _opt(
+        None, "RELAXED: accept a draft token whose target probability is within this of the"
+        " target's top-1 probability (0..1; changes outputs).", group="acceptance",
+        minimum=0.0, maximum=1.0,
     )
     eagle_relaxed_accept_topk: int | None = _opt(
         None, "RELAXED (EAGLE only): accept a draft token in the target's top-K "
-        "(changes outputs).", group="acceptance", minimum=2, maximum=64,
+        "(changes outputs); 1 is strict top-1 (off).", group="acceptance", minimum=2, maximum=64,
+        off=1,
     )
     eagle_relaxed_accept_after_tokens: int = _opt(
         0, "Relaxed top-K applies only from this output token of a request on (the first N "
@@ -314,7 +374,8 @@ class Settings:
     )
     eagle_draft_active_vocab_size: int | None = _opt(
         None, "Draft LM head computes logits over this many token ids only (the first N of the "
-        "ids file, else ids 0..N-1); strict acceptance stays exact.", group="draft", minimum=16,
+        "ids file, else ids 0..N-1); strict acceptance stays exact; 0 is off.", group="draft",
+        minimum=16, off=0,
     )
     eagle_draft_active_vocab_file: str | None = _opt(
         None, "Token-id file (JSON list or one id per line, most frequent first) for the draft's "
@@ -338,7 +399,7 @@ class Settings:
     )
     eagle_tree_width: int | None = _opt(
         None, "Fixed-width EAGLE tree (the predecessor's experimental path; fails closed: see"
-        " docs/hosts.md).", group="draft", minimum=1,
+        " docs/hosts.md); 1 is the linear chain (off).", group="draft", minimum=2, off=1,
     )
     eagle_uniform_state_kernel: bool = _opt(
         False, "The vllm-ascend-hust uniform-state kernel (fails closed where the host lacks"
@@ -372,9 +433,9 @@ class Settings:
     )
 
     # --- vLLM-Ascend (NPU host) ----------------------------------------------------------
-    mtp_strict_graph: bool = _opt(
-        False, "MTP on vLLM-Ascend: stop the server when a decode batch would run without "
-        "its full graph instead of silently running eager (on in the MTP frontier preset).",
+    mtp_strict_graph: bool | None = _opt(
+        None, "MTP on vLLM-Ascend: stop the server when a decode batch would run without "
+        "its full graph instead of silently running eager (unset: on for method mtp).",
         group="ascend",
     )
     graph_event_ordering: bool = _opt(
@@ -386,8 +447,13 @@ class Settings:
         " unavailable: docs/hosts.md).", group="ascend",
     )
     merged_full_max_batch: int | None = _opt(
-        None, "Largest batch the merged FULL draft graph covers (with --merged-full).",
-        group="ascend", minimum=1,
+        None, "Largest batch the merged FULL draft graph covers (with --merged-full); 0 is no"
+        " cap.", group="ascend", minimum=1, off=0,
+    )
+    mtp_local_argmax_reduction: bool = _opt(
+        False, "MTP: the host's local argmax reduction across TP ranks (vLLM-HUST speculative"
+        " config use_local_argmax_reduction; fails closed where the host lacks it).",
+        group="ascend",
     )
 
     def effective_gamma(self) -> int:
@@ -397,14 +463,24 @@ class Settings:
         return DEFAULT_GAMMA.get(self.method, FALLBACK_GAMMA)
 
     def refill_batch(self) -> int:
-        """Cohort refill size, applying the method default when 0."""
+        """Cohort refill size, applying the method default when 0 (1: no refill hold)."""
+        if not self.adaptive_refill:
+            return 1
         if self.adaptive_refill_batch:
             return self.adaptive_refill_batch
         return 8 if self.method == "draft" else 4
 
+    def strict_mtp_graph(self) -> bool:
+        """Whether an MTP decode batch missing its graph stops the server (unset: on for
+        method mtp, as the predecessor had it)."""
+        if self.mtp_strict_graph is not None:
+            return self.mtp_strict_graph
+        return self.method == "mtp"
+
     def relaxed_acceptance(self) -> bool:
         """True when an opt-in acceptance mode that changes outputs is on."""
         return (self.confidence_accept_margin is not None
+                or self.confidence_accept_prob_margin is not None
                 or self.eagle_relaxed_accept_topk is not None
                 or self.forced_acceptance_length is not None)
 
@@ -448,6 +524,8 @@ class OptionInfo:
     maximum: float | None
     metavar: str | None
     aliases: tuple[str, ...] = ()
+    off: Any = None
+    bare: str | None = None
 
     @property
     def flag(self) -> str:
@@ -491,7 +569,7 @@ def options() -> tuple[OptionInfo, ...]:
                 name=f.name, kind=kind, optional=optional, default=default_of(f),
                 help=m["help"], group=m["group"], choices=m["choices"],
                 minimum=m["minimum"], maximum=m["maximum"], metavar=m["metavar"],
-                aliases=tuple(m["aliases"]),
+                aliases=tuple(m["aliases"]), off=m["off"], bare=m["bare"],
             )
         )
     return tuple(out)

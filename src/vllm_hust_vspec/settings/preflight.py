@@ -25,7 +25,7 @@ def preflight(s: Settings, origins: Mapping[str, str]) -> None:
     """Validate every file an option names; raises :class:`SettingsError` at the first fault."""
     if s.adaptive_profile:
         _check_profile(s.adaptive_profile, origin(origins, "adaptive_profile"))
-    if s.adaptive_trace:
+    if s.adaptive_trace and s.adaptive_trace != "log":  # "log": the server log, no file
         check_writable_file(s.adaptive_trace, origin(origins, "adaptive_trace"))
     if s.adaptive_state_path:
         _check_state(s.adaptive_state_path, origin(origins, "adaptive_state_path"))

@@ -30,6 +30,16 @@ NON_OPTION_ENV = frozenset(
         "LOG_LEVEL",
     }
 )
+# Knobs of the predecessor's own runtime (its online refill controller, EAGLE-3 and MTP
+# internals, device counters) that vSpec has no counterpart for: read, named in a note, and
+# ignored, so its config files' [env] tables load as they are (docs/migration.md).
+IGNORED_LEGACY_ENV = (
+    "REFILL_", "EAGLE3_GDN_", "EAGLE3_GROUP_TRACE", "EAGLE3_REPLICATED_", "EAGLE3_STATEFUL_",
+    "EAGLE3_DEVICE_COUNTS", "EAGLE3_FUSED_PRECOPY", "EAGLE3_ASYNC_RUNTIME_SWITCH",
+    "MTP_GRAPH_TRACE", "MTP_SYNC_TRACE", "MTP_DEVICE_COUNTS", "MTP_INCREMENTAL_STEPS",
+    "MTP_ASYNC_RUNTIME_SWITCH", "DEVICE_COUNTS_", "ADAPTIVE_INITIAL_COHORT_", "ADAPTIVE_ARRIVAL_",
+    "ADAPTIVE_ISOLATE_REFILL",
+)
 CONFIG_ENV = "VSPEC_CONFIG"
 LEGACY_CONFIG_ENVS = ("SPECASCEND_CONFIG", "SPECSLO_CONFIG")  # lowest priority first
 PRESET_DIR_ENV = ENV_PREFIX + "PRESET_DIR"
@@ -50,6 +60,7 @@ class Layer:
     values: dict[str, Any] = field(default_factory=dict)
     origins: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
 
 def read_toml_layer(path: str | os.PathLike[str], label: str) -> Layer:
@@ -171,6 +182,12 @@ def read_env_layer(env: Mapping[str, str], prefix: str, strict: bool) -> Layer:
             continue
         suffix = key[len(prefix) :]
         if suffix in NON_OPTION_ENV:
+            continue
+        if suffix.startswith(IGNORED_LEGACY_ENV):
+            layer.notes.append(
+                f"environment {key}: a knob of vllm-hust-vspec 0.14's own runtime that vSpec"
+                " does not have; ignored (docs/migration.md)"
+            )
             continue
         opt = OPTIONS_BY_NAME.get(suffix.lower())
         if opt is None:

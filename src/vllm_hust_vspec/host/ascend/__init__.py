@@ -9,7 +9,7 @@ shared; this package adds what the NPU worker side needs:
 * ``graphs``: ``mtp_strict_graph`` (stop instead of silently running eager).
 * ``graph_widths``: graph-per-gamma: target FULL decode graphs per verify width and one
   merged draft graph per gamma, each with its own graph params (``mtp_strict_graph`` is
-  checked in the same wrapper then); under combined FULL (``--graph-mode full-combined``) the
+  checked in the same wrapper then); under combined FULL (``--graph-mode full``) the
   host's shared target graphs and params, and merged draft graphs per gamma.
 * ``rejection``: relaxed acceptance modes on ``AscendRejectionSampler``'s path (strict is the
   host's own behaviour: nothing patched).
@@ -86,11 +86,11 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> AscendPla
         k_channel = install_proposer(patcher, base, gamma0_mode, extra)
         _install_draft_copy(patcher)
 
-    strict_graph = bool(settings.mtp_strict_graph) and method == "mtp"
+    strict_graph = settings.strict_mtp_graph() and method == "mtp"
 
     def strict_on() -> bool:
         s = get_settings()
-        return bool(s.mtp_strict_graph) and s.method == "mtp"
+        return s.strict_mtp_graph() and s.method == "mtp"
 
     graph_widths: tuple[int, ...] = ()
     if "graph_per_gamma" in features_for(settings):
@@ -157,10 +157,10 @@ def _install_draft_copy(patcher: Patcher) -> None:
 def features_for(settings: Settings) -> tuple[str, ...]:
     """The doctor features (host capabilities) these settings need on vllm-ascend."""
     out = []
-    if (settings.graph_mode in ("full", "full-decode-only", "full-combined")
+    if (settings.graph_mode in ("full", "full-decode-only", "full-and-piecewise")
             and settings.adaptive_speculation):
         out.append("graph_per_gamma")
-    if settings.mtp_strict_graph and settings.method == "mtp":
+    if settings.strict_mtp_graph() and settings.method == "mtp":
         out.append("mtp_strict_graph")
     if not _acceptance(settings).strict:
         out.append("acceptance")
