@@ -5,12 +5,21 @@ summed over the batch::
 
     target(n, C) = target.constant_s + target.per_batched_token_s * n
                    + target.per_context_token_s * C              with n = B * (1 + g)
-    draft(B, C)  = draft.constant_s + draft.per_batched_token_s * B
+    draft(n, C)  = draft.constant_s + draft.per_batched_token_s * n
                    + draft.per_context_token_s * C               (one draft forward)
-    step_s       = target(B * (1 + g), C) + g * (draft(B, C) + per_gamma_overhead_s)
+    drafting     = sum_{i<g} draft(B, C + i * B * draft_context_growth)   (serial, default)
+                 = draft(B * (1 + g), C) if g > 0 else 0                 (draft_parallel)
+    step_s       = target(B * (1 + g), C) + drafting + g * per_gamma_overhead_s
+                   + gamma_step_overhead_s[g]        (0 past the list's end)
+
+``draft_context_growth`` (default 0) is the context each successive serial draft forward adds
+per request (1: forward ``i`` attends to the ``i`` tokens drafted before it);
+``draft_parallel`` drafts all ``g`` tokens in one forward (block drafters such as DFlash).
 
 The schema is documented with an example in docs/controller.md. Parsing is strict: unknown
-keys and bad values raise :class:`ProfileError` naming the file and the dotted key.
+keys and bad values raise :class:`ProfileError` naming the file and the dotted key. A file in
+the vllm-hust-vspec 0.14 profile format (milliseconds; see :mod:`.profile_v014`) is recognised
+by its keys and converted exactly on load.
 """
 
 from __future__ import annotations
@@ -27,6 +36,11 @@ from ._strict import StrictObject
 from .acceptance import extend_acceptance
 
 SCHEMA_VERSION = 1
+# How the profile policy uses batch_gamma_table (ProfileConfig.table_steps is the warm-up):
+# "warmup": the table decides during the warm-up only, the latency model afterwards;
+# "preferred": the table's gamma is also the default afterwards, left only for an arm the
+# model predicts to beat it by the hysteresis margin.
+TABLE_MODES: tuple[str, ...] = ("warmup", "preferred")
 
 
 class ProfileError(ValueError):
@@ -57,11 +71,16 @@ class LatencyCoefficients:
 
 @dataclass(frozen=True, slots=True)
 class TableEntry:
-    """Batch sizes ``lo..hi`` (inclusive) use ``gamma``."""
+    """Batch sizes ``lo..hi`` (inclusive; ``hi`` None: every batch from ``lo`` up) use
+    ``gamma``."""
 
     lo: int
-    hi: int
+    hi: int | None
     gamma: int
+
+    def covers(self, batch: int) -> bool:
+        """True when ``batch`` falls in this row."""
+        return self.lo <= batch and (self.hi is None or batch <= self.hi)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +107,15 @@ class Profile:
     method: str = ""
     notes: str = ""
     fit: FitInfo | None = None
+    # One draft forward over B * (1 + g) tokens instead of g forwards of B tokens.
+    draft_parallel: bool = False
+    # Context tokens per request each successive serial draft forward adds.
+    draft_context_growth: float = 0.0
+    # Extra seconds of a whole step at gamma g (index g); gammas past the end add 0.
+    gamma_step_overhead_s: tuple[float, ...] = ()
+    batch_gamma_table_mode: str = "warmup"
+    # The gamma the profile policy starts from (None: its max_gamma).
+    initial_gamma: int | None = None
 
     def step_time(self, batch: int, gamma: int, context_tokens: float | None = None) -> float:
         """Predicted seconds of one decode step (``context_tokens`` summed over the batch;
@@ -95,7 +123,17 @@ class Profile:
         ctx = batch * self.assumed_context_tokens if context_tokens is None else context_tokens
         t = self.target.seconds(batch * (1 + gamma), ctx)
         if gamma > 0:
-            t += gamma * (self.draft.seconds(batch, ctx) + self.per_gamma_overhead_s)
+            if self.draft_parallel:
+                t += (self.draft.seconds(batch * (1 + gamma), ctx)
+                      + gamma * self.per_gamma_overhead_s)
+            else:
+                t += gamma * (self.draft.seconds(batch, ctx) + self.per_gamma_overhead_s)
+                if self.draft_context_growth:
+                    # forward i sees ctx + i * batch * growth: sum_{i<g} i = g * (g - 1) / 2
+                    t += (self.draft.per_context_token_s * self.draft_context_growth * batch
+                          * (gamma * (gamma - 1) / 2))
+        if gamma < len(self.gamma_step_overhead_s):
+            t += self.gamma_step_overhead_s[gamma]
         return t
 
     def acceptance(self, positions: int) -> tuple[float, ...]:
@@ -105,7 +143,7 @@ class Profile:
     def table_gamma(self, batch: int) -> int | None:
         """Gamma from ``batch_gamma_table`` for this batch size, or None if not covered."""
         for e in self.batch_gamma_table:
-            if e.lo <= batch <= e.hi:
+            if e.covers(batch):
                 return e.gamma
         return None
 
@@ -125,6 +163,17 @@ class Profile:
         out["default_acceptance"] = list(self.default_acceptance)
         if self.batch_gamma_table:
             out["batch_gamma_table"] = [[e.lo, e.hi, e.gamma] for e in self.batch_gamma_table]
+        # The extensions are written only when set, so plain profiles keep their old form.
+        if self.batch_gamma_table_mode != "warmup":
+            out["batch_gamma_table_mode"] = self.batch_gamma_table_mode
+        if self.draft_parallel:
+            out["draft_parallel"] = True
+        if self.draft_context_growth:
+            out["draft_context_growth"] = self.draft_context_growth
+        if self.gamma_step_overhead_s:
+            out["gamma_step_overhead_s"] = list(self.gamma_step_overhead_s)
+        if self.initial_gamma is not None:
+            out["initial_gamma"] = self.initial_gamma
         if self.fit is not None:
             out["fit"] = {
                 "num_samples": self.fit.num_samples,
@@ -135,7 +184,12 @@ class Profile:
 
     @classmethod
     def from_dict(cls, data: object, *, source: str = "<profile>") -> Profile:
-        """Parse and validate a schema-v1 mapping; errors name ``source`` and the key."""
+        """Parse and validate a schema-v1 mapping, or convert one in the vllm-hust-vspec 0.14
+        format (recognised by its keys); errors name ``source`` and the key."""
+        from .profile_v014 import convert_v014, is_v014_profile
+
+        if is_v014_profile(data):
+            return convert_v014(data, source=source)
         r = _Reader(data, "", source)
         version = r.integer("schema_version", lo=1)
         if version != SCHEMA_VERSION:
@@ -147,6 +201,13 @@ class Profile:
         context = r.integer("assumed_context_tokens", 0, lo=0)
         acceptance = _acceptance(r)
         table = _table(r)
+        table_mode = r.string("batch_gamma_table_mode", "warmup", choices=TABLE_MODES)
+        draft_parallel = r.boolean("draft_parallel", False)
+        growth = r.number("draft_context_growth", 0.0)
+        step_overhead = _step_overhead(r)
+        initial = None
+        if r.present("initial_gamma"):
+            initial = r.integer("initial_gamma", lo=0)
         name = r.string("name", "")
         method = r.string("method", "")
         notes = r.string("notes", "")
@@ -164,6 +225,9 @@ class Profile:
             target=target, draft=draft, per_gamma_overhead_s=overhead,
             assumed_context_tokens=context, default_acceptance=acceptance,
             batch_gamma_table=table, name=name, method=method, notes=notes, fit=fit,
+            draft_parallel=draft_parallel, draft_context_growth=growth,
+            gamma_step_overhead_s=step_overhead, batch_gamma_table_mode=table_mode,
+            initial_gamma=initial,
         )
 
 
@@ -274,13 +338,35 @@ def _table(r: _Reader) -> tuple[TableEntry, ...]:
         raise r.error(key, f"expected a list of [lo, hi, gamma] rows, got {value!r}")
     out: list[TableEntry] = []
     for i, row in enumerate(value):
+        # hi may be null in the last row: every larger batch.
+        last = i == len(value) - 1
         if (not isinstance(row, list) or len(row) != 3
-                or any(isinstance(v, bool) or not isinstance(v, int) for v in row)):
-            raise r.error(f"{key}[{i}]", f"expected [lo, hi, gamma] integers, got {row!r}")
+                or any(not _is_int(v) for j, v in enumerate(row)
+                       if not (j == 1 and last and v is None))):
+            raise r.error(f"{key}[{i}]", f"expected [lo, hi, gamma] integers (hi may be null "
+                          f"in the last row), got {row!r}")
         lo, hi, gamma = row
-        if lo < 1 or hi < lo or gamma < 0:
+        if lo < 1 or (hi is not None and hi < lo) or gamma < 0:
             raise r.error(f"{key}[{i}]", f"need 1 <= lo <= hi and gamma >= 0, got {row!r}")
-        if out and lo <= out[-1].hi:
+        prev_hi = out[-1].hi if out else 0  # only the last row may be open
+        if prev_hi is not None and lo <= prev_hi:
             raise r.error(f"{key}[{i}]", "rows must be sorted by batch size and not overlap")
         out.append(TableEntry(lo, hi, gamma))
     return tuple(out)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _step_overhead(r: _Reader) -> tuple[float, ...]:
+    key = "gamma_step_overhead_s"
+    value = r._get(key, False)
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise r.error(key, f"expected a list of seconds indexed by gamma, got {value!r}")
+    for i, v in enumerate(value):
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+            raise r.error(f"{key}[{i}]", f"expected a finite number >= 0, got {v!r}")
+    return tuple(float(v) for v in value)

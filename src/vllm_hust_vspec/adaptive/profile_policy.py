@@ -6,6 +6,14 @@ counts seeded with the profile's default acceptance) and ``k[g]`` an EWMA of obs
 predicted step time per arm (arms never observed use the EWMA over all arms), clamped so a
 few odd steps cannot wreck the model. It explores nothing: the profile is trusted for the
 shape of the cost curve, the online part only corrects its level and the acceptance.
+
+The profile's ``batch_gamma_table`` (fixed gamma per batch-size range) decides during the
+first ``table_steps`` steady steps. Afterwards its ``batch_gamma_table_mode`` says what it is
+worth: ``warmup`` (default) hands over to the model; ``preferred`` keeps the table's gamma as
+the target at every decision and leaves it only for the model's best arm when that is
+predicted to beat the table's arm by the hysteresis margin (the vllm-hust-vspec 0.14
+``batch_gamma_policy``). The policy starts at the profile's ``initial_gamma`` (clamped to
+the range) when it sets one, else at ``max_gamma``.
 """
 
 from __future__ import annotations
@@ -35,7 +43,8 @@ class ProfileConfig(PolicyConfig):
     calibration_rate: float = 0.05
     calibration_min: float = 0.5
     calibration_max: float = 2.0
-    # The profile's batch_gamma_table (if any) decides until this many steady steps were seen.
+    # The profile's batch_gamma_table (if any) decides until this many steady steps were seen
+    # (afterwards too, unless the model beats it, when the profile's table mode is preferred).
     table_steps: int = 32
     # While at gamma 0 no acceptance is observed: every ``probe_interval`` decisions draft one
     # token once to re-measure it; the interval doubles (up to ``max_probe_interval``) each
@@ -65,7 +74,10 @@ class ProfilePolicy(CadencedPolicy):
 
     def __init__(self, profile: Profile, config: ProfileConfig | None = None) -> None:
         cfg = config or ProfileConfig()
-        super().__init__(cfg.min_gamma, cfg.max_gamma, cfg.control_interval, cfg.max_gamma)
+        start = cfg.max_gamma
+        if profile.initial_gamma is not None:
+            start = min(max(profile.initial_gamma, cfg.min_gamma), cfg.max_gamma)
+        super().__init__(cfg.min_gamma, cfg.max_gamma, cfg.control_interval, start)
         self.config = cfg
         self.profile = profile
         self._num_arms = cfg.max_gamma - cfg.min_gamma + 1
@@ -190,12 +202,15 @@ class ProfilePolicy(CadencedPolicy):
         self._last_cap = cap
         est = self._estimates(batch, cap)
         self._last_pred = est
-        if self._steady < cfg.table_steps:
+        warmup = self._steady < cfg.table_steps
+        if warmup or self._prefers_table:
             table = self.profile.table_gamma(batch)
             if table is not None:
-                self._last_source = "table"
                 target = min(max(table, self._lo), cap)
-                return step_toward(cur, target, cfg.max_gamma_step)
+                if warmup:
+                    self._last_source = "table"
+                    return step_toward(cur, target, cfg.max_gamma_step)
+                return self._prefer(est, cur, cap, target)
         self._last_source = "model"
         best = max(range(len(est)), key=est.__getitem__)
         cur_i = cur - self._lo
@@ -206,6 +221,27 @@ class ProfilePolicy(CadencedPolicy):
         if cur == 0 and cap >= 1 and self._probe.due():
             return 1
         return cur
+
+    @property
+    def _prefers_table(self) -> bool:
+        return self.profile.batch_gamma_table_mode == "preferred"
+
+    def _prefer(self, est: list[float], cur: int, cap: int, table: int) -> int:
+        """Preferred table mode: head for the table's gamma unless the model's best arm beats
+        it by the hysteresis margin (ties go to the smaller gamma)."""
+        cfg = self.config
+        best = max(range(len(est)), key=est.__getitem__)
+        target = table
+        self._last_source = "table"
+        if best != table - self._lo and should_switch(est[best], est[table - self._lo],
+                                                      cfg.hysteresis):
+            target = best + self._lo
+            self._last_source = "model"
+        if cur == 0 and target > 0:
+            self._probe.left_zero()
+        elif cur == 0 and target == 0 and cap >= 1 and self._probe.due():
+            return 1
+        return step_toward(cur, target, cfg.max_gamma_step)
 
 
 def _clamp(value: float, cfg: ProfileConfig) -> float:
