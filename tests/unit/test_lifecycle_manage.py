@@ -151,3 +151,55 @@ def test_install_and_uninstall_shortcuts_dry_run() -> None:
     assert res.returncode == 0 and "pip install --no-deps" in res.stdout and " -e " in res.stdout
     res = run_script(ROOT / "uninstall.sh", "--dry-run", "--python", PY)
     assert res.returncode == 0 and "pip uninstall -y vllm-hust-vspec" in res.stdout
+
+
+# --- the default drafters: `models` verb and install's model step ---------------------------
+
+MODELS = "-m vllm_hust_vspec.cli.models"
+
+
+def test_dry_run_models_verb_passes_arguments_through() -> None:
+    rc, out = dry("models", "--model-dir", "/srv/models", "--download", "--method", "draft")
+    assert rc == 0, out
+    assert (f"[dry-run] would run: {PY} {MODELS} --model-dir /srv/models --download --method "
+            "draft") in out
+    rc, out = dry("models", "--help")  # the command's own help, not manage.sh's
+    assert rc == 0 and f"{MODELS} --help" in out and "Verbs:" not in out
+
+
+@pytest.mark.parametrize(("options", "tail"), [
+    ((), "--no-download --allow-missing"),
+    (("--model-dir", "X", "--no-model-download"), "--model-dir X --no-download"),
+    (("--model-registry", "/etc/r.json", "--model-download"), "--model-registry /etc/r.json "
+                                                              "--download"),
+])
+def test_dry_run_install_model_step(options: tuple[str, ...], tail: str) -> None:
+    rc, out = dry("install", "--editable", *options)
+    assert rc == 0, out
+    lines = [line for line in out.splitlines() if MODELS in line]
+    assert lines == [f"[dry-run] would run: {PY} {MODELS} {tail}"], out
+    # after the package is installed and checked
+    assert out.index("pip install --no-deps") < out.index(MODELS)
+
+
+def test_dry_run_install_skip_model_setup_and_conflicts() -> None:
+    rc, out = dry("install", "--editable", "--skip-model-setup")
+    assert rc == 0 and MODELS not in out and "model setup skipped" in out
+    rc, out = dry("install", "--editable", "--model-download", "--no-model-download")
+    assert rc == 2 and "exclude each other" in out
+    rc, out = dry("install", "--editable", "--model-dir")
+    assert rc == 2 and "--model-dir needs a path" in out
+
+
+def test_install_sh_passes_model_options() -> None:
+    res = run_script(ROOT / "install.sh", "--dry-run", "--python", PY, "--model-dir", "/m",
+                     "--no-model-download")
+    assert res.returncode == 0, res.stderr
+    assert f"{MODELS} --model-dir /m --no-download" in res.stdout
+
+
+def test_help_lists_the_model_options() -> None:
+    res = run_script(MANAGE, "--help")
+    for needle in ("models [--model-dir DIR]", "--model-registry FILE", "--no-model-download",
+                   "--model-download", "--skip-model-setup", "HUST_VSPEC_MODEL_REGISTRY"):
+        assert needle in res.stdout, needle

@@ -88,18 +88,17 @@ def _drop_acceptance(ctrl: OnlineController | ProfilePolicy) -> float:
 # -- adaptive_min_observations ----------------------------------------------------------------
 
 
-def test_min_observations_lengthens_the_online_warm_up() -> None:
-    """The online controller discards its first steady steps (graph and cache warm-up) and
-    holds gamma meanwhile; min_observations raises how many."""
+def test_min_observations_is_a_profile_policy_knob_only() -> None:
+    """As in the predecessor, the online policy does not wait for observations: a
+    recorded adaptive_min_observations = 32 under online changes nothing."""
     default = _online()
-    knob = _online(adaptive_min_observations=6)
-    assert knob.config.min_observations == 6
+    knob = _online(adaptive_min_observations=32)
+    assert knob.config.min_observations is None
     for ctrl in (default, knob):
         for _ in range(10):
             ctrl.decide(BATCH, 8192)
             ctrl.observe(_feedback(4, 3, 0.02))
-    assert default.snapshot()["skipped_warmup"] == 3
-    assert knob.snapshot()["skipped_warmup"] == 6
+    assert default.snapshot()["skipped_warmup"] == knob.snapshot()["skipped_warmup"]
 
 
 def test_min_observations_delays_an_arms_own_calibration(profile_path: str) -> None:

@@ -58,4 +58,5 @@ def truncate(drafts: Sequence[Sequence[int]], keep: Sequence[int]) -> list[list[
     return out
 
 
-__all__ = ["DEFAULT_SCALE", "DEFAULT_THRESHOLD", "DEFAULT_TOPK", "DEFAULT_TOPK_BY_RULE", "keep_counts", "topk_probs", "truncate"]
+__all__ = ["DEFAULT_SCALE", "DEFAULT_THRESHOLD", "DEFAULT_TOPK", "DEFAULT_TOPK_BY_RULE",
+           "keep_counts", "topk_probs", "truncate"]

@@ -30,9 +30,7 @@ _OVERRIDES = {
     "adaptive_hysteresis": "hysteresis",
     "adaptive_control_interval": "control_interval",
     "adaptive_max_gamma_step": "max_gamma_step",
-    # The predecessor's knobs: both policies read them, each in its own terms (see
-    # docs/controller.md, "Predecessor knobs").
-    "adaptive_min_observations": "min_observations",
+    # The predecessor's knob, read by both policies in their own terms (docs/controller.md).
     "adaptive_ewma_weight": "ewma_weight",
 }
 # Knobs only the profile policy has (ProfileConfig field names).
@@ -79,6 +77,9 @@ def controller_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
     warmup_return = settings.adaptive_online_warmup_return or "best"
     if policy == "profile":
         kwargs.update({k: v for k, v in profile_only.items() if v is not None})
+        if settings.adaptive_min_observations is not None:
+            # as in the predecessor, only the profile policy waits for observations
+            kwargs["min_observations"] = settings.adaptive_min_observations
         if not calibrate:
             kwargs["latency_calibration"] = False
     elif any(v is not None for v in profile_only.values()) or not calibrate:

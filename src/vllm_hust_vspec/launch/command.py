@@ -15,7 +15,7 @@ from pathlib import Path
 
 from vllm_hust_vspec import ENABLE_ENV
 from vllm_hust_vspec.launch.capture import CUDAGRAPH_MODE, capture_plan
-from vllm_hust_vspec.launch.models import resolve_model
+from vllm_hust_vspec.launch.models import default_drafter, resolve_model
 from vllm_hust_vspec.settings import (
     OPTIONS_BY_NAME,
     ResolvedSettings,
@@ -110,8 +110,9 @@ def compilation_config(s: Settings) -> dict[str, object] | None:
 
 def _draft_spec(r: ResolvedSettings, env: Mapping[str, str]) -> tuple[str | None, str]:
     s = r.settings
-    origin = r.origins.get("draft_model", "")
-    explicit = origin.startswith("flag") or origin == "environment HUST_VSPEC_DRAFT_MODEL"
+    # HUST_VSPEC_EAGLE_MODEL names the EAGLE head: for eagle it beats HUST_VSPEC_DRAFT_MODEL
+    # (the predecessor's Draft-model variable) and presets; only the flag beats it.
+    explicit = r.origins.get("draft_model", "").startswith("flag")
     if s.method in ("eagle", "eagle3") and env.get(EAGLE_MODEL_ENV) and not explicit:
         return env[EAGLE_MODEL_ENV], EAGLE_MODEL_ENV
     return s.draft_model, "--draft-model"
@@ -174,15 +175,13 @@ def build_serve_command(
         )
     target = resolve_model(s.target_model, "target", env, "--target-model")
     draft_spec, draft_flag = _draft_spec(r, env)
+    registry = getattr(s, "model_registry", None)
     draft: str | None = None
     if s.method in NEEDS_DRAFT:
-        if not draft_spec:
-            raise SettingsError(
-                f"method {s.method!r} needs a draft model: pass --draft-model PATH or set"
-                f" HUST_VSPEC_DRAFT_MODEL"
-                + (f" / {EAGLE_MODEL_ENV}" if s.method != "draft" else "")
-            )
-        draft = resolve_model(draft_spec, "draft", env, draft_flag)
+        if draft_spec:
+            draft = resolve_model(draft_spec, "draft", env, draft_flag, registry=registry)
+        else:  # the default drafter; the [env] table counts, as it did for the predecessor
+            draft = default_drafter(s.method, {**env, **r.extra_env}, registry=registry)
 
     argv = [*server_prefix(target), "--host", s.host, "--port", str(s.port)]
     argv += ["--dtype", s.dtype, "--tensor-parallel-size", str(s.tensor_parallel_size)]

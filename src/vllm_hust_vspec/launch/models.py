@@ -1,8 +1,11 @@
 """Resolving model names to local folders. Never downloads: every source is local.
 
-Order for a name that is not an existing path: ``HUST_VSPEC_MODEL_REGISTRY`` (a JSON file
-mapping repo id or basename to a path), ``HUST_VSPEC_MODEL_DIR/<basename>``, then the local
-Hugging Face cache (offline lookup only).
+Order for a name that is not an existing path: the model registry (see
+:mod:`~vllm_hust_vspec.launch.model_store`: ``--model-registry``, ``HUST_VSPEC_MODEL_REGISTRY``
+or the XDG config file, mapping a repo id or basename to a path), ``HUST_VSPEC_MODEL_DIR/
+<basename>``, then the local Hugging Face cache (offline lookup only); for the repo id of a
+default drafter, last, the drafter's own places (:func:`model_store.find_drafter`).
+:func:`default_drafter` finds the default drafter of a bare ``--method draft|eagle``.
 
 A Hugging Face name may pin a revision as ``org/name@revision`` (a branch, a tag or a commit
 hash, as ``huggingface-cli download --revision`` took it); the default is ``main``. The
@@ -27,14 +30,24 @@ resolve to its ``target`` and ``draft`` folders.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 
-REGISTRY_ENV = "HUST_VSPEC_MODEL_REGISTRY"
-MODEL_DIR_ENV = "HUST_VSPEC_MODEL_DIR"
+from vllm_hust_vspec.launch import model_store
+from vllm_hust_vspec.launch.model_store import (
+    DEFAULT_DRAFTERS,
+    MODEL_DIR_ENV,
+    REGISTRY_ENV,
+    ModelNotFoundError,
+    Registry,
+    check_model,
+    drafter_for_repo,
+    find_drafter,
+    load_registry,
+)
+
 DEFAULT_REVISION = "main"
 
 # src/vllm_hust_vspec/launch/models.py -> the checkout; in an installed wheel this is some
@@ -42,18 +55,18 @@ DEFAULT_REVISION = "main"
 CHECKOUT_ROOT = Path(__file__).resolve().parents[3]
 
 
-class ModelNotFoundError(FileNotFoundError):
-    """A model could not be found locally; the message says where to put it."""
-
-
 def _looks_like_path(spec: str) -> bool:
     return spec.startswith(("/", "./", "../", "~")) or os.sep * 2 in spec
 
 
-def resolve_model(spec: str, role: str, env: Mapping[str, str], flag: str) -> str:
+def resolve_model(
+    spec: str, role: str, env: Mapping[str, str], flag: str, registry: str | None = None
+) -> str:
     """Return an absolute local folder for ``spec`` or raise :class:`ModelNotFoundError`.
 
-    ``role`` ("target", "draft") and ``flag`` (the CLI flag that sets it) go into the error.
+    ``role`` ("target", "draft") and ``flag`` (the CLI flag that sets it) go into the error;
+    ``registry`` is an explicit registry file (``--model-registry``), read before the
+    environment's.
     """
     expanded = Path(os.path.expanduser(spec))
     if expanded.is_dir():
@@ -66,12 +79,11 @@ def resolve_model(spec: str, role: str, env: Mapping[str, str], flag: str) -> st
     repo_id, revision = split_revision(spec)
     basename = repo_id.rstrip("/").split("/")[-1]
 
-    registry = env.get(REGISTRY_ENV)
-    if registry:
-        found = _from_registry(registry, (spec, repo_id, basename))
-        looked.append(f"{REGISTRY_ENV}={registry}")
-        if found:
-            return found
+    reg = load_registry(env, registry)
+    looked.append(f"registry {reg.path}" + ("" if reg.exists else " (no such file)"))
+    found = _from_registry(reg, (spec, repo_id, basename))
+    if found:
+        return found
     model_dir = env.get(MODEL_DIR_ENV)
     if model_dir:
         candidate = Path(model_dir) / basename
@@ -84,13 +96,60 @@ def resolve_model(spec: str, role: str, env: Mapping[str, str], flag: str) -> st
         looked.append(f"Hugging Face cache ({hf_cache_dir(env)}{at})")
         if cached:
             return _model_folder(Path(cached), role, flag)
+    drafter = drafter_for_repo(repo_id)
+    if drafter is not None:  # the default drafters' own places, as a bare --method finds them
+        lookup = find_drafter(drafter, env, reg, with_override=False)
+        if lookup.found is not None:
+            return str(lookup.found)
+        looked += [line for line in lookup.looked if not line.startswith("registry ")]
     raise ModelNotFoundError(
         f"{role} model {spec!r} was not found locally (vSpec never downloads models).\n"
-        f"  looked in: {'; '.join(looked) or 'nowhere: no local source is configured'}\n"
+        f"  looked in: {'; '.join(looked)}\n"
         f"  fix: pass {flag} /path/to/{basename}, or put the folder at"
-        f" ${MODEL_DIR_ENV}/{basename}, or map {spec!r} to a path in the JSON file named by"
-        f" ${REGISTRY_ENV}, or download it beforehand into the Hugging Face cache"
+        f" ${MODEL_DIR_ENV}/{basename}, or map {spec!r} to a path in the model registry"
+        f" ({reg.path}; ${REGISTRY_ENV} or --model-registry name another), or download it"
+        f" beforehand into the Hugging Face cache"
         f" (huggingface-cli download {repo_id}{f' --revision {revision}' if revision else ''})"
+        + (f", or run 'vllm-hust-vspec-models --download --method {drafter.key}'"
+           if drafter is not None else "")
+    )
+
+
+def default_drafter(
+    method: str, env: Mapping[str, str], registry: str | None = None
+) -> str:
+    """The local folder of the default drafter of ``method`` ("draft", "eagle"), for a launch
+    that names no draft model; raise :class:`ModelNotFoundError` listing every place looked.
+
+    Places (first valid copy wins): :func:`model_store.find_drafter`'s, then the Hugging Face
+    cache. Offline only.
+    """
+    spec = DEFAULT_DRAFTERS.get(method)
+    if spec is None:
+        raise ModelNotFoundError(
+            f"method {method!r} needs a draft model: pass --draft-model PATH or set"
+            " HUST_VSPEC_DRAFT_MODEL / HUST_VSPEC_EAGLE_MODEL"
+        )
+    lookup = find_drafter(spec, env, load_registry(env, registry))
+    if lookup.found is not None:
+        return str(lookup.found)
+    cached = hf_cache_lookup(spec.repo_id, env)
+    if cached:
+        reason = check_model(Path(cached), spec)
+        if reason is None:
+            return cached
+        lookup.looked.append(f"Hugging Face cache: {reason}")
+    else:
+        lookup.looked.append(f"Hugging Face cache ({hf_cache_dir(env)}): not cached")
+    places = "".join(f"\n    {line}" for line in lookup.looked)
+    raise ModelNotFoundError(
+        f"method {method!r} needs a draft model and none was given; no usable local copy of"
+        f" its default drafter {spec.repo_id} was found (vSpec never downloads models at"
+        f" launch). Looked in:{places}\n"
+        f"  fix: pass --draft-model /path/to/{spec.folder} (or set {spec.env}), or fetch it"
+        f" once with 'vllm-hust-vspec-models --download --method {spec.key}' (revision"
+        f" {spec.revision}), or put it at ${MODEL_DIR_ENV}/{spec.folder} or"
+        f" {model_store.CONTAINER_MODEL_DIR / spec.folder}"
     )
 
 
@@ -111,25 +170,18 @@ def _model_folder(folder: Path, role: str, flag: str) -> str:
     return str(folder.resolve())
 
 
-def _from_registry(registry: str, keys: tuple[str, ...]) -> str | None:
-    try:
-        mapping = json.loads(Path(registry).read_text())
-    except FileNotFoundError:
-        raise ModelNotFoundError(f"{REGISTRY_ENV} names a missing file: {registry}") from None
-    except json.JSONDecodeError as exc:
-        raise ModelNotFoundError(f"{REGISTRY_ENV} file {registry} is not JSON: {exc}") from None
-    if not isinstance(mapping, dict):
-        raise ModelNotFoundError(f"{REGISTRY_ENV} file {registry} must hold a JSON object")
+def _from_registry(reg: Registry, keys: tuple[str, ...]) -> str | None:
+    """The folder the registry maps the first of ``keys`` to; a mapping to anything but a
+    model folder is an error (the mapping was written on purpose)."""
     for key in dict.fromkeys(keys):  # in order, once each
-        path = mapping.get(key)
-        if isinstance(path, str):
-            p = Path(os.path.expanduser(path))
-            if not p.is_dir():
+        path = reg.entry_path(key)
+        if path is not None:
+            if not path.is_dir():
                 raise ModelNotFoundError(
-                    f"{REGISTRY_ENV} file {registry} maps {key!r} to {path!r}, which is not a"
+                    f"model registry {reg.path} maps {key!r} to {str(path)!r}, which is not a"
                     " folder"
                 )
-            return _model_folder(p, "mapped", f"{REGISTRY_ENV} ({registry})")
+            return _model_folder(path, "mapped", f"the model registry ({reg.path})")
     return None
 
 
@@ -259,6 +311,7 @@ __all__ = [
     "REGISTRY_ENV",
     "ModelNotFoundError",
     "checkout_model_dir",
+    "default_drafter",
     "hf_cache_dir",
     "hf_cache_lookup",
     "resolve_model",
