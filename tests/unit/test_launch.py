@@ -13,19 +13,15 @@ from vllm_hust_vspec.launch.capture import batch_sizes, capture_plan
 from vllm_hust_vspec.launch.models import ModelNotFoundError, resolve_model
 from vllm_hust_vspec.settings import list_presets, load_settings
 
+from _model_folders import PREDECESSOR_MODELS, make_model_dir
+
 # Folder names every preset's models resolve to under HUST_VSPEC_MODEL_DIR.
-PRESET_MODELS = [
-    "Qwen2.5-14B-Instruct", "Qwen2.5-0.5B-Instruct", "Eagle-Qwen2.5-14B-Instruct",
-    "Qwen3.5-35B-A3B", "Qwen3.5-35B-A3B-Eagle3-Specforge", "target", "draft",
-]
+PRESET_MODELS = (*PREDECESSOR_MODELS, "target", "draft")
 
 
 @pytest.fixture
 def model_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "models"
-    for name in PRESET_MODELS:
-        (root / name).mkdir(parents=True)
-        (root / name / "config.json").write_text("{}")
+    root = make_model_dir(tmp_path / "models", PRESET_MODELS)
     for key in list(__import__("os").environ):
         if key.startswith(("HUST_VSPEC_", "HUST_SPEC", "VSPEC_", "SPECSLO", "SPECASCEND")):
             monkeypatch.delenv(key)
@@ -48,21 +44,53 @@ def flag_value(argv: list[str], flag: str) -> str:
     return argv[argv.index(flag) + 1]
 
 
+# The predecessor's validated configurations (its configs/ names) and its run.sh names.
+VALIDATED = {
+    "qwen25-14b-05b": "draft", "qwen25-14b-05b-adaptive-b128": "draft-adaptive",
+    "qwen25-14b-05b-arc-easy": "draft-arc-easy", "qwen25-14b-eagle": "eagle",
+    "qwen25-14b-eagle-relaxed": "eagle-relaxed", "qwen25-14b-eagle-arc-easy": "eagle-arc-easy",
+    "qwen3-8b-eagle3": "eagle3", "qwen35-35b-a3b-eagle3": "qwen35-eagle3",
+    "qwen35-35b-a3b-frontier-mtp2": "qwen35-frontier-mtp2", "qwen35-35b-a3b-mtp2": None,
+}
+# Presets that ask for NPU paths vSpec does not implement, or for the predecessor's data
+# files at their recorded paths: they fail closed on every host, naming what is missing.
+FAIL_CLOSED = {
+    "qwen25-14b-eagle-relaxed": "active_vocab_ids",
+    "qwen35-35b-a3b-eagle3": "--eagle-spec-metadata-cache",
+}
+
+
 def test_preset_list_is_complete() -> None:
+    aliases = {a for a in VALIDATED.values() if a}
     assert set(list_presets()) == {
-        "cpu-tiny", "draft", "draft-adaptive", "draft-arc-easy", "eagle", "eagle-arc-easy",
-        "eagle-relaxed", "qwen35-eagle3", "qwen35-frontier-mtp2", "qwen35-35b-a3b-mtp2",
-        # the predecessor's config names: alias files of the presets above
-        "qwen25-14b-05b", "qwen25-14b-05b-arc-easy", "qwen25-14b-eagle",
-        "qwen25-14b-eagle-arc-easy", "qwen25-14b-eagle-relaxed", "qwen35-35b-a3b-eagle3",
-        "qwen35-35b-a3b-frontier-mtp2",
+        "cpu-tiny", "v0.14-defaults", "vspec-draft-adaptive", "vspec-eagle",
+        "vspec-eagle-relaxed", *VALIDATED, *aliases,
     }
 
 
-@pytest.mark.parametrize("preset", list_presets())
+@pytest.fixture
+def on_ascend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher's host check sees vLLM-Ascend installed (the predecessor's host)."""
+    import importlib.util
+
+    from vllm_hust_vspec.cli import launch
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(launch.importlib.util, "find_spec",
+                        lambda n, *a: object() if n == "vllm_ascend" else real(n, *a))
+
+
+@pytest.mark.parametrize("preset", [p for p in list_presets() if p != "v0.14-defaults"])
 def test_dry_run_every_preset(
-    preset: str, model_dir: Path, capsys: pytest.CaptureFixture[str]
+    preset: str, model_dir: Path, on_ascend: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from vllm_hust_vspec.settings.sources import preset_aliases
+
+    expect_error = FAIL_CLOSED.get(preset_aliases().get(preset, preset))
+    if expect_error:
+        assert main(["--dry-run", "--json", "--protocol", preset]) == 2
+        assert expect_error in capsys.readouterr().err
+        return
     out = dry_run(capsys, "--protocol", preset)
     argv, env = out["argv"], out["env"]
     assert target_of(argv).startswith(str(model_dir))
@@ -86,6 +114,16 @@ def test_dry_run_every_preset(
                        else settings.effective_gamma(), settings.effective_gamma() + 1)
         # every candidate gamma's verify width at batch 1 has a graph
         assert {1 + g for g in gammas} <= sizes
+
+
+def test_the_defaults_preset_needs_a_target(
+    model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = dry_run(capsys, "--protocol", "v0.14-defaults", "--target-model",
+                  str(model_dir / "Qwen2.5-14B-Instruct"))
+    assert flag_value(out["argv"], "--max-model-len") == "32768"
+    assert flag_value(out["argv"], "--block-size") == "128"
+    assert "--disable-log-stats" in out["argv"]
 
 
 def test_adaptive_capture_sizes_cover_every_gamma() -> None:
@@ -125,7 +163,7 @@ def test_shell_dry_run_is_copy_pasteable(
 ) -> None:
     import shlex
 
-    assert main(["--protocol", "draft", "--dry-run"]) == 0
+    assert main(["--protocol", "vspec-draft-adaptive", "--dry-run"]) == 0
     text = capsys.readouterr().out.replace("\\\n", " ")
     words = shlex.split(text)
     assert words[0] == "env" and "HUST_VSPEC_ENABLED=1" in words
@@ -136,7 +174,7 @@ def test_shell_dry_run_is_copy_pasteable(
 def test_relaxed_preset_is_labelled(
     model_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["--protocol", "eagle-relaxed", "--dry-run"]) == 0
+    assert main(["--protocol", "vspec-eagle-relaxed", "--dry-run"]) == 0
     assert "RELAXED ACCEPTANCE" in capsys.readouterr().err
 
 
@@ -148,9 +186,11 @@ def test_bool_flags_have_no_variant(model_dir: Path, capsys: pytest.CaptureFixtu
     assert out["env"]["HUST_VSPEC_ADAPTIVE_SPECULATION"] == "0"
 
 
-def test_errors_exit_2_with_message(model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_errors_exit_2_with_message(model_dir: Path, capsys: pytest.CaptureFixture[str],
+                                    monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert main(["--protocol", "nope", "--dry-run"]) == 2
     assert "unknown preset 'nope'" in capsys.readouterr().err
+    monkeypatch.setenv("HUST_VSPEC_MODEL_DIR", str(tmp_path))  # no default drafter there
     assert main(["--method", "draft", "--target-model", str(model_dir / "target"),
                  "--dry-run"]) == 2
     assert "needs a draft model" in capsys.readouterr().err

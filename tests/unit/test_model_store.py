@@ -285,8 +285,9 @@ def test_preset_repo_id_finds_a_predecessor_registry_entry(
     draft = make_model(tmp_path / "anywhere" / "qwen-small")
     default_registry(home).parent.mkdir(parents=True)
     default_registry(home).write_text(json.dumps({"schema_version": 1, "models": {
-        "draft": {"path": str(draft)}, "Qwen/Qwen2.5-14B-Instruct": target(tmp_path)}}))
-    rc, out, err = dry_launch(capsys, "--protocol", "qwen25-14b-05b")
+        "draft": {"path": str(draft)}, "Qwen2.5-14B-Instruct": target(tmp_path)}}))
+    # the recorded /model/Qwen2.5-14B-Instruct is found under its folder name
+    rc, out, err = dry_launch(capsys, "--protocol", "qwen25-14b-05b-arc-easy")
     assert rc == 0, err
     assert draft_of(out) == str(draft)
     assert resolve_model(DRAFT.repo_id, "draft", os.environ, "--draft-model") == str(draft)

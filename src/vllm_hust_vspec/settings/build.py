@@ -76,6 +76,7 @@ def resolve_settings(
         # The predecessor's manual passes a profile without naming the policy: it implies it.
         values["adaptive_policy"] = "profile"
         origins["adaptive_policy"] = f"implied by adaptive_profile ({origins['adaptive_profile']})"
+    _check_pinned(layers, values, origins)
     settings = Settings(**values)
     check_consistency(settings, origins)
     notes = tuple(dict.fromkeys([*table_notes, *(n for layer in layers for n in layer.notes)]))
@@ -89,6 +90,21 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     worker processes rebuild the same object from their environment.
     """
     return resolve_settings(env=env).settings
+
+
+def _check_pinned(layers: list[Layer], values: Mapping[str, Any],
+                  origins: Mapping[str, str]) -> None:
+    """A protocol preset's pinned options keep the preset's values: the validated conditions
+    cannot drift through a flag, a config file or the environment."""
+    for layer in layers:
+        for name in layer.pinned:
+            want = layer.values.get(name)
+            if values.get(name) != want:
+                raise SettingsError(
+                    f"{name} is pinned to {want!r} by {layer.name} (its validated protocol) but"
+                    f" {origins.get(name, 'a later source')} sets {values.get(name)!r}; drop"
+                    " that, or start from a preset without pins"
+                )
 
 
 def _where(origins: Mapping[str, str], name: str) -> str:

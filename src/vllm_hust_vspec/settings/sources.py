@@ -44,6 +44,8 @@ CONFIG_ENV = "VSPEC_CONFIG"
 LEGACY_CONFIG_ENVS = ("SPECASCEND_CONFIG", "SPECSLO_CONFIG")  # lowest priority first
 PRESET_DIR_ENV = ENV_PREFIX + "PRESET_DIR"
 ALIAS_KEY = "alias_of"
+BASE_KEY = "inherits"  # a preset layered on top of another (one base, no chains)
+PINNED_KEY = "pinned"  # options of a protocol preset that no later layer may change
 
 # Protocols whose preset depends on --method: the predecessor's
 # `vllm-hust-vspec --protocol arc-easy --method draft|eagle`.
@@ -61,24 +63,38 @@ class Layer:
     origins: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    pinned: tuple[str, ...] = ()
 
 
-def read_toml_layer(path: str | os.PathLike[str], label: str) -> Layer:
+def read_toml_layer(path: str | os.PathLike[str], label: str, *, base_of: Path | None = None
+                    ) -> Layer:
     """Read a preset or config TOML: a ``[serve]`` table of options and an ``[env]`` table.
 
-    Unknown tables and keys are errors that name the file and the key.
+    ``inherits = "PRESET"`` starts from that preset's values and tables (its own keys win);
+    the base cannot inherit again. Unknown tables and keys are errors that name the file and
+    the key.
     """
     p = Path(path)
     data = _load_toml(p, label)
+    if BASE_KEY in data:
+        return _inherit(p, data, label, base_of)
     target = alias_target(p, data)
     if target is not None:
         # An alias file only names its preset: read that one, so the two can never drift.
         layer = read_toml_layer(target, label)
         layer.name = f"{label} {p} (alias of {target.stem})"
         return layer
+    return read_toml_layer_data(p, data, label)
+
+
+def read_toml_layer_data(p: Path, data: dict[str, Any], label: str) -> Layer:
+    """The layer of one TOML file's parsed ``data`` (no alias or base handling)."""
     layer = Layer(name=f"{label} {p}")
     for key, value in data.items():
-        if key == "description" and isinstance(value, str):
+        if key == "description" and isinstance(value, str) or key == BASE_KEY:
+            continue
+        if key == PINNED_KEY:
+            layer.pinned = _pinned_names(p, value)
             continue
         if key == "serve" and isinstance(value, dict):
             for opt_name, raw in value.items():
@@ -95,9 +111,44 @@ def read_toml_layer(path: str | os.PathLike[str], label: str) -> Layer:
                 layer.env[env_name] = _env_str(raw)
         else:
             raise SettingsError(
-                f"{p}: unknown key or table {key!r} (expected [serve], [env], description)"
+                f"{p}: unknown key or table {key!r} (expected [serve], [env], description,"
+                f" {BASE_KEY}, {PINNED_KEY})"
             )
     return layer
+
+
+def _inherit(p: Path, data: dict[str, Any], label: str, base_of: Path | None) -> Layer:
+    name = data[BASE_KEY]
+    if base_of is not None:
+        raise SettingsError(f"{p}: {BASE_KEY} in a base preset (of {base_of}); a base is one"
+                            " level deep")
+    if not isinstance(name, str) or not name:
+        raise SettingsError(f"{p}: {BASE_KEY} must be a preset name, got {name!r}")
+    candidates = [p.parent / f"{name}.toml", _bundled_dir() / f"{name}.toml"]
+    base_path = next((c for c in candidates if c.is_file()), None)
+    if base_path is None:
+        raise SettingsError(f"{p}: {BASE_KEY} = {name!r} names no preset; available: "
+                            f"{', '.join(list_presets())}")
+    base = read_toml_layer(base_path, label, base_of=p)
+    own = read_toml_layer_data(p, {k: v for k, v in data.items() if k != BASE_KEY}, label)
+    return Layer(
+        name=f"{label} {p} (on {name})",
+        values={**base.values, **own.values},
+        origins={**{k: f"{v} (base of {p.name})" for k, v in base.origins.items()},
+                 **own.origins},
+        env={**base.env, **own.env},
+        notes=[*base.notes, *own.notes],
+        pinned=own.pinned,
+    )
+
+
+def _pinned_names(p: Path, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SettingsError(f"{p}: {PINNED_KEY} must be a list of option names")
+    unknown = [v for v in value if v not in OPTIONS_BY_NAME]
+    if unknown:
+        raise SettingsError(f"{p}: {PINNED_KEY} names unknown options {unknown}")
+    return tuple(OPTIONS_BY_NAME[v].name for v in value)
 
 
 def _load_toml(p: Path, label: str) -> dict[str, Any]:
