@@ -340,3 +340,17 @@ def test_after_a_shift_no_position_is_drawn_as_if_still_known() -> None:
     weights = ctrl._acc.weights()
     assert all(seen <= w + 1e-9 for seen, w in zip(ctrl._seen_n, weights, strict=True))
     assert max(ctrl._seen_n) <= 64
+
+
+def test_a_gamma_stride_plays_only_its_grid() -> None:
+    """The predecessor's MTP2 budgets: with stride 2 over 2..6 only 2, 4 and 6 are played,
+    and the grid still lets the controller move (it does not sit at its first gamma)."""
+    env = SynthEnv(alpha=0.8)
+    ctrl = OnlineController(OnlineConfig(min_gamma=2, max_gamma=6, gamma_stride=2, seed=3))
+    _, played = run(ctrl, env, steps=600)
+    assert set(played) <= {2, 4, 6} and len(set(played)) > 1
+    free = OnlineController(OnlineConfig(min_gamma=2, max_gamma=6, seed=3))
+    _, unrestricted = run(free, SynthEnv(alpha=0.8), steps=600)
+    assert set(unrestricted) - {2, 4, 6}  # without the stride 3 and 5 are played too
+    with pytest.raises(ValueError, match="gamma_stride"):
+        OnlineConfig(min_gamma=0, max_gamma=5, gamma_stride=2)

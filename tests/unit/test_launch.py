@@ -7,13 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _model_folders import PREDECESSOR_MODELS, make_model_dir
 
 from vllm_hust_vspec.cli.launch import main
 from vllm_hust_vspec.launch.capture import batch_sizes, capture_plan
 from vllm_hust_vspec.launch.models import ModelNotFoundError, resolve_model
 from vllm_hust_vspec.settings import list_presets, load_settings
-
-from _model_folders import PREDECESSOR_MODELS, make_model_dir
 
 # Folder names every preset's models resolve to under HUST_VSPEC_MODEL_DIR.
 PRESET_MODELS = (*PREDECESSOR_MODELS, "target", "draft")
@@ -111,7 +110,8 @@ def test_dry_run_every_preset(
         cc = json.loads(flag_value(argv, "--compilation-config"))
         sizes = set(cc["cudagraph_capture_sizes"])
         gammas = range(settings.adaptive_min_gamma if settings.adaptive_speculation
-                       else settings.effective_gamma(), settings.effective_gamma() + 1)
+                       else settings.effective_gamma(), settings.effective_gamma() + 1,
+                       settings.adaptive_gamma_stride)
         # every candidate gamma's verify width at batch 1 has a graph
         assert {1 + g for g in gammas} <= sizes
 

@@ -11,7 +11,6 @@ import shlex
 from pathlib import Path
 
 import pytest
-
 from _model_folders import make_model_dir
 
 from vllm_hust_vspec.cli import bench as bench_cli

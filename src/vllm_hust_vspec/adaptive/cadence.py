@@ -15,9 +15,11 @@ class CadencedPolicy:
     """
 
     def __init__(
-        self, min_gamma: int, max_gamma: int, control_interval: int, initial_gamma: int
+        self, min_gamma: int, max_gamma: int, control_interval: int, initial_gamma: int,
+        gamma_stride: int = 1,
     ) -> None:
         self._lo = min_gamma
+        self._stride = gamma_stride
         self._hi = max_gamma
         self._interval = control_interval
         self._gamma = initial_gamma
@@ -47,6 +49,15 @@ class CadencedPolicy:
         if feedback.next_gamma is not None:
             return feedback.next_gamma != feedback.gamma
         return self._gamma != self._prev_gamma
+
+    def _off_grid(self, scores: list[float]) -> None:
+        """Rule out (score -inf) the arms between the stride's gammas; ``scores[i]`` is arm
+        ``min_gamma + i``."""
+        stride = self._stride
+        if stride > 1:
+            for i in range(len(scores)):
+                if i % stride:
+                    scores[i] = -float("inf")
 
     def _choose(self, batch: int, cap: int, cur: int) -> int:
         """One decision; ``cur`` is the current gamma already capped by the budget."""

@@ -54,7 +54,7 @@ class OnlineController(CadencedPolicy):
         self.config = cfg
         lo, hi = cfg.min_gamma, cfg.max_gamma
         initial = hi if cfg.initial_gamma is None else cfg.initial_gamma
-        super().__init__(lo, hi, cfg.control_interval, initial)
+        super().__init__(lo, hi, cfg.control_interval, initial, cfg.gamma_stride)
         self._skip_zero = cfg.zero_skips_drafter and lo == 0
         self._rng = random.Random(cfg.seed)
         self._width = cfg.exploration
@@ -244,6 +244,7 @@ class OnlineController(CadencedPolicy):
         lo = self._lo
         rows = self._row_cache.get((batch, cap)) or self._rows(batch, cap)
         score = self._draw_scores(idx, rows, self._width)
+        self._off_grid(score)
         if self._skip_zero and (cur == 0 or max(score) == score[0]):
             # Playing a drafter-skipping zero pins the running cohort for its lifetime: only
             # when the posterior is sure, else arm 0 is out of this decision.

@@ -27,6 +27,9 @@ class PolicyConfig:
     hysteresis: float = 0.05
     # Largest gamma change per decision (a budget cap may force a larger drop).
     max_gamma_step: int = 2
+    # Only gammas min_gamma + k * gamma_stride are played (the predecessor's MTP budgets
+    # 2/4/6 are stride 2); a budget cap may still force one in between.
+    gamma_stride: int = 1
     # Acceptance discount half-life in requests, clamped to the step range below.
     acceptance_halflife_requests: float = 256.0
     acceptance_min_halflife_steps: float = 4.0
@@ -43,6 +46,13 @@ class PolicyConfig:
         require_int(self, "max_gamma", self.min_gamma)
         require_int(self, "control_interval", 1)
         require_int(self, "max_gamma_step", 1)
+        require_int(self, "gamma_stride", 1)
+        if (self.max_gamma - self.min_gamma) % self.gamma_stride:
+            raise ValueError(f"gamma_stride={self.gamma_stride} does not divide max_gamma -"
+                             f" min_gamma = {self.max_gamma - self.min_gamma}")
+        if self.max_gamma_step % self.gamma_stride:
+            raise ValueError(f"max_gamma_step={self.max_gamma_step} is not a multiple of"
+                             f" gamma_stride={self.gamma_stride}")
         require_float(self, "hysteresis", 0.0, 10.0)
         require_float(self, "acceptance_halflife_requests", 1e-9, math.inf)
         require_float(self, "acceptance_min_halflife_steps", 1e-9, math.inf)

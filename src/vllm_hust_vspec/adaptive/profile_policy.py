@@ -77,7 +77,8 @@ class ProfilePolicy(CadencedPolicy):
         start = cfg.max_gamma
         if profile.initial_gamma is not None:
             start = min(max(profile.initial_gamma, cfg.min_gamma), cfg.max_gamma)
-        super().__init__(cfg.min_gamma, cfg.max_gamma, cfg.control_interval, start)
+        super().__init__(cfg.min_gamma, cfg.max_gamma, cfg.control_interval, start,
+                         cfg.gamma_stride)
         self.config = cfg
         self.profile = profile
         self._num_arms = cfg.max_gamma - cfg.min_gamma + 1
@@ -202,6 +203,9 @@ class ProfilePolicy(CadencedPolicy):
         self._last_cap = cap
         est = self._estimates(batch, cap)
         self._last_pred = est
+        if self._stride > 1:
+            est = list(est)
+            self._off_grid(est)
         warmup = self._steady < cfg.table_steps
         if warmup or self._prefers_table:
             table = self.profile.table_gamma(batch)

@@ -65,6 +65,8 @@ def controller_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
         "max_gamma": max_gamma,
         "profile_path": settings.adaptive_profile,
     }
+    if settings.adaptive_gamma_stride > 1:
+        kwargs["gamma_stride"] = settings.adaptive_gamma_stride
     if settings.adaptive_online_exploration == 0 and settings.adaptive_thompson_width is None:
         kwargs["exploration"] = 0.0  # the predecessor's "no exploration" (UCB1 coefficient 0)
     for field_name, keyword in _OVERRIDES.items():

@@ -56,7 +56,8 @@ def capture_plan(s: Settings) -> CapturePlan:
     """The capture plan for these settings (adaptive: every candidate gamma's width)."""
     gamma = s.effective_gamma()
     gammas = (
-        tuple(range(s.adaptive_min_gamma, gamma + 1)) if s.adaptive_speculation else (gamma,)
+        tuple(range(s.adaptive_min_gamma, gamma + 1, s.adaptive_gamma_stride))
+        if s.adaptive_speculation else (gamma,)
     )
     max_seqs = s.max_num_seqs or DEFAULT_MAX_NUM_SEQS
     cap = min(s.max_num_batched_tokens or DEFAULT_MAX_CAPTURE_TOKENS, DEFAULT_MAX_CAPTURE_TOKENS)

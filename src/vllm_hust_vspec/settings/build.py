@@ -139,6 +139,18 @@ def check_consistency(s: Settings, origins: Mapping[str, str]) -> None:
             f"adaptive_min_gamma={s.adaptive_min_gamma} ({_where(origins, 'adaptive_min_gamma')})"
             f" is larger than gamma={gamma} ({_where(origins, 'gamma')})"
         )
+    stride = s.adaptive_gamma_stride
+    if stride > 1 and (gamma - s.adaptive_min_gamma) % stride:
+        raise SettingsError(
+            f"adaptive_gamma_stride={stride} ({_where(origins, 'adaptive_gamma_stride')}) does"
+            f" not divide gamma - adaptive_min_gamma = {gamma} - {s.adaptive_min_gamma}"
+        )
+    if stride > 1 and (s.adaptive_max_gamma_step or 2) % stride:
+        raise SettingsError(
+            f"adaptive_max_gamma_step={s.adaptive_max_gamma_step}"
+            f" ({_where(origins, 'adaptive_max_gamma_step')}) is not a multiple of"
+            f" adaptive_gamma_stride={stride}"
+        )
     if s.eagle_relaxed_accept_topk is not None and s.method not in ("eagle", "eagle3"):
         raise SettingsError(
             f"eagle_relaxed_accept_topk ({_where(origins, 'eagle_relaxed_accept_topk')}) needs"

@@ -191,6 +191,11 @@ class Settings:
         None, "Relative gain needed to switch arms (default: controller's).",
         group="adaptive", minimum=0.0, maximum=1.0,
     )
+    adaptive_gamma_stride: int = _opt(
+        1, "Play only gammas adaptive_min_gamma + k * stride (2 gives the predecessor's MTP2"
+        " budgets 2/4/6); gamma minus adaptive_min_gamma must be a multiple.",
+        group="adaptive", minimum=1,
+    )
     adaptive_max_gamma_step: int | None = _opt(
         None, "Largest gamma change per decision (default: controller's).",
         group="adaptive", minimum=1,
