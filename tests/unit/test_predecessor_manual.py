@@ -151,3 +151,20 @@ def test_the_protocol_bench_commands_dry_run(
         out = capsys.readouterr()
         assert code == 0, (command, out.err)
         assert "--num-prompts 200" in out.out and "ARC-Easy" in out.out, out.out
+
+
+def test_run_sh_without_a_preset_runs_draft(models: Path) -> None:
+    """0.14's run.sh took 'draft' when no preset (or a flag) came first."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**__import__("os").environ, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    out = subprocess.run(["bash", str(root / "run.sh"), "--port", "8100", "--dry-run", "--json"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    # the draft preset asks for vLLM-Ascend's merged draft graph: named on this host, or run
+    assert ("merged" in out.stderr) if out.returncode else (
+        json.loads(out.stdout)["env"]["HUST_VSPEC_METHOD"] == "draft")
+    help_out = subprocess.run(["bash", str(root / "run.sh"), "--help"], capture_output=True,
+                              text=True, env=env, timeout=120)
+    assert help_out.returncode == 0 and "default preset: draft" in help_out.stdout
