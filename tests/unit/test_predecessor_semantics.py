@@ -156,3 +156,14 @@ def test_serving_keys_of_the_recorded_configs_reach_vllm(
     assert "--disable-log-stats" in argv
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
     assert spec["use_local_argmax_reduction"] is True
+
+
+def test_capture_sizes_replace_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "t"
+    target.mkdir()
+    (target / "config.json").write_text("{}")
+    assert main(["--method", "mtp", "--target-model", str(target), "--graph-mode", "full",
+                 "--capture-sizes", "1", "2", "4", "--dry-run", "--json"]) == 0
+    argv = json.loads(capsys.readouterr().out)["argv"]
+    cc = json.loads(argv[argv.index("--compilation-config") + 1])
+    assert cc["cudagraph_capture_sizes"] == [1, 2, 4]

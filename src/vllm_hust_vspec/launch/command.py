@@ -109,10 +109,8 @@ def compilation_config(s: Settings) -> dict[str, object] | None:
     """``--compilation-config`` for the graph mode, with the adaptive capture sizes."""
     if s.graph_mode == "eager":
         return None
-    plan = capture_plan(s)
-    return {"cudagraph_mode": CUDAGRAPH_MODE[s.graph_mode], "cudagraph_capture_sizes": list(
-        plan.sizes
-    )}
+    sizes = list(s.capture_sizes) or list(capture_plan(s).sizes)
+    return {"cudagraph_mode": CUDAGRAPH_MODE[s.graph_mode], "cudagraph_capture_sizes": sizes}
 
 
 def _draft_spec(r: ResolvedSettings, env: Mapping[str, str]) -> tuple[str | None, str]:

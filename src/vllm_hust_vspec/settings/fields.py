@@ -118,6 +118,11 @@ class Settings:
         "auto", "Which batch sizes get graphs (see docs/hosts.md).",
         choices=("auto", "exact", "power2", "steady"),
     )
+    capture_sizes: list[int] = _opt(
+        [], "Exact graph capture sizes in tokens (vLLM cudagraph_capture_sizes), replacing the"
+        " ones --capture-policy and the candidate gammas give; widths missing here run"
+        " eager.", metavar="N",
+    )
     generation_config: str = _opt(
         "vllm", "Where default sampling params come from ('vllm' keeps greedy defaults).",
         choices=("vllm", "auto"),
