@@ -41,8 +41,12 @@ Verbs:
         models, write the model registry; downloads only with --download. 'models --help'
         lists every option.
   upgrade (--version V | --wheel PATH) [--enable]
-  rollback --wheel PATH [--enable]
-        no-cache reinstall, then manifest validate and host check; servers must restart
+  rollback (--version V | --wheel PATH) [--enable]
+        print 'VERB: INSTALLED -> TARGET' and the plan; no-cache reinstall of the wheel or of
+        vllm-hust-vspec==V from the index; check the installed version and its manifest; host
+        check; servers must restart. Ordered (PEP 440): upgrade refuses an older target (use
+        rollback), rollback a newer one (use upgrade); the same version reinstalls. Works
+        with any release, the predecessor 0.14.x too (its failing host check only warns).
   uninstall
         disable + forget (manager), pip uninstall vllm-hust-vspec from this environment only
   list [--json] | validate | inspect | check | plan | render | enable | disable | status | forget
@@ -57,8 +61,8 @@ Environment: VSPEC_PYTHON, VSPEC_PIP_ARGS (extra pip arguments), VSPEC_PIP (a pi
 HUST_VSPEC_MODEL_DIR (models folder), HUST_VSPEC_MODEL_REGISTRY (registry file),
 HUST_VSPEC_DRAFT_MODEL / HUST_VSPEC_EAGLE_MODEL (a drafter's folder, checked first).
 Exit status: 0 ok, 1 a command failed (a missing model under 'models' or install
---no-model-download), 2 usage, 3 a copy remains in a parent environment, 4 version mismatch
-after install.
+--no-model-download), 2 usage (an upgrade/rollback in the wrong direction included), 3 a copy
+remains in a parent environment, 4 version or manifest mismatch after install.
 EOF
 }
 
@@ -180,44 +184,127 @@ restart_reminder() {
     say "running vLLM servers keep the plugin they loaded until they are restarted."
 }
 
-# Installed version must be the expected one, and the manifests must validate (read-only).
-post_install_checks() {
-    local expected="$1"
-    if (( DRY_RUN )); then
-        say "[dry-run] would check that $DIST $expected is installed in $PY"
+# The installed version of the distribution in the target environment, or "none".
+installed_version() {
+    "$PY" -c 'from importlib.metadata import version; print(version("vllm-hust-vspec"))' \
+        2>/dev/null || echo none
+}
+
+# Print -1, 0 or 1 as version $1 orders before, equal to or after $2: PEP 440 via packaging in
+# the target environment, else in python3 on PATH, else sort -V (which knows no pre-releases).
+version_cmp() {
+    local py
+    for py in "$PY" "$(command -v python3 || true)"; do
+        [[ -n "$py" ]] && "$py" -c 'import sys
+from packaging.version import Version
+a, b = map(Version, sys.argv[1:])
+print((a > b) - (a < b))' "$1" "$2" 2>/dev/null && return 0
+    done
+    if [[ "$1" == "$2" ]]; then
+        echo 0
+    elif [[ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n 1)" == "$1" ]]; then
+        echo -1
     else
-        local got
-        got="$("$PY" -c 'from importlib.metadata import version; print(version("vllm-hust-vspec"))' 2>/dev/null || true)"
-        if [[ "$got" != "$expected" ]] && ! same_version "$got" "$expected"; then
-            die "version mismatch: expected $DIST $expected in $PY, found '${got:-none}'" 4
-        fi
-        say "installed $DIST $got"
+        echo 1
     fi
-    manifest_cli validate
-    host_check
+}
+
+# PEP 440 equality (0.1 == 0.1.0), see version_cmp.
+same_version() {
+    [[ -n "$1" && -n "$2" && "$(version_cmp "$1" "$2")" == 0 ]]
+}
+
+# Whether the installed package ships this project's validator (the predecessor does not).
+# Looks for the file only: importing another release's vllm_hust_vspec.cli may pull in vLLM.
+ships_manifest_cli() {
+    "$PY" -c 'import importlib.util, os, sys
+spec = importlib.util.find_spec("vllm_hust_vspec")
+dirs = (spec and spec.submodule_search_locations) or []
+sys.exit(not any(os.path.isfile(os.path.join(d, "cli", "manifest.py")) for d in dirs))' \
+        2>/dev/null
+}
+
+# Any release: the one manifest in the bundle package vllm_hust_vspec.manifests must carry this
+# extension id and the installed version (read-only, through importlib.resources).
+check_installed_manifest() {
+    "$PY" - "$ID" "$1" <<'PYEOF' || die "the installed manifest is not $ID $1 (see above)" 4
+import json, sys
+from importlib import resources
+want = tuple(sys.argv[1:3])
+found = [f for f in resources.files("vllm_hust_vspec.manifests").iterdir()
+         if f.name.endswith(".json") and f.is_file()]
+if len(found) != 1:
+    sys.exit(f"vllm_hust_vspec.manifests holds {[f.name for f in found]}, not one manifest")
+doc = json.loads(found[0].read_text(encoding="utf-8"))
+got = (doc.get("extension_id"), doc.get("extension_version"))
+if got != want:
+    sys.exit(f"{found[0].name}: {got[0]} {got[1]}, expected {want[0]} {want[1]}")
+print(f"manage.sh: installed manifest {found[0].name}: {want[0]} {want[1]}")
+PYEOF
+}
+
+# After installing version $1: that version must be installed and its manifest must name it;
+# this project's validator runs when the installed package ships it; then the host check,
+# which only warns for a release other than this checkout's (e.g. the predecessor's doctor).
+post_install_checks() {
+    local expected="$1" mode=other
+    same_version "$expected" "$(version_of_tree)" && mode=ours
+    if (( DRY_RUN )); then
+        say "[dry-run] would check that $DIST $expected is installed in $PY and that its"
+        say "[dry-run] manifest in vllm_hust_vspec.manifests is $ID $expected"
+        if [[ "$mode" == ours ]]; then
+            manifest_cli validate
+        else
+            say "[dry-run] then '-m vllm_hust_vspec.cli.manifest validate' if $expected ships it"
+        fi
+        host_check "$mode"
+        return 0
+    fi
+    local got
+    got="$(installed_version)"
+    if [[ "$got" == none ]] || ! same_version "$got" "$expected"; then
+        die "version mismatch: expected $DIST $expected in $PY, found '$got'" 4
+    fi
+    say "installed $DIST $got"
+    check_installed_manifest "$got"
+    if ships_manifest_cli; then
+        manifest_cli validate
+    else
+        say "$DIST $got has no vllm_hust_vspec.cli.manifest; the manifest check above is the check"
+    fi
+    host_check "$mode"
+}
+
+# Whether the target environment has a vLLM host package to check (found, not imported).
+has_host() {
+    "$PY" -c 'import importlib.util, sys
+sys.exit(not any(importlib.util.find_spec(m) for m in ("vllm", "vllm_ascend")))' 2>/dev/null
 }
 
 # The doctor checks the host ABI; without it only the manifest's version range is checked.
+# host_check [MODE]: strict (default: 'check'; the doctor's verdict counts), ours (after
+# installing this checkout's version: as strict, but skipped when the environment has no
+# host, so there is nothing to check), other (another release's doctor, e.g. the
+# predecessor's, which fails without vLLM: called, but its failure only warns).
 host_check() {
-    local doctor=""
+    local mode="${1:-strict}" doctor=""
     if [[ -x "$BIN_DIR/vllm-hust-vspec-doctor" ]]; then
         doctor="$BIN_DIR/vllm-hust-vspec-doctor"
     elif command -v vllm-hust-vspec-doctor >/dev/null 2>&1; then
         doctor="$(command -v vllm-hust-vspec-doctor)"
     fi
-    if [[ -n "$doctor" ]]; then
-        run "$doctor" --adaptive
-    else
+    if [[ -z "$doctor" ]]; then
         say "vllm-hust-vspec-doctor is not installed; the host check is the version range only"
         say "check of 'manifest validate' (above)."
+    elif [[ "$mode" == ours ]] && ! has_host; then
+        say "no vLLM host (vllm, vllm_ascend) in $PY: nothing for the doctor to check; run"
+        say "'./manage.sh check' once the host is installed."
+    elif [[ "$mode" != other ]]; then
+        run "$doctor" --adaptive
+    elif ! run "$doctor" --adaptive; then
+        warn "warning: the host check failed (above). It is the doctor of a release other than"
+        warn "this checkout's $(version_of_tree), so it does not fail this step; check the host."
     fi
-}
-
-# PEP 440 equality (0.1 == 0.1.0) when packaging is importable; else plain string equality.
-same_version() {
-    [[ -n "$1" ]] && "$PY" -c 'import sys
-from packaging.version import Version
-sys.exit(Version(sys.argv[1]) != Version(sys.argv[2]))' "$1" "$2" 2>/dev/null
 }
 
 # pip of the target environment; for an environment without pip (e.g. made by uv), set
@@ -321,6 +408,19 @@ cmd_install() {
     restart_reminder
 }
 
+# The steps of upgrade/rollback, in order, before any of them runs.
+print_plan() {  # VERB INSTALLED TARGET SOURCE ENABLE
+    local n=1
+    say "plan ($1 $2 -> $3):"
+    say "  $((n++)). pip install --no-cache-dir --no-deps --force-reinstall $4"
+    say "  $((n++)). check that $DIST $3 is installed and its manifest names $ID $3"
+    local lenient=""
+    same_version "$3" "$(version_of_tree)" || lenient="; for $3 a failure only warns"
+    say "  $((n++)). host check (vllm-hust-vspec-doctor --adaptive, if installed$lenient)"
+    (( $5 )) && say "  $((n++)). enable: vllm-hust-ext extension enable $ID (or explain the gate)"
+    say "  $((n++)). restart the running vLLM servers yourself"
+}
+
 cmd_upgrade() {  # upgrade|rollback
     local verb="$1"; shift
     local version="" wheel="" enable=0
@@ -333,20 +433,29 @@ cmd_upgrade() {  # upgrade|rollback
         esac
         shift
     done
-    if [[ "$verb" == rollback ]]; then
-        [[ -z "$version" ]] || die "rollback: use --wheel PATH (the wheel you kept), not --version"
-        [[ -n "$wheel" ]] || die "rollback: --wheel PATH is required"
-    fi
     [[ -n "$version" && -n "$wheel" ]] && die "$verb: give --version or --wheel, not both"
     [[ -n "$version" || -n "$wheel" ]] || die "$verb: give --version V or --wheel PATH"
-    say "target environment: $PY"
+    local source="$DIST==$version"
     if [[ -n "$wheel" ]]; then
         [[ -f "$wheel" ]] || die "wheel $wheel does not exist"
         version="$(version_of_wheel "$wheel")"
-        pip_install --no-cache-dir --no-deps --force-reinstall "$wheel"
-    else
-        pip_install --no-cache-dir --no-deps --force-reinstall "$DIST==$version"
+        source="$wheel"
     fi
+    local installed order=""  # stays empty when nothing is installed
+    installed="$(installed_version)"
+    say "target environment: $PY"
+    say "$verb: $installed -> $version"
+    [[ "$installed" == none ]] || order="$(version_cmp "$version" "$installed")"
+    local than="than the installed $installed; use './manage.sh"
+    if [[ "$verb" == upgrade && "$order" == -1 ]]; then
+        die "upgrade: $version is older $than rollback' to go back"
+    elif [[ "$verb" == rollback && "$order" == 1 ]]; then
+        die "rollback: $version is newer $than upgrade' to go forward"
+    elif [[ "$order" == 0 ]]; then
+        say "$version is already installed: reinstalling it"
+    fi
+    print_plan "$verb" "$installed" "$version" "$source" "$enable"
+    pip_install --no-cache-dir --no-deps --force-reinstall "$source"
     post_install_checks "$version"
     (( enable )) && do_enable
     restart_reminder

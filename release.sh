@@ -28,8 +28,9 @@ usage: ./release.sh VERB [OPTIONS]
         (default: the two artefacts in dist/)
   publish [--dry-run]
         upload dist/* with twine. Refuses outside a clean git checkout; the token comes only
-        from VSPEC_PYPI_TOKEN (or TWINE_PASSWORD) and is never printed; VSPEC_RELEASE_CONFIRM
-        must equal the exact version. VSPEC_REPOSITORY_URL selects another index.
+        from VSPEC_PYPI_TOKEN or UV_PUBLISH_TOKEN (refused if both are set and differ), else
+        TWINE_PASSWORD, and is never printed; VSPEC_RELEASE_CONFIRM must equal the exact
+        version. VSPEC_REPOSITORY_URL selects another index.
 
 Environment: VSPEC_PYTHON (the Python to use; default ./.venv/bin/python, then python3).
 USAGE
@@ -103,8 +104,13 @@ cmd_publish() {
     fi
     [[ "${VSPEC_RELEASE_CONFIRM:-}" == "$v" ]] \
         || die "publish: set VSPEC_RELEASE_CONFIRM=$v to confirm publishing exactly this version"
-    local token="${VSPEC_PYPI_TOKEN:-${TWINE_PASSWORD:-}}"
-    [[ -n "$token" ]] || die "publish: no token; set VSPEC_PYPI_TOKEN in the environment (never on the command line)"
+    # UV_PUBLISH_TOKEN is the predecessor's name for the same token.
+    local token="${VSPEC_PYPI_TOKEN:-}" uv_token="${UV_PUBLISH_TOKEN:-}"
+    if [[ -n "$token" && -n "$uv_token" && "$token" != "$uv_token" ]]; then
+        die "publish: VSPEC_PYPI_TOKEN and UV_PUBLISH_TOKEN are both set and differ; unset one"
+    fi
+    token="${token:-${uv_token:-${TWINE_PASSWORD:-}}}"
+    [[ -n "$token" ]] || die "publish: no token; set VSPEC_PYPI_TOKEN (or UV_PUBLISH_TOKEN) in the environment (never on the command line)"
     cmd_check
     local cmd=("$PY" -m twine upload --non-interactive)
     [[ -n "${VSPEC_REPOSITORY_URL:-}" ]] && cmd+=(--repository-url "$VSPEC_REPOSITORY_URL")

@@ -1,3 +1,3 @@
 """The single source of the package version."""
 
-__version__ = "0.1.0"
+__version__ = "0.15.0"

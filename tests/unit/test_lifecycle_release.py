@@ -179,7 +179,8 @@ def release_repo(artefacts: Artefacts, tmp_path_factory: pytest.TempPathFactory)
 
 
 def _publish(repo: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    base = {"VSPEC_RELEASE_CONFIRM": "", "VSPEC_PYPI_TOKEN": "", "TWINE_PASSWORD": ""}
+    base = {"VSPEC_RELEASE_CONFIRM": "", "VSPEC_PYPI_TOKEN": "", "UV_PUBLISH_TOKEN": "",
+            "TWINE_PASSWORD": ""}
     return run_script(repo / "release.sh", "publish", *args, env={**base, **env}, cwd=repo)
 
 
@@ -210,3 +211,21 @@ def test_publish_refusals_and_dry_run(release_repo: Path, tmp_path: Path) -> Non
                 outside / "src/vllm_hust_vspec/_version.py")
     res = run_script(outside / "release.sh", "publish", env=ok_env, cwd=outside)
     assert res.returncode == 1 and "not a git checkout" in res.stderr
+
+
+def test_publish_accepts_the_predecessors_token_variable(release_repo: Path) -> None:
+    """UV_PUBLISH_TOKEN (the predecessor's name) works like VSPEC_PYPI_TOKEN; never printed."""
+    token, other = "pypi-UV-SECRET", "pypi-OTHER-SECRET"
+    confirm = {"VSPEC_RELEASE_CONFIRM": __version__}
+    for env in ({"UV_PUBLISH_TOKEN": token},
+                {"UV_PUBLISH_TOKEN": token, "VSPEC_PYPI_TOKEN": token}):
+        res = _publish(release_repo, {**confirm, **env}, "--dry-run")
+        assert res.returncode == 0, res.stderr
+        assert "TWINE_PASSWORD=***" in res.stdout and "twine upload" in res.stdout
+        assert token not in res.stdout + res.stderr
+    res = _publish(release_repo, {**confirm, "UV_PUBLISH_TOKEN": token,
+                                  "VSPEC_PYPI_TOKEN": other}, "--dry-run")
+    assert res.returncode == 1
+    assert "VSPEC_PYPI_TOKEN and UV_PUBLISH_TOKEN are both set and differ" in res.stderr
+    assert token not in res.stdout + res.stderr and other not in res.stdout + res.stderr
+    assert "twine upload" not in res.stdout

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from _lifecycle import (
     MANAGE,
+    ROOT,
     Artefacts,
     built_artefacts,
     fake_manager,
@@ -85,8 +86,8 @@ def test_manage_install_wheel_in_fresh_venv(installed: tuple[Path, Path, object]
     assert res.returncode == 0, out
     assert f"installed vllm-hust-vspec {__version__}" in out
     assert "OK   [0.2-experimental]" in out and "OK   [0.3-experimental]" in out
-    # the installed doctor runs; this venv has no vLLM, which it reports without failing
-    assert "host vllm: not installed" in out
+    # this venv has no vLLM: nothing for the doctor to check, which is said, not failed
+    assert "no vLLM host (vllm, vllm_ascend)" in out and "doctor --adaptive" not in out
     assert "restarted" in out
     assert (venv / "bin" / "vllm-hust-vspec").is_file()
     assert list(site_packages(venv).glob(f"vllm_hust_vspec-{__version__}.dist-info"))
@@ -229,3 +230,81 @@ def test_parent_copy_remains_after_removing_the_env_copy(
     assert not list(child_sp.glob("vllm_hust_vspec-*.dist-info"))
     assert list(usersite.glob("vllm_hust_vspec-*.dist-info"))
     assert str(usersite) in res.stderr
+
+
+# --- rollback to the predecessor 0.14.3 and upgrade back, for real ---------------------------
+
+OLD = "0.14.3"  # the predecessor's last release, same distribution name on PyPI
+OLD_WHEEL = f"vllm_hust_vspec-{OLD}-py3-none-any.whl"
+
+MANIFEST_PROBE = r"""
+import json
+from importlib import metadata, resources
+pkg = resources.files("vllm_hust_vspec.manifests")
+(found,) = [f for f in pkg.iterdir() if f.name.endswith(".json")]
+doc = json.loads(found.read_text())
+print(json.dumps({"version": metadata.version("vllm-hust-vspec"), "file": found.name,
+                  "id": doc["extension_id"], "extension_version": doc["extension_version"]}))
+"""
+
+
+@pytest.fixture(scope="module")
+def predecessor_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The 0.14.3 wheel: from .cache/hust, else downloaded from PyPI (skips if that fails)."""
+    cached = ROOT / ".cache" / "hust" / OLD_WHEEL
+    if cached.is_file():
+        return cached
+    out = tmp_path_factory.mktemp("predecessor")
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d",
+                        str(out), f"vllm-hust-vspec=={OLD}"], check=True, capture_output=True,
+                       text=True, timeout=120)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"vllm-hust-vspec {OLD} is not in {cached} and could not be downloaded "
+                    f"from the index: {getattr(exc, 'stderr', '') or exc}")
+    return out / OLD_WHEEL
+
+
+def probe_manifest(py: Path) -> dict[str, str]:
+    out = subprocess.run([str(py), "-c", MANIFEST_PROBE], capture_output=True, text=True,
+                         check=True, cwd="/")
+    return dict(json.loads(out.stdout))
+
+
+def test_rollback_to_the_predecessor_and_upgrade_back(artefacts: Artefacts,
+                                                      predecessor_wheel: Path,
+                                                      tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    py = make_venv(venv, with_pip=False)
+    pip(py, "install", str(artefacts.wheel))
+    assert probe_manifest(py)["version"] == __version__
+
+    res = run_script(MANAGE, "--python", str(py), "rollback", "--wheel", str(predecessor_wheel),
+                     env=PIP_ENV)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert f"rollback: {__version__} -> {OLD}" in out
+    assert f"installed vllm-hust-vspec {OLD}" in out
+    assert f"installed manifest vllm-hust-extension-v0.2.json: org.vllm-hust.vspec {OLD}" in out
+    assert "has no vllm_hust_vspec.cli.manifest" in out
+    # the predecessor's doctor needs vLLM; its failure is only a warning here
+    assert f"{venv}/bin/vllm-hust-vspec-doctor --adaptive" in out
+    assert "warning: the host check failed" in out
+    assert probe_manifest(py) == {"version": OLD, "file": "vllm-hust-extension-v0.2.json",
+                                  "id": "org.vllm-hust.vspec", "extension_version": OLD}
+
+    wrong = run_script(MANAGE, "--python", str(py), "rollback", "--wheel",
+                       str(artefacts.wheel), env=PIP_ENV)
+    assert wrong.returncode == 2 and "use './manage.sh upgrade'" in wrong.stderr
+
+    res = run_script(MANAGE, "--python", str(py), "upgrade", "--wheel", str(artefacts.wheel),
+                     env=PIP_ENV)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert f"upgrade: {OLD} -> {__version__}" in out
+    assert f"installed vllm-hust-vspec {__version__}" in out
+    assert "OK   [0.2-experimental]" in out and "OK   [0.3-experimental]" in out
+    assert "no vLLM host (vllm, vllm_ascend)" in out and "warning:" not in out
+    assert probe_manifest(py) == {"version": __version__,
+                                  "file": "vllm-hust-extension-v0.2.json",
+                                  "id": "org.vllm-hust.vspec", "extension_version": __version__}
