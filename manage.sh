@@ -9,6 +9,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ID="org.vllm-hust.vspec"
 DIST="vllm-hust-vspec"
 DRY_RUN=0
+[[ "${VSPEC_MANAGE_DRY_RUN:-0}" == 1 ]] && DRY_RUN=1  # the predecessor's spelling of --dry-run
 NO_MANAGER=0
 PY="${VSPEC_PYTHON:-}"
 # Extra pip arguments for every install, e.g. VSPEC_PIP_ARGS="--no-index --find-links /wheels"
@@ -56,8 +57,9 @@ Verbs:
         run CMD with the activation environment (HUST_VSPEC_ENABLED=1), through the manager
         when present
 
-Environment: VSPEC_PYTHON, VSPEC_PIP_ARGS (extra pip arguments), VSPEC_PIP (a pip to use via
---python when the target environment has none), VLLM_HUST_EXT (manager path);
+Environment: VSPEC_PYTHON, VSPEC_MANAGE_DRY_RUN=1 (as --dry-run), VSPEC_PIP_ARGS (extra pip
+arguments), VSPEC_PIP (a pip to use via --python when the target environment has none),
+VLLM_HUST_EXT (manager path);
 HUST_VSPEC_MODEL_DIR (models folder), HUST_VSPEC_MODEL_REGISTRY (registry file),
 HUST_VSPEC_DRAFT_MODEL / HUST_VSPEC_EAGLE_MODEL (a drafter's folder, checked first).
 Exit status: 0 ok, 1 a command failed (a missing model under 'models' or install

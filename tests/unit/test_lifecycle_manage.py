@@ -337,3 +337,9 @@ def test_help_describes_ordered_upgrade_and_rollback() -> None:
                    "'VERB: INSTALLED -> TARGET'", "upgrade refuses an older target (use",
                    "rollback), rollback a newer one (use upgrade)"):
         assert needle in out, needle
+
+
+def test_the_predecessors_dry_run_variable_previews() -> None:
+    res = run_script(MANAGE, "--python", PY, "uninstall", env={"VSPEC_MANAGE_DRY_RUN": "1"})
+    assert res.returncode == 0, res.stderr
+    assert "[dry-run] would run:" in res.stdout and "pip" in res.stdout
