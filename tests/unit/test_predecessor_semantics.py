@@ -167,3 +167,19 @@ def test_capture_sizes_replace_the_plan(tmp_path: Path, capsys: pytest.CaptureFi
     argv = json.loads(capsys.readouterr().out)["argv"]
     cc = json.loads(argv[argv.index("--compilation-config") + 1])
     assert cc["cudagraph_capture_sizes"] == [1, 2, 4]
+
+
+def test_python_m_runs_the_launcher(tmp_path: Path) -> None:
+    """0.14's run.sh ran ``python -m vllm_hust_vspec --config FILE``."""
+    import subprocess
+    import sys
+
+    target = tmp_path / "t"
+    target.mkdir()
+    (target / "config.json").write_text("{}")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[serve]\nmethod = "mtp"\ntarget_model = "{target}"\nblock_size = 128\n')
+    out = subprocess.run([sys.executable, "-m", "vllm_hust_vspec", "--config", str(cfg),
+                          "--dry-run", "--json"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "--block-size" in json.loads(out.stdout)["argv"]
