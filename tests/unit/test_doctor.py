@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import tarfile
 import textwrap
 from pathlib import Path
@@ -12,6 +14,8 @@ import pytest
 from vllm_hust_vspec.cli import doctor
 from vllm_hust_vspec.host import abi
 from vllm_hust_vspec.host.abi import source as abi_source
+
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 UPSTREAM = {
     "vllm/__init__.py": "__version__ = '9.9.9'\n",
@@ -341,13 +345,83 @@ def test_cli_exit_codes_and_json(
     assert "no such file" in capsys.readouterr().err
 
 
-def test_not_installed_is_exit_zero(
+def test_no_host_fails_closed(
     no_installed: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert doctor.main(["--method", "mtp", "--adaptive"]) == 0
-    out = capsys.readouterr().out
-    assert "host vllm: not installed" in out and "host vllm_ascend: not installed" in out
-    assert "Traceback" not in out
+    """Nothing installed and no --source: nothing was checked, so the doctor must not pass."""
+    assert doctor.main(["--method", "mtp", "--adaptive"]) == doctor.EXIT_FAIL == 1
+    captured = capsys.readouterr()
+    assert "host vllm: not installed" in captured.out
+    assert "host vllm_ascend: not installed" in captured.out
+    assert "result: OK" not in captured.out
+    assert "result: FAILED (no vLLM host found" in captured.out
+    assert "no vLLM host found" in captured.err and "--source PATH" in captured.err
+    assert "Traceback" not in captured.out + captured.err
+
+
+def test_no_host_json_says_not_ok(
+    no_installed: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert doctor.main(["--method", "eagle", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] is False and data["host_found"] is False
+    assert "no vLLM host found" in data["error"] and "--source" in data["error"]
+
+
+def test_a_source_host_counts_as_found(
+    tmp_path: Path, no_installed: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With nothing installed, a host given with --source is checked as usual."""
+    up = write(tmp_path / "up", UPSTREAM)
+    assert doctor.main(["--method", "eagle", "--json", "--source", str(up)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] is True and data["host_found"] is True and "error" not in data
+
+
+@pytest.mark.parametrize("argv", [
+    ["--method", "draft"],
+    ["--method", "eagle", "--json"],
+    ["--method", "eagle", "--adaptive"],
+    ["--method", "mtp", "--json"],
+    ["--method", "draft", "--json", "--adaptive"],
+])
+def test_the_predecessor_manual_commands_parse(argv: list[str]) -> None:
+    """vllm-hust-vSpec 0.14's documented doctor invocations keep their meaning."""
+    args = doctor.build_parser().parse_args(argv)
+    assert args.method == argv[1]
+    assert args.json is ("--json" in argv) and args.adaptive is ("--adaptive" in argv)
+    assert not args.source and not args.source_only
+
+
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+
+
+def _python_without_host() -> str | None:
+    """A Python on this machine where neither vllm nor vllm_ascend can be found."""
+    if not SYSTEM_PYTHON.is_file():
+        return None
+    probe = subprocess.run(
+        [str(SYSTEM_PYTHON), "-c", "import importlib.util as u, sys; sys.exit(any("
+         "u.find_spec(n) for n in ('vllm', 'vllm_ascend')))"],
+        capture_output=True, env={"PATH": os.environ.get("PATH", "")}, check=False,
+    )
+    return str(SYSTEM_PYTHON) if probe.returncode == 0 else None
+
+
+def test_doctor_process_without_any_host_exits_nonzero(tmp_path: Path) -> None:
+    """The real console entry, in a Python that has no vLLM at all (no monkeypatching)."""
+    python = _python_without_host()
+    if python is None:
+        pytest.skip("no Python without vllm / vllm_ascend on this machine")
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(SRC)}
+    done = subprocess.run(
+        [python, "-m", "vllm_hust_vspec.cli.doctor", "--method", "mtp"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "result: OK" not in done.stdout
+    assert "no vLLM host found" in done.stderr and "--source" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_unknown_method_is_rejected() -> None:

@@ -3,8 +3,9 @@
 Two tiers. Static: find the host packages (installed, a checkout, or an sdist given with
 ``--source``) and check every class, method and parameter with ``ast``, importing nothing.
 Live (unless ``--source-only``/``--source``): import the host and check names and
-signatures. Exit status: 0 when every required check passes or no host is installed (the
-"not installed" lines say so), 1 when a required API is missing, 2 for usage errors.
+signatures. Exit status: 0 when every required check passes, 1 when a required API is
+missing or no host was found at all (neither ``vllm`` nor ``vllm_ascend`` installed for this
+Python, and no ``--source``: nothing was checked, so nothing may pass), 2 for usage errors.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from vllm_hust_vspec.host.abi import (
     merge,
     render_text,
 )
+
+EXIT_OK = 0
+EXIT_FAIL = 1
+EXIT_USAGE = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,6 +67,22 @@ def run(args: argparse.Namespace) -> Report:
     return merge(static, live)
 
 
+def host_found(report: Report) -> bool:
+    """True when some host package was located (installed, or read from ``--source``)."""
+    return any(h.installed for h in report.hosts)
+
+
+def no_host_message() -> str:
+    """Why a doctor run without any host fails, and how to point it at one."""
+    return (
+        "no vLLM host found: neither vllm nor vllm_ascend is installed for "
+        f"{sys.executable}, so nothing was checked. Run the doctor with the Python that "
+        "serves (e.g. the venv's bin/vllm-hust-vspec-doctor), or point it at a host with "
+        "--source PATH (an sdist .tar.gz, a wheel .whl, a checkout or the package directory; "
+        "repeatable for vllm and vllm-ascend)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point; returns the exit status."""
     args = build_parser().parse_args(argv)
@@ -69,20 +90,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = run(args)
     except SourceError as exc:
         print(f"vllm-hust-vspec-doctor: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    found = host_found(report)
     rows = runners.table_rows()
     if args.json:
         doc = report.as_dict()
+        doc["host_found"] = found
+        if not found:
+            doc["ok"] = False
+            doc["error"] = no_host_message()
         doc["runners"] = [{"feature": name, **cells} for name, cells in rows]
         doc["predecessor_switches"] = [
             {"flag": sw.flag, "upstream": sw.upstream, "vllm_ascend": sw.ascend}
             for sw in compat.SWITCHES]
         print(json.dumps(doc, indent=2, sort_keys=True))
     else:
-        sys.stdout.write(render_text(report))
+        sys.stdout.write(_report_text(report, found))
         sys.stdout.write(_runner_text(rows))
         sys.stdout.write(_switch_text())
-    return 0 if report.ok else 1
+    if not found:
+        print(f"vllm-hust-vspec-doctor: error: {no_host_message()}", file=sys.stderr)
+        return EXIT_FAIL
+    return EXIT_OK if report.ok else EXIT_FAIL
+
+
+def _report_text(report: Report, found: bool) -> str:
+    """The PASS/FAIL lines; without any host the closing result line says FAILED, never
+    "OK (0 checks)"."""
+    text = render_text(report)
+    if found:
+        return text
+    head = text.rstrip("\n").rpartition("\n")[0]
+    return f"{head}\nresult: FAILED (no vLLM host found; see the error below)\n"
 
 
 def _switch_text() -> str:
