@@ -438,7 +438,8 @@ def check_vspec_graphs(graph_mode: str = "FULL_DECODE_ONLY") -> dict[str, Any]:
     # per-width sizes are the plan's sizes the config kept)
     settings = {"now": Settings(
         method="mtp", gamma=VSPEC_K, adaptive_speculation=True, adaptive_min_gamma=0,
-        graph_mode="full-decode-only" if graph_mode == "FULL_DECODE_ONLY" else "full",
+        graph_mode={"FULL_DECODE_ONLY": "full-decode-only", "FULL": "full"}.get(
+            graph_mode, "full-and-piecewise"),
         max_num_seqs=VSPEC_SEQS, capture_policy="exact", mtp_strict_graph=False)}
     out["plan_gammas"] = list(gw.plan_from_settings(settings["now"]).gammas)
     out["plan_settings_sizes"] = list(gw.plan_from_settings(settings["now"]).sizes)

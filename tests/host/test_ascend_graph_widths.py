@@ -107,11 +107,11 @@ def test_strict_message_names_the_batch_descriptor() -> None:
     check_strict(shape, "FULL", [16])  # a hit: nothing
 
 
-@pytest.mark.parametrize("mode,on", [("full-decode-only", True), ("full", True),
-                                     ("full-combined", True), ("piecewise", False),
+@pytest.mark.parametrize("mode,on", [("full-decode-only", True), ("full-and-piecewise", True),
+                                     ("full", True), ("piecewise", False),
                                      ("eager", False)])
 def test_graph_per_gamma_is_on_under_every_full_graph_mode(mode: str, on: bool) -> None:
-    # full-combined is combined FULL (cudagraph_mode FULL): shared target graphs, per-gamma
+    # full is combined FULL (cudagraph_mode FULL): shared target graphs, per-gamma
     # draft graphs (tests/ascend_pair/test_vspec_graph_widths.py, mode FULL)
     s = Settings(method="mtp", gamma=3, adaptive_speculation=True, graph_mode=mode)
     assert ("graph_per_gamma" in ascend.features_for(s)) is on

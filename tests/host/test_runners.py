@@ -266,13 +266,13 @@ def test_async_scheduling_refuses_the_confidence_stop_and_downgrades_the_fast_pa
     assert runners.plan(stop, runners.V1, cfg).errors == ()
 
 
-@pytest.mark.parametrize("graph_mode", ["full-decode-only", "full", "full-combined"])
+@pytest.mark.parametrize("graph_mode", ["full-decode-only", "full-and-piecewise", "full"])
 def test_upstream_v1_turns_every_launcher_full_mode_piecewise_under_adaptive_gamma(
     graph_mode: str,
 ) -> None:
     """On upstream vLLM the launcher's FULL modes are vLLM's own: under vSpec's declared dynamic
     schedule the V1 runner's rule (``_maybe_override_dynamic_sd_cudagraph_mode``, with vLLM's
-    warning) makes each PIECEWISE, combined FULL (``full-combined``) included; V2 and a fixed
+    warning) makes each PIECEWISE, combined FULL (``full``) included; V2 and a fixed
     gamma keep the mode."""
     from vllm.config import CUDAGraphMode, VllmConfig
 
