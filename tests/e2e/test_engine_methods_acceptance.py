@@ -53,9 +53,11 @@ def test_relaxed_top_k_accepts_more(strict: float, reference: list[list[int]]) -
     assert out != reference  # relaxed modes change outputs (the launcher says so)
 
 
-def test_confidence_margin_accepts_more(strict: float) -> None:
-    _, acc = _run(confidence_accept_margin=0.1)
-    print(f"acceptance length strict {1 + strict:.3f} -> margin 0.1 {1 + acc:.3f}")
+@pytest.mark.parametrize("margin", [{"confidence_accept_prob_margin": 0.1},
+                                    {"confidence_accept_margin": 1.0}])  # logits
+def test_confidence_margin_accepts_more(strict: float, margin: dict[str, float]) -> None:
+    _, acc = _run(**margin)
+    print(f"acceptance length strict {1 + strict:.3f} -> {margin} {1 + acc:.3f}")
     assert acc > strict * 1.1
 
 

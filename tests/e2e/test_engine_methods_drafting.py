@@ -43,7 +43,7 @@ def test_entropy_stop_cuts_poor_drafts_outputs_unchanged(reference: list[list[in
             "num_speculative_tokens": 4}
     plain, fb_plain = _run("target", spec, method="draft", gamma=4)
     cut, fb_cut = _run("target", spec, method="draft", gamma=4, adaptive_entropy_stop=True,
-                       adaptive_entropy_threshold=0.5)
+                       adaptive_entropy_rule="entropy", adaptive_entropy_threshold=0.5)
     assert plain == reference and cut == reference
     d_plain, d_cut = _per_step(fb_plain, "drafted"), _per_step(fb_cut, "drafted")
     mean_plain, mean_cut = sum(d_plain) / len(d_plain), sum(d_cut) / len(d_cut)
