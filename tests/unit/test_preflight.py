@@ -99,6 +99,33 @@ def test_trace_path_in_a_new_folder_is_fine(models: Path, tmp_path: Path) -> Non
     assert not (tmp_path / "new").exists()  # checking creates nothing
 
 
+def test_trace_path_that_looks_writable_but_cannot_be_created(
+    models: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """/proc looks writable to root; trying to make the folder, as the writer will, says
+    otherwise, before any model loads."""
+    err = launch_error(capsys, "--adaptive-trace", "/proc/nonexistent/t.jsonl")
+    assert "flag --adaptive-trace: cannot create '/proc/nonexistent/t.jsonl'" in err
+    assert "'/proc/nonexistent'" in err  # the folder that could not be made
+    err = launch_error(capsys, "--adaptive-trace", "/proc/t.jsonl")
+    assert "cannot create '/proc/t.jsonl'" in err and "vspec-probe" not in err
+    resolved = resolve_settings(env={"HUST_VSPEC_ADAPTIVE_TRACE": "/proc/x/t.jsonl"})
+    with pytest.raises(SettingsError, match="environment HUST_VSPEC_ADAPTIVE_TRACE"):
+        preflight(resolved.settings, resolved.origins)
+
+
+def test_the_creation_probe_leaves_nothing_behind(tmp_path: Path) -> None:
+    existing = tmp_path / "old.jsonl"
+    existing.write_text('{"step":1}\n')
+    (tmp_path / "half").mkdir()
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    for target in (existing, tmp_path / "half" / "a" / "b" / "t.jsonl", tmp_path / "t.jsonl"):
+        resolved = resolve_settings(cli={"adaptive_trace": str(target)}, env={})
+        preflight(resolved.settings, resolved.origins)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert existing.read_text() == '{"step":1}\n'  # opened for appending, not written
+
+
 def test_trace_under_a_file_is_refused(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")

@@ -130,12 +130,33 @@ def get_metrics() -> VSpecMetrics:
 
 def make_metrics(registry: Any = None) -> VSpecMetrics:
     """Create the vspec_ metric objects in ``registry`` (None: prometheus_client's default
-    registry, which is what vLLM's /metrics reads)."""
+    registry, which is what vLLM's /metrics reads). In multiprocess mode prometheus_client
+    opens its sample files in ``PROMETHEUS_MULTIPROC_DIR`` as the metrics are created; a
+    folder that cannot take them raises an OSError naming it."""
+    from vllm_hust_vspec.host import startup
+
+    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    try:
+        startup.inject("metrics")
+        metrics = _create(registry)
+    except OSError as exc:
+        raise OSError(f"vSpec metrics: cannot create the vspec_ metrics (their sample files "
+                      f"go to PROMETHEUS_MULTIPROC_DIR={folder!r}): {exc}") from exc
+    if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0" and not folder:
+        logger.info(
+            "vSpec: PROMETHEUS_MULTIPROC_DIR is not set; the vspec_ metrics live in the "
+            "EngineCore process and will not appear on the API server's /metrics. Export "
+            "PROMETHEUS_MULTIPROC_DIR=<empty dir> before 'vllm serve' (the launcher does)."
+        )
+    return metrics
+
+
+def _create(registry: Any) -> VSpecMetrics:
     from prometheus_client import REGISTRY, Counter, Gauge
 
     reg = REGISTRY if registry is None else registry
 
-    metrics = VSpecMetrics(
+    return VSpecMetrics(
         gamma_steps=Counter(
             PREFIX + "gamma_steps", "Engine steps by the gamma the controller chose.", ["gamma"],
             registry=reg,
@@ -179,15 +200,6 @@ def make_metrics(registry: Any = None) -> VSpecMetrics:
             ["length"], registry=reg,
         ),
     )
-    if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0" and not os.environ.get(
-        "PROMETHEUS_MULTIPROC_DIR"
-    ):
-        logger.info(
-            "vSpec: PROMETHEUS_MULTIPROC_DIR is not set; the vspec_ metrics live in the "
-            "EngineCore process and will not appear on the API server's /metrics. Export "
-            "PROMETHEUS_MULTIPROC_DIR=<empty dir> before 'vllm serve' (the launcher does)."
-        )
-    return metrics
 
 
 __all__ = ["PREFIX", "VSpecMetrics", "get_metrics", "make_metrics"]

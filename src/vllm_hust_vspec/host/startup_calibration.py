@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from vllm_hust_vspec.adaptive._limits import budget_cap, calibration_batches
 from vllm_hust_vspec.adaptive.cost_prior import CostPrior, CostSample
 from vllm_hust_vspec.adaptive.feedback import ControllerSnapshot, StepFeedback
+from vllm_hust_vspec.host import startup
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.host.hook import SchedulerHook
@@ -210,6 +211,7 @@ def calibrate(core: Any, hook: SchedulerHook, budget_s: float = BUDGET_S,
                 script.start(batch, hook.token_budget)
                 for _ in _steps(core, cap):
                     n_steps += 1
+                    startup.inject("calibration")  # test-only, off by default
                     if script.done():
                         break
                 core.abort_requests([rid for rid in ids if rid in scheduler.requests])

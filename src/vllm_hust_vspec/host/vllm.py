@@ -29,11 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_hust_vspec.host import (
     controller_factory,
+    engine_dead,
     fast_path,
     k_backport,
     runner_v2,
     runners,
     schedule,
+    startup,
     startup_calibration,
     startup_costs,
 )
@@ -110,10 +112,13 @@ def attach(scheduler: Any, settings: Settings) -> SchedulerHook | None:
     if prior is None and settings.adaptive_speculation:
         prior = profiled
     controller = controller_factory.make_controller(settings, max_gamma, cost_prior=prior)
+    with startup.stage("vspec_ metrics"):
+        metrics = get_metrics()
     # with a calibration to come, the trace opens after it, naming the prior served from
-    trace = None if calibrate else open_trace(settings, prior)
+    with startup.stage("adaptive trace"):
+        trace = None if calibrate else open_trace(settings, prior)
     hook = SchedulerHook(
-        scheduler, settings, controller, max_gamma, metrics=get_metrics(), trace=trace,
+        scheduler, settings, controller, max_gamma, metrics=metrics, trace=trace,
         cost_state=state, cost_prior=prior,
     )
     hook.calibration_pending = calibrate
@@ -150,14 +155,17 @@ def calibrate_engine(core: Any) -> None:
     if hook is None or not hook.calibration_pending:
         return
     hook.calibration_pending = False
-    prior = startup_calibration.calibrate(core, hook, dummy=hook.startup_profile)
-    controller = hook.controller
-    if prior is not None:
-        controller = controller_factory.make_controller(hook.settings, hook.max_gamma,
-                                                        cost_prior=prior)
-    else:
-        prior = hook.cost_prior
-    hook.restart(controller, prior, open_trace(hook.settings, prior))
+    with startup.stage("start-up calibration"):
+        prior = startup_calibration.calibrate(core, hook, dummy=hook.startup_profile)
+        controller = hook.controller
+        if prior is not None:
+            controller = controller_factory.make_controller(hook.settings, hook.max_gamma,
+                                                            cost_prior=prior)
+        else:
+            prior = hook.cost_prior
+    with startup.stage("adaptive trace"):
+        trace = open_trace(hook.settings, prior)
+    hook.restart(controller, prior, trace)
 
 
 def hook_of(scheduler: Any) -> SchedulerHook | None:
@@ -172,7 +180,8 @@ def _make_init_wrapper(
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             orig(self, *args, **kwargs)
-            attach(self, get_settings())
+            with startup.stage("scheduler hook"):
+                attach(self, get_settings())
 
         return __init__
 
@@ -317,7 +326,8 @@ def _make_kv_init_wrapper(
         def _initialize_kv_caches(self: Any, vllm_config: Any, *args: Any, **kwargs: Any) -> Any:
             out = orig(self, vllm_config, *args, **kwargs)
             # The model is warm and the KV cache allocated; the scheduler is built next.
-            startup_costs.profile_engine(self.model_executor, vllm_config, get_settings())
+            with startup.stage("start-up cost profile"):
+                startup_costs.profile_engine(self.model_executor, vllm_config, get_settings())
             return out
 
         return _initialize_kv_caches
@@ -331,7 +341,8 @@ def _make_load_model_wrapper(
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
         def load_model(self: Any, *args: Any, **kwargs: Any) -> Any:
             # Before the weights load: a feature this runner cannot apply stops the worker.
-            runners.check_worker(get_settings(), self.vllm_config)
+            with startup.stage("worker check before the model loads"):
+                runners.check_worker(get_settings(), self.vllm_config)
             return orig(self, *args, **kwargs)
 
         return load_model
@@ -423,6 +434,8 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
     patcher.wrap(resolve(*WORKER), "load_model", _make_load_model_wrapper(get_settings))
     schedule.install(patcher, get_settings)
     runner_v2.install(patcher, get_settings)
+    # the front end: an EngineCore dying after READY (start-up calibration) ends the server
+    engine_dead.install(patcher)
 
     def fast_on() -> bool:
         return get_settings().adaptive_zero_fast_path
