@@ -52,7 +52,8 @@ def pair_run(models_env: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
                      "--draft-model", "vspec-tiny/draft-cheap-agree",
                      "--adaptive-min-gamma", "1",
                      "--backend", "builtin", "--result-dir", str(out), "--plot", str(plot),
-                     "--min-speedup", "0.01", "--quiet", "--server-timeout", "600"])
+                     "--min-speedup", "0.01", "--max-ttft-p99-ratio", "1000",
+                     "--quiet", "--server-timeout", "600"])
     summary = json.loads((out / "pair-summary.json").read_text())
     return {"rc": rc, "dir": out, "summary": summary, "plot": plot}
 
@@ -75,6 +76,15 @@ def test_pair_runs_both_arms_and_passes_a_trivial_threshold(pair_run: dict[str, 
     assert cmp["speedup"] == pytest.approx(new_t / base_t)
     assert cmp["passed"] is True and cmp["min_speedup"] == 0.01
     assert (pair_run["dir"] / "pair-summary.md").read_text().count("|") > 10
+    # latency tails: per run and pooled over each arm's requests, and the (trivial) gate
+    for arm in ("baseline", "vspec"):
+        run = s["runs"][arm][0]
+        assert 0 < run["p50_ttft_ms"] <= run["p90_ttft_ms"] <= run["p99_ttft_ms"]
+        pooled = cmp["pooled_latency"][arm]
+        assert pooled["requests"] == 8
+        assert pooled["p99_tpot_ms"] == pytest.approx(run["p99_tpot_ms"])  # one repetition
+    (gate,) = cmp["latency_gates"]
+    assert gate["metric"] == "ttft" and gate["source"] == "pooled" and gate["passed"] is True
 
 
 def test_only_the_vspec_arm_speculates(pair_run: dict[str, Any]) -> None:
@@ -139,3 +149,9 @@ def test_run_mode_builtin_and_vllm_backends_agree(
         assert r["spec"]["num_drafts"] > 0
     assert "requests" in results["builtin"] and "spec_decode_acceptance_length" in (
         results["vllm"])
+    from vllm_hust_vspec.bench.stats import latency_samples
+
+    for r in results.values():  # percentiles from both, per-request timings kept by both
+        assert r["p50_itl_ms"] <= r["p90_itl_ms"] <= r["p99_itl_ms"]
+        samples = latency_samples(r)
+        assert samples is not None and len(samples["ttft"]) == len(samples["tpot"]) == 8

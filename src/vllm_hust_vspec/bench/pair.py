@@ -42,7 +42,7 @@ from vllm_hust_vspec.bench.speed_report import (
     pair_groups,
 )
 from vllm_hust_vspec.bench.speed_run import run_speed_bench
-from vllm_hust_vspec.bench.stats import PairComparison, compare_pair, median
+from vllm_hust_vspec.bench.stats import DETAIL_KEYS, PairComparison, compare_pair, median
 from vllm_hust_vspec.launch.command import ServeCommand, build_serve_command
 from vllm_hust_vspec.launch.models import resolve_model
 from vllm_hust_vspec.settings import ResolvedSettings
@@ -66,6 +66,8 @@ class PairPlan:
     server_timeout_s: float = 900.0
     # Set only with allow_changed_outputs: the vSpec arm's outputs differ from target-only.
     forced_acceptance_length: int | None = None
+    # Latency gates: metric ("ttft", "tpot", "itl") -> most vSpec p99 / target-only p99.
+    max_p99_ratios: dict[str, float] = field(default_factory=dict)
 
     def schedule(self) -> list[tuple[int, str]]:
         """(repetition, arm) in run order: A B B A A B ... (each arm first in every other
@@ -79,6 +81,7 @@ class PairPlan:
             "load": self.load.describe(),
             "repetitions": self.repetitions,
             "min_speedup": self.min_speedup,
+            "max_p99_ratios": dict(self.max_p99_ratios),
             "backend": self.backend,
             "model": self.model,
             "order": [f"{arm}-r{rep}" for rep, arm in self.schedule()],
@@ -97,8 +100,10 @@ class PairPlan:
             out.append(self.commands[arm].to_shell())
         out.append(f"# load per run: {self.load.describe()}")
         out.append(f"# order: {' '.join(f'{arm}-r{rep}' for rep, arm in self.schedule())}")
+        gates = "".join(f" and p99 {m.upper()} vSpec/target-only <= {r:.2f}"
+                        for m, r in self.max_p99_ratios.items())
         out.append(f"# results: {self.result_dir}; pass if median vSpec/target-only output "
-                   f"throughput >= {self.min_speedup:.2f}")
+                   f"throughput >= {self.min_speedup:.2f}{gates}")
         return "\n".join(out)
 
 
@@ -114,14 +119,22 @@ def plan_pair(
     result_dir: Path,
     server_timeout_s: float = 900.0,
     allow_changed_outputs: bool = False,
+    max_p99_ratios: Mapping[str, float] | None = None,
 ) -> PairPlan:
     """Build both server commands from one preset with the launcher's command builder.
 
     A forced acceptance length (from any settings source) is refused unless
     ``allow_changed_outputs``: it times a chosen acceptance length with changed outputs.
+    Latency gates (``max_p99_ratios``) need per-request timings, which a SPEED-Bench run
+    (its groups merged into one result) does not keep: refused there.
     """
     if repetitions < 1:
         raise ValueError(f"--repetitions must be >= 1, got {repetitions}")
+    gates = dict(max_p99_ratios or {})
+    if gates and load.dataset == "speed-bench":
+        raise BenchUsageError(
+            "the latency gates (--max-ttft/tpot/itl-p99-ratio) need per-request timings, and "
+            "--dataset speed-bench merges its groups without them; gate on another dataset")
     s = resolved.settings
     forced = s.forced_acceptance_length
     if forced is not None and not allow_changed_outputs:
@@ -140,6 +153,7 @@ def plan_pair(
         backend=choose_backend(backend, Target("", None, target)),
         model=s.served_model_name or target, tokenizer=target, result_dir=result_dir,
         server_timeout_s=server_timeout_s, forced_acceptance_length=forced,
+        max_p99_ratios=gates,
     )
 
 
@@ -155,7 +169,7 @@ class PairResult:
 
     def to_dict(self) -> dict[str, Any]:
         runs = {
-            arm: [{k: v for k, v in r.items() if k != "requests"} for r in results]
+            arm: [{k: v for k, v in r.items() if k not in DETAIL_KEYS} for r in results]
             for arm, results in self.runs.items()
         }
         out = {
@@ -267,10 +281,12 @@ def run_pair(plan: PairPlan, progress: ProgressLine | None = None) -> PairResult
             f"[{i}/{len(schedule)}] {ARM_LABEL[arm]} r{rep}: "
             f"{result['output_throughput']:.1f} tok/s, TPOT {result['mean_tpot_ms']:.2f} ms, "
             f"TTFT {result['mean_ttft_ms']:.1f} ms"
+            + (f" (p99 {result['p99_ttft_ms']:.1f} ms)" if "p99_ttft_ms" in result else "")
             + (f", acceptance length {al:.2f}" if al is not None else "")
         )
     out.comparison = compare_pair(out.runs["baseline"], out.runs["vspec"],
-                                  min_speedup=plan.min_speedup)
+                                  min_speedup=plan.min_speedup,
+                                  max_p99_ratios=plan.max_p99_ratios)
     out.acceptance = aggregate_acceptance(out.runs["vspec"])
     (plan.result_dir / "pair-summary.json").write_text(
         json.dumps(out.to_dict(), indent=1, default=str) + "\n", encoding="utf-8")

@@ -7,7 +7,13 @@ import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from vllm_hust_vspec.bench.stats import PairComparison, Spread
+from vllm_hust_vspec.bench.stats import (
+    LATENCY_METRICS,
+    LATENCY_PERCENTILES,
+    PairComparison,
+    Spread,
+    pooled_ratios,
+)
 
 FIGURE_LABELS = {
     "output_throughput": "output throughput (tok/s)",
@@ -18,6 +24,8 @@ FIGURE_LABELS = {
     "median_ttft_ms": "median TTFT (ms)",
     "mean_itl_ms": "mean ITL (ms)",
     "mean_e2el_ms": "mean end-to-end latency (ms)",
+    **{f"p{q}_{m}_ms": f"p{q} {m.upper()} (ms)" for m in LATENCY_METRICS
+       for q in LATENCY_PERCENTILES},
 }
 
 
@@ -97,11 +105,9 @@ def run_summary(result: Mapping[str, Any]) -> str:
         f"{_fmt(result.get('duration'))} s (backend {result.get('backend')})",
         f"output throughput  {_fmt(result.get('output_throughput'))} tok/s",
         f"request throughput {_fmt(result.get('request_throughput'), 3)} req/s",
-        f"TTFT mean/median/p99  {_fmt(result.get('mean_ttft_ms'))} / "
-        f"{_fmt(result.get('median_ttft_ms'))} / {_fmt(result.get('p99_ttft_ms'))} ms",
-        f"TPOT mean/median/p99  {_fmt(result.get('mean_tpot_ms'))} / "
-        f"{_fmt(result.get('median_tpot_ms'))} / {_fmt(result.get('p99_tpot_ms'))} ms",
-        f"ITL mean  {_fmt(result.get('mean_itl_ms'))} ms",
+        *(f"{m.upper()} mean/p50/p90/p99  {_fmt(result.get(f'mean_{m}_ms'))} / "
+          + " / ".join(_fmt(result.get(f"p{q}_{m}_ms")) for q in LATENCY_PERCENTILES) + " ms"
+          for m in LATENCY_METRICS),
     ]
     if spec.get("acceptance_length") is not None:
         lines.append(f"acceptance length {_fmt(spec['acceptance_length'])} "
@@ -134,10 +140,39 @@ def pair_table(cmp: PairComparison, acceptance: Mapping[str, Any]) -> str:
         rows.append(f"* steps per chosen gamma (vSpec, all repetitions): "
                     f"{acceptance['gamma_steps']}")
     reps = ", ".join(f"{x:.3f}" for x in cmp.rep_speedups)
-    verdict = "PASS" if cmp.passed else "FAIL"
+    verdict = "PASS" if cmp.throughput_passed else "FAIL"
     rows.append(f"* throughput ratio (median vSpec / median target-only): **{cmp.speedup:.3f}x** "
                 f"(per repetition: {reps}); threshold {cmp.min_speedup:.2f}x: **{verdict}**")
+    for gate in cmp.gates:
+        value = "not measured" if gate.value is None else f"{gate.value:.3f}x"
+        rows.append(f"* p99 {gate.metric.upper()} ratio (vSpec / target-only, {gate.source}): "
+                    f"**{value}** ({_fmt(gate.vspec_ms)} / {_fmt(gate.baseline_ms)} ms); "
+                    f"limit {gate.limit:.2f}x: **{'PASS' if gate.passed else 'FAIL'}**")
+    if cmp.gates:
+        rows.append(f"* verdict (throughput and latency gates): "
+                    f"**{'PASS' if cmp.passed else 'FAIL'}**")
+    latency = pooled_table(cmp)
+    if latency:
+        rows += ["", latency]
     return "\n".join(rows)
 
 
-__all__ = ["FIGURE_LABELS", "ProgressLine", "pair_table", "run_summary"]
+def pooled_table(cmp: PairComparison) -> str:
+    """Markdown table of the latency percentiles pooled over every request of every
+    repetition of each arm (empty when an arm has no per-request timings)."""
+    base, new = cmp.pooled.get("baseline"), cmp.pooled.get("vspec")
+    if not base or not new:
+        return ""
+    ratios = pooled_ratios(cmp.pooled)
+    rows = [f"Latency over every request of all repetitions ({base['requests']:.0f} target-only,"
+            f" {new['requests']:.0f} vSpec requests):", "",
+            "| figure | target-only | vSpec | vSpec / target |", "|---|---|---|---|"]
+    for m in LATENCY_METRICS:
+        for q in LATENCY_PERCENTILES:
+            key = f"p{q}_{m}_ms"
+            rows.append(f"| {FIGURE_LABELS[key]} | {base[key]:.2f} | {new[key]:.2f} | "
+                        f"{ratios[key]:.3f} |")
+    return "\n".join(rows)
+
+
+__all__ = ["FIGURE_LABELS", "ProgressLine", "pair_table", "pooled_table", "run_summary"]

@@ -25,7 +25,7 @@ from vllm_hust_vspec.bench.datasets import (
     write_custom_jsonl,
 )
 from vllm_hust_vspec.bench.speed_bench import group_requests, load_speed_bench
-from vllm_hust_vspec.bench.stats import summarize_requests
+from vllm_hust_vspec.bench.stats import LATENCY_PERCENTILES, summarize_requests
 
 BACKENDS = ("auto", "builtin", "vllm")
 
@@ -186,7 +186,7 @@ def run_once(
                         request_rate=load.request_rate, max_concurrency=load.max_concurrency,
                         ignore_eos=load.ignore_eos, seed=load.seed)
         outcomes, duration = run_load(spec, reqs, progress)
-        result = summarize_requests(outcomes, duration, percentiles=(50, 99))
+        result = summarize_requests(outcomes, duration, percentiles=LATENCY_PERCENTILES)
         errors = sorted({o.error for o in outcomes if not o.ok})
         if errors:
             result["errors"] = errors[:5]

@@ -86,8 +86,9 @@ def bench_argv(a: VllmBenchArgs, runner: list[str] | None = None) -> list[str]:
              "--served-model-name", a.served_model_name, "--tokenizer", a.tokenizer,
              "--num-prompts", str(a.num_prompts), "--request-rate", str(a.request_rate),
              "--temperature", str(a.temperature), "--seed", str(a.seed),
-             "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
-             "--save-result", "--result-dir", a.result_dir,
+             "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
+             # per-request timings too: the pair pools them over repetitions
+             "--save-result", "--save-detailed", "--result-dir", a.result_dir,
              "--result-filename", a.result_filename]
     if a.dataset == "random":
         argv += ["--dataset-name", "random", "--random-input-len", str(a.input_len),

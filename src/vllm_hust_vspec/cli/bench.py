@@ -30,6 +30,7 @@ from vllm_hust_vspec.bench.datasets import DATASETS, DatasetError
 from vllm_hust_vspec.bench.report import ProgressLine, run_summary
 from vllm_hust_vspec.bench.run import BACKENDS, BenchError, LoadConfig, Target, choose_backend
 from vllm_hust_vspec.bench.speed_bench import SPLITS
+from vllm_hust_vspec.bench.stats import LATENCY_METRICS
 from vllm_hust_vspec.cli.launch import split_passthrough
 from vllm_hust_vspec.cli.options import add_settings_arguments, cli_values
 
@@ -40,8 +41,9 @@ EPILOG = """\
 without a subcommand: the ARC-Easy protocol bench, 'vllm-hust-vspec-bench --method draft|eagle'
 against a 'vllm-hust-vspec --protocol arc-easy' server (see its --method draft --help).
 
-exit status: 0 done (pair: speedup >= --min-speedup), 1 pair below --min-speedup,
-2 bad arguments or configuration, 3 a server or the load failed.
+exit status: 0 done (pair: speedup >= --min-speedup and every latency gate met), 1 pair
+below --min-speedup or above a --max-*-p99-ratio, 2 bad arguments or configuration, 3 a
+server or the load failed.
 
 Fair comparison (docs/benchmarks.md): temperature 0, no relaxed acceptance, same server flags,
 warm-up before each measured run, repetitions interleaved, medians with their range.
@@ -155,6 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="A B rounds, each arm measured once per round (3)")
     pair.add_argument("--min-speedup", type=_bounded(float, 0, above=True), default=1.10,
                       help="pass threshold on median vSpec / target-only throughput (1.10)")
+    for metric in LATENCY_METRICS:
+        pair.add_argument(f"--max-{metric}-p99-ratio", type=_bounded(float, 0, above=True),
+                          default=None, metavar="R", dest=f"max_{metric}_p99_ratio",
+                          help=f"fail unless vSpec's p99 {metric.upper()} (pooled over every "
+                               f"request of its repetitions) <= R x target-only's (off)")
     pair.add_argument("--plot", metavar="OUT.png", help="write a figure (needs matplotlib)")
     pair.add_argument("--server-timeout", type=_bounded(float, 0, above=True), default=900.0,
                       metavar="S",
@@ -249,7 +256,9 @@ def _main_pair(ns: argparse.Namespace, load: LoadConfig, passthrough: list[str])
                      repetitions=ns.repetitions, min_speedup=ns.min_speedup,
                      backend=ns.backend,
                      result_dir=_result_dir(ns), server_timeout_s=ns.server_timeout,
-                     allow_changed_outputs=ns.allow_changed_outputs)
+                     allow_changed_outputs=ns.allow_changed_outputs,
+                     max_p99_ratios={m: r for m in LATENCY_METRICS
+                                     if (r := getattr(ns, f"max_{m}_p99_ratio")) is not None})
     if forced is not None:
         from vllm_hust_vspec.bench.speed_report import forced_banner
 
