@@ -162,8 +162,9 @@ def test_run_sh_without_a_preset_runs_draft(models: Path) -> None:
     env = {**__import__("os").environ, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
     out = subprocess.run(["bash", str(root / "run.sh"), "--port", "8100", "--dry-run", "--json"],
                          capture_output=True, text=True, env=env, timeout=120)
-    # the draft preset asks for vLLM-Ascend's merged draft graph: named on this host, or run
-    assert ("merged" in out.stderr) if out.returncode else (
+    # the draft preset asks for vLLM-Ascend's merged draft graph: named on this host (with the
+    # preset file that asked for it), or run
+    assert ("merged" in out.stderr and "qwen25-14b-05b.toml" in out.stderr) if out.returncode else (
         json.loads(out.stdout)["env"]["HUST_VSPEC_METHOD"] == "draft")
     help_out = subprocess.run(["bash", str(root / "run.sh"), "--help"], capture_output=True,
                               text=True, env=env, timeout=120)

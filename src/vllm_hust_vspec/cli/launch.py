@@ -91,7 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         preflight(resolved.settings, resolved.origins)
         compat.require_supported(resolved.settings,
-                                 ascend=importlib.util.find_spec("vllm_ascend") is not None)
+                                 ascend=importlib.util.find_spec("vllm_ascend") is not None,
+                                 origins=resolved.origins)
         command = build_serve_command(resolved, os.environ, passthrough)
     except (SettingsError, ModelNotFoundError, compat.UnsupportedSwitchError) as exc:
         print(f"vllm-hust-vspec: error: {exc}", file=sys.stderr)

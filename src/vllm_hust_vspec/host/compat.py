@@ -11,7 +11,7 @@ yet (docs/hosts.md lists them).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -101,15 +101,25 @@ SWITCHES: tuple[HostSwitch, ...] = (
 )
 
 
-def unsupported(settings: Settings, *, ascend: bool) -> list[str]:
-    """One line per switch the settings ask for that cannot apply on this host."""
-    return [f"{sw.flag}: {sw.ascend if ascend else sw.upstream}"
-            for sw in SWITCHES if sw.asked_on(settings, ascend=ascend)]
+def unsupported(settings: Settings, *, ascend: bool,
+                origins: Mapping[str, str] | None = None) -> list[str]:
+    """One line per switch the settings ask for that cannot apply on this host; with
+    ``origins`` (option -> where it was set) each line says where the switch came from."""
+    out = []
+    for sw in SWITCHES:
+        if sw.asked_on(settings, ascend=ascend):
+            option = sw.flag.removeprefix("--").removeprefix("no-").replace("-", "_")
+            where = (origins or {}).get(option)
+            out.append(f"{sw.flag}: {sw.ascend if ascend else sw.upstream}"
+                       + (f" (set by {where})" if where else ""))
+    return out
 
 
-def require_supported(settings: Settings, *, ascend: bool) -> None:
-    """Raise :class:`UnsupportedSwitchError` naming every such switch."""
-    lines = unsupported(settings, ascend=ascend)
+def require_supported(settings: Settings, *, ascend: bool,
+                      origins: Mapping[str, str] | None = None) -> None:
+    """Raise :class:`UnsupportedSwitchError` naming every such switch (and, given
+    ``origins``, the file, variable or flag that set it)."""
+    lines = unsupported(settings, ascend=ascend, origins=origins)
     if lines:
         host = "vLLM-Ascend" if ascend else "upstream vLLM"
         raise UnsupportedSwitchError(
