@@ -12,6 +12,7 @@ from .baselines_per_batch import NightjarBandit, SglangPerBatchEma
 from .baselines_vllm import AcceptanceAdaptiveK, DflashAdaptiveK
 from .cost import COST_PRESETS, LinearCost, TableCost
 from .engine import RunResult, Simulation, simulate
+from .host_cost import HostCost
 from .oracle import Oracle
 from .policies import PolicyError, all_policies, make_controller
 from .replay import (
@@ -44,6 +45,7 @@ __all__ = [
     "DflashAdaptiveK",
     "FixedGamma",
     "HfHeuristic",
+    "HostCost",
     "LinearCost",
     "NightjarBandit",
     "Oracle",

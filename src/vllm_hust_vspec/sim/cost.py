@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ._strict import StrictObject
+from .host_cost import HostCost, describe_host_cost, parse_host_cost
 
 
 class CostModel(Protocol):
@@ -175,7 +176,7 @@ class TableCost:
         return self.ms_at(max(batch, 1), gamma) * 1e-3
 
 
-AnyCost = LinearCost | TableCost
+AnyCost = LinearCost | TableCost | HostCost
 
 # vLLM's published median ITL (ms), Llama-3.1-8B + EAGLE on H100, K = 0/1/3/5.
 _H100_LLAMA8B_EAGLE = TableCost(
@@ -233,16 +234,18 @@ COST_PRESETS: dict[str, AnyCost] = {
 
 
 def parse_cost(value: object, obj: StrictObject, key: str) -> AnyCost:
-    """Parse the scenario's ``cost``: a preset name, or a linear / table object."""
+    """Parse the scenario's ``cost``: a preset name, or a linear / table / host object."""
     if isinstance(value, str):
         if value not in COST_PRESETS:
             raise obj.error(key, f"unknown cost preset {value!r} (known: "
                             f"{', '.join(sorted(COST_PRESETS))})")
         return COST_PRESETS[value]
     c = obj.child(key)
-    kind = c.string("type", choices=("linear", "table"))
-    if kind == "linear":
-        out: AnyCost = LinearCost(
+    kind = c.string("type", choices=("linear", "table", "host"))
+    if kind == "host":
+        out: AnyCost = parse_host_cost(c)
+    elif kind == "linear":
+        out = LinearCost(
             target_base_ms=c.number("target_base_ms", lo=0.0, lo_open=True),
             target_per_token_ms=c.number("target_per_token_ms", lo=0.0),
             target_per_ctx_ktoken_ms=c.number("target_per_ctx_ktoken_ms", 0.0, lo=0.0),
@@ -282,6 +285,8 @@ def parse_cost(value: object, obj: StrictObject, key: str) -> AnyCost:
 
 def describe_cost(cost: AnyCost) -> str:
     """One-line summary for reports."""
+    if isinstance(cost, HostCost):
+        return describe_host_cost(cost)
     if isinstance(cost, TableCost):
         return (f"table {len(cost.batches)}x{len(cost.gammas)} "
                 f"(batch {cost.batches[0]:g}..{cost.batches[-1]:g}, "

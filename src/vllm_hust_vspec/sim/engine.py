@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from ..adaptive.feedback import Controller, StepFeedback, VerifyQuery
 from .acceptance import StationaryModel, expected_accept_prefix
+from .cost import CostModel
 from .noise import NoiseSource
 from .scenario import Scenario
 from .workload import RequestSpec, make_requests
@@ -110,14 +111,16 @@ class Simulation:
     """One run of ``scenario`` under ``controller`` with ``seed``."""
 
     def __init__(self, scenario: Scenario, controller: Controller, seed: int,
-                 *, policy: str = "", record: bool = False, trace: bool = False) -> None:
+                 *, policy: str = "", record: bool = False, trace: bool = False,
+                 cost: CostModel | None = None) -> None:
         self.scenario = scenario
         self.controller = controller
         self.seed = seed
         self.policy = policy
         self.record = record
         self.want_trace = trace
-        self.cost = scenario.cost
+        # ``cost`` overrides the scenario's model (the calibration records step features)
+        self.cost: CostModel = scenario.cost if cost is None else cost
         noisy = scenario.timing_noise.active
         self.noise = NoiseSource(scenario.timing_noise, seed) if noisy else None
         self.depth = max(scenario.max_gamma, 1)
@@ -408,6 +411,7 @@ class Simulation:
                         "t": t, "batch": float(len(decode)), "gamma": float(g_prev),
                         "drafted": float(sum_d), "accepted": float(sum_a),
                         "interval_s": dt, "reward": committed / dt,
+                        "committed": committed, "steady": pre_tokens == 0,
                     })
             g_prev = g
             if self.record:
@@ -460,7 +464,9 @@ class Simulation:
 
 
 def simulate(scenario: Scenario, controller: Controller, seed: int, *, policy: str = "",
-             record: bool = False, trace: bool = False) -> RunResult:
-    """Run ``scenario`` once under ``controller`` (see :class:`Simulation`)."""
+             record: bool = False, trace: bool = False,
+             cost: CostModel | None = None) -> RunResult:
+    """Run ``scenario`` once under ``controller`` (see :class:`Simulation`); ``cost``
+    replaces the scenario's cost model."""
     return Simulation(scenario, controller, seed, policy=policy, record=record,
-                      trace=trace).run()
+                      trace=trace, cost=cost).run()

@@ -5,7 +5,9 @@ is ``online`` with Thompson sampler seed ``N``, the host's being 0), ``oracle``,
 and the published baselines ``vllm-batch-schedule``, ``sglang-adaptive``, ``hf-heuristic``,
 ``ucb1`` (:mod:`.baselines`) and, from current upstream, ``vllm-acceptance-adaptive-k``,
 ``vllm-dflash-adaptive-k``, ``sglang-per-batch-ema``, ``nightjar-bandit``
-(:mod:`.baselines_vllm`, :mod:`.baselines_per_batch`).
+(:mod:`.baselines_vllm`, :mod:`.baselines_per_batch`). The predecessor's online controller
+(``pred-ucb``; ``pred-ucb-eagle`` with its EAGLE run's knobs, :mod:`.baselines_pred_ucb`) runs
+by name only.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from ..adaptive.feedback import Controller
 from .baselines import FixedGamma, HfHeuristic, SglangAdaptive, Ucb1, VllmBatchSchedule
 from .baselines_per_batch import NightjarBandit, SglangPerBatchEma
+from .baselines_pred_ucb import PredecessorUcb, PredUcbKnobs
 from .baselines_vllm import AcceptanceAdaptiveK, DflashAdaptiveK, dflash_startup_cost
 from .oracle import Oracle
 from .per_request import PerRequestOracle, VllmAdaptiveVerification
@@ -26,6 +29,11 @@ REFERENCE = ("oracle",)
 # Per-request verify lengths (sim/per_request.py, adaptive/verify_lengths.py): run by name,
 # not part of the default suite (the per-request oracle is slow at large batches).
 PER_REQUEST = ("online-per-request", "per-request-oracle", "vllm-adaptive-verification")
+# The predecessor's controller (sim/baselines_pred_ucb.py): by name, for the calibrated NPU runs.
+PREDECESSOR = ("pred-ucb", "pred-ucb-eagle")
+# Its EAGLE run's knobs (latest_stack_eagle_online_g1to2: hysteresis 0.2, warmup return to the
+# anchor, no graph-backed initial gamma).
+PRED_UCB_EAGLE = PredUcbKnobs(hysteresis=0.2, warmup_return="incumbent", initial_gamma=None)
 
 
 class PolicyError(ValueError):
@@ -44,7 +52,8 @@ def all_policies(scenario: Scenario) -> list[str]:
 
 def known_policy_help() -> str:
     """Human list of policy names for --help and errors."""
-    return ", ".join(["fixed:K", *OURS, "online@N", *REFERENCE, *BASELINES, *PER_REQUEST])
+    return ", ".join(["fixed:K", *OURS, "online@N", *REFERENCE, *BASELINES, *PER_REQUEST,
+                      *PREDECESSOR])
 
 
 def make_controller(name: str, scenario: Scenario, seed: int = 0) -> Controller:
@@ -77,6 +86,10 @@ def make_controller(name: str, scenario: Scenario, seed: int = 0) -> Controller:
         return SglangPerBatchEma(lo, hi)
     if name == "nightjar-bandit":
         return NightjarBandit(lo, hi)
+    if name == "pred-ucb":
+        return PredecessorUcb(lo, hi)
+    if name == "pred-ucb-eagle":
+        return PredecessorUcb(lo, hi, PRED_UCB_EAGLE)
     if name == "per-request-oracle":
         return PerRequestOracle(lo, hi)
     if name == "vllm-adaptive-verification":

@@ -238,6 +238,10 @@ def write_trace(path: str | Path, records: list[dict[str, float]]) -> None:
             row: dict[str, Any] = dict(rec)
             for key in ("batch", "gamma", "drafted", "accepted"):
                 row[key] = int(row[key])
+            if "committed" in row:
+                row["committed"] = int(row["committed"])
+            if "steady" in row:
+                row["steady"] = bool(row["steady"])
             fh.write(json.dumps(row) + "\n")
 
 

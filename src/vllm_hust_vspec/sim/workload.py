@@ -16,8 +16,9 @@ from ._strict import StrictObject
 
 @dataclass(frozen=True, slots=True)
 class LengthDist:
-    """Token-count distribution: ``fixed`` (value), ``uniform`` (low..high inclusive) or
-    ``lognormal`` (median, sigma; clipped to low..high)."""
+    """Token-count distribution: ``fixed`` (value), ``uniform`` (low..high inclusive),
+    ``lognormal`` (median, sigma; clipped to low..high) or ``list`` (an exact workload: request
+    ``i`` gets ``values[i % len(values)]`` under every seed)."""
 
     kind: str
     value: int = 0
@@ -25,11 +26,14 @@ class LengthDist:
     high: int = 1
     median: float = 0.0
     sigma: float = 0.0
+    values: tuple[int, ...] = ()
 
-    def draw(self, rng: random.Random) -> int:
-        """One length (>= 1)."""
+    def draw(self, rng: random.Random, index: int = 0) -> int:
+        """One length (>= 1) for request ``index``."""
         if self.kind == "fixed":
             return self.value
+        if self.kind == "list":
+            return self.values[index % len(self.values)]
         if self.kind == "uniform":
             return rng.randint(self.low, self.high)
         x = int(round(self.median * math.exp(self.sigma * rng.gauss(0.0, 1.0))))
@@ -42,6 +46,8 @@ class LengthDist:
             return float(self.value)
         if self.kind == "uniform":
             return 0.5 * (self.low + self.high)
+        if self.kind == "list":
+            return sum(self.values) / len(self.values)
         return min(float(self.high), self.median * math.exp(0.5 * self.sigma**2))
 
 
@@ -94,8 +100,8 @@ def make_requests(workload: Workload, seed: int) -> list[RequestSpec]:
             t = (i // arr.burst_size) * arr.period_s
         out.append(RequestSpec(
             rid=i,
-            prompt_len=workload.prompt_len.draw(lens),
-            output_len=workload.output_len.draw(lens),
+            prompt_len=workload.prompt_len.draw(lens, i),
+            output_len=workload.output_len.draw(lens, i),
             arrival_s=t,
         ))
     return out
@@ -111,9 +117,15 @@ def _gap(rng: random.Random, rate: float, cv: float) -> float:
 
 def parse_length(obj: StrictObject) -> LengthDist:
     """Parse a length distribution object."""
-    kind = obj.string("type", choices=("fixed", "uniform", "lognormal"))
+    kind = obj.string("type", choices=("fixed", "uniform", "lognormal", "list"))
     if kind == "fixed":
         out = LengthDist(kind=kind, value=obj.integer("value", lo=1))
+    elif kind == "list":
+        raw = obj.raw("values")
+        if (not isinstance(raw, list) or not raw
+                or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in raw)):
+            raise obj.error("values", "expected a non-empty list of integers >= 1")
+        out = LengthDist(kind=kind, values=tuple(raw))
     elif kind == "uniform":
         low = obj.integer("low", lo=1)
         high = obj.integer("high", lo=1)
