@@ -13,7 +13,13 @@ from ..sim.cost import describe_cost
 from ..sim.policies import PolicyError, all_policies, known_policy_help, make_controller
 from ..sim.replay import read_trace_runs, scenario_dict_from_run, select_trace_run, write_trace
 from ..sim.runner import ScenarioReport, evaluate
-from ..sim.scenario import Scenario, list_scenarios, load_scenario, parse_scenario
+from ..sim.scenario import (
+    Scenario,
+    list_calibrated_scenarios,
+    list_scenarios,
+    load_scenario,
+    parse_scenario,
+)
 
 EPILOG = """\
 examples:
@@ -22,6 +28,7 @@ examples:
   vllm-hust-vspec-sim --scenario my.json --policy online --policy fixed:3 --json
   vllm-hust-vspec-sim --trace vspec_trace.jsonl --all --write-scenario fitted.json
   vllm-hust-vspec-sim --trace vspec_trace.jsonl --trace-run 2 --policy online
+  vllm-hust-vspec-sim calibrate-npu --out-dir npu-calibration    (see calibrate-npu --help)
 
 Policies: fixed:K (every K in min_gamma..max_gamma), online and profile (vSpec's
 controllers), oracle (knows the true acceptance), and the published baselines
@@ -91,12 +98,19 @@ def _fail(message: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "calibrate-npu":
+        from .sim_calibrate import main as calibrate_main  # noqa: PLC0415
+
+        return calibrate_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.list_scenarios:
         for name in list_scenarios():
             sc = load_scenario(name)
             kind = "stationary" if sc.stationary else "non-stationary"
             print(f"{name:30s} {kind:15s} {sc.description}")
+        for name in list_calibrated_scenarios():
+            print(f"{name:30s} {'calibrated':15s} {load_scenario(name).description}")
         return 0
     if bool(args.scenario) == bool(args.trace):
         return _fail("give exactly one of --scenario FILE_OR_NAME or --trace FILE.jsonl "

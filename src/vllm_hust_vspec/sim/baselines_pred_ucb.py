@@ -20,9 +20,14 @@ its Ascend runs), not from its code:
   prior (scaled by the batch ratio, weight ``warmup_samples``), starts at that bucket's best
   measured arm, and skips its own sweep when the fuller bucket finished one.
 
-What is left out: the async feedback-wait paths (the simulator's feedback is never late), the
-acceptance-model probe of unmeasured arms and the gamma-0 latch (the runs here use gamma
-1..4). docs/simulator.md says how this changes the calibrated online run.
+* while an arm it tried has no steady sample, it waits on the middle arm of the range
+  (``round((min + max) / 2)``); a probe whose only steady step was discarded (the run's first
+  steady step is, and the step after a switch is not steady) keeps it there for good: its log
+  shows exactly that at bucket 128 (gamma 2 held for 179 steps after one sample per arm).
+
+What is left out: the one-step lag of async feedback (the simulator's feedback is never late),
+the acceptance-model probe of unmeasured arms and the gamma-0 latch (the runs here use gamma
+1..4).
 """
 
 from __future__ import annotations
@@ -203,6 +208,18 @@ class PredecessorUcb(SettledPolicy):
             if sel != target:
                 b.warm_target = target
             return self._activate(b, sel)
+        awaiting = [g for g in self.gammas
+                    if g in b.launched and b.arms[g].effective < self.knobs.warmup_samples]
+        if awaiting:
+            # a tried arm has no steady sample yet: wait on the middle arm (the predecessor's
+            # guard against async feedback flooding the queue with the last probe); an arm
+            # whose samples were all lost keeps it waiting there for good
+            mid = self._nearest(round((self.gammas[0] + self.gammas[-1]) / 2))
+            sel = self._step(prev, mid)
+            if sel != prev:
+                return self._activate(b, sel)
+            b.since += 1
+            return prev
         if not b.returned:
             measured = [g for g in self.gammas if b.arms[g].effective]
             incumbent = self.anchor

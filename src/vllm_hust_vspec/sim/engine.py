@@ -281,7 +281,9 @@ class Simulation:
                 and held_steps < REFILL_MAX_HOLD_STEPS
             )
             held_steps = held_steps + 1 if hold else 0
+            admitted_now = 0
             while not hold and waiting and len(running) < max_seqs and budget > 0:
+                admitted_now += 1
                 r = waiting.popleft()
                 self._admit(r)
                 running.append(r)
@@ -412,6 +414,7 @@ class Simulation:
                         "drafted": float(sum_d), "accepted": float(sum_a),
                         "interval_s": dt, "reward": committed / dt,
                         "committed": committed, "steady": pre_tokens == 0,
+                        "decided": g, "admitted": admitted_now,
                     })
             g_prev = g
             if self.record:

@@ -169,10 +169,24 @@ def list_scenarios() -> list[str]:
     )
 
 
+def list_calibrated_scenarios() -> list[str]:
+    """Names of the shipped scenarios calibrated on measured hosts (``scenarios_npu/``, written
+    by ``vllm-hust-vspec-sim calibrate-npu``); loadable by name, not part of the policy
+    suite."""
+    root = resources.files(__package__).joinpath("scenarios_npu")
+    if not root.is_dir():
+        return []
+    return sorted(
+        item.name[: -len(".json")] for item in root.iterdir() if item.name.endswith(".json")
+    )
+
+
 def load_scenario(name_or_path: str) -> Scenario:
     """Load a shipped scenario by name, or a scenario file by path."""
-    if name_or_path in list_scenarios():
-        res = resources.files(__package__).joinpath("scenarios").joinpath(f"{name_or_path}.json")
+    folder = ("scenarios" if name_or_path in list_scenarios()
+              else "scenarios_npu" if name_or_path in list_calibrated_scenarios() else "")
+    if folder:
+        res = resources.files(__package__).joinpath(folder).joinpath(f"{name_or_path}.json")
         try:
             data = json.loads(res.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:  # pragma: no cover - shipped files are tested
@@ -183,5 +197,6 @@ def load_scenario(name_or_path: str) -> Scenario:
         return load_scenario_file(p)
     raise ScenarioError(
         f"no scenario named {name_or_path!r} and no such file; shipped scenarios: "
-        f"{', '.join(list_scenarios())} (or pass a path to a .json file)"
+        f"{', '.join(list_scenarios() + list_calibrated_scenarios())} (or pass a path to a "
+        ".json file)"
     )

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Leave-one-out check of the NPU calibration, side by side, in one run.
+
+For every measured configuration of the predecessor's Ascend B128 GSM8K runs (target-only,
+draft model fixed gamma 2/3/4 and online, EAGLE fixed gamma 2 and online), the calibration
+(acceptance and step cost, sim/npu_calibration.py) is fitted on all the other configurations
+and the left-out one is simulated: its measured throughput, the prediction, their ratio and the
+bar (+-7 % draft model and target-only, +-10 % EAGLE). An online configuration is predicted
+twice: with the predecessor's controller simulated (sim/baselines_pred_ucb.py) and with the
+per-bucket gammas its log shows it played.
+
+    .venv/bin/python scripts/sim_npu_calibrated.py            # the leave-one-out table (~2 min)
+    .venv/bin/python scripts/sim_npu_calibrated.py --explain  # + what explains the online run
+    .venv/bin/python scripts/sim_npu_calibrated.py --sensitivity  # + unpinned parameters
+    .venv/bin/python scripts/sim_npu_calibrated.py --json OUT.json
+
+Exit status 0 when every configuration is within its bar (the online rows judged on the
+gammas of their logs), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from vllm_hust_vspec.sim.npu_calibration import Prediction, calibrate, leave_one_out
+from vllm_hust_vspec.sim.npu_data import load_measurements
+from vllm_hust_vspec.sim.npu_explain import ablations, sensitivity, tail_share
+
+
+def bar(method: str) -> float:
+    """The allowed relative error of a configuration's prediction."""
+    return 0.10 if method == "eagle" else 0.07
+
+
+def judged(p: Prediction) -> float:
+    """The ratio the bar is judged on (an online run: the gammas its log shows)."""
+    return (p.predicted_recorded / p.measured) if p.predicted_recorded else p.ratio
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--explain", action="store_true",
+                        help="also print the ablations behind the online run's lead")
+    parser.add_argument("--sensitivity", action="store_true",
+                        help="also refit with each unpinned parameter changed")
+    parser.add_argument("--json", metavar="OUT.json", help="write every figure as JSON")
+    args = parser.parse_args()
+    data = load_measurements()
+    rows = []
+    print("leave-one-out: fit on every other configuration, predict this one (tok/s)")
+    print(f"{'configuration':15s} {'measured':>9s} {'predicted':>10s} {'ratio':>6s}   "
+          f"{'log gammas':>10s} {'ratio':>6s}  bar     ")
+    ok = True
+    for cfg in data.measured:
+        p = leave_one_out(data, cfg.name)
+        within = abs(judged(p) - 1.0) <= bar(cfg.method)
+        ok &= within
+        rec = (f"{p.predicted_recorded:10.1f} {p.predicted_recorded / p.measured:6.3f}"
+               if p.predicted_recorded else f"{'':10s} {'':6s}")
+        print(f"{cfg.name:15s} {p.measured:9.1f} {p.predicted:10.1f} {p.ratio:6.3f}   {rec}  "
+              f"+-{bar(cfg.method):.0%} {'PASS' if within else 'FAIL'}", flush=True)
+        rows.append({"config": cfg.name, "measured": p.measured, "predicted": p.predicted,
+                     "ratio": p.ratio, "predicted_log_gammas": p.predicted_recorded,
+                     "bar": bar(cfg.method), "pass": within})
+    doc: dict[str, object] = {"leave_one_out": rows}
+    if args.explain or args.sensitivity:
+        cal = calibrate(data)
+    if args.explain:
+        print("\nwhat the online run's lead is made of (draft model, full calibration):")
+        variants = ablations(cal, data)
+        ref = next(v.throughput for v in variants if v.label == "model: fixed 3")
+        for v in variants:
+            print(f"  {v.label:68s} {v.throughput:8.1f}  x{v.throughput / ref:5.3f} fixed 3")
+        share = tail_share(cal, data)
+        print(f"  share of the online run's time at batch <= 64 (the draining tail): "
+              f"{share:.1%}")
+        doc["ablations"] = [{"label": v.label, "tok_s": v.throughput} for v in variants]
+        doc["tail_share"] = share
+    if args.sensitivity:
+        print("\nunpinned parameters: fitted throughput / measured under each assumption")
+        names = [c.name for c in data.measured]
+        short = {n: n.replace("draft-", "d-").replace("eagle-", "e-").replace("fixed-", "fix")
+                 for n in names}
+        print(f"  {'assumption':62s} " + " ".join(f"{short[n]:>9s}" for n in names)
+              + "  online/fixed3")
+        out = []
+        for s in sensitivity(cal, data):
+            ratios = [s.fitted[n] / data.get(n).throughput for n in names]
+            lead = s.fitted["draft-online"] / s.fitted["draft-fixed-3"]
+            print(f"  {s.label:62s} " + " ".join(f"{r:9.3f}" for r in ratios)
+                  + f"  {lead:13.3f}")
+            out.append({"assumption": s.label, "fitted": s.fitted,
+                        "coefficients": s.coefficients})
+        doc["sensitivity"] = out
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    print("\nPASS" if ok else "\nFAIL: a configuration is outside its bar")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
