@@ -87,15 +87,15 @@ def main() -> int:
         short = {n: n.replace("draft-", "d-").replace("eagle-", "e-").replace("fixed-", "fix")
                  for n in names}
         print(f"  {'assumption':62s} " + " ".join(f"{short[n]:>9s}" for n in names)
-              + "  online/fixed3")
+              + "  online/fixed3  b128 g2/g0")
         out = []
         for s in sensitivity(cal, data):
             ratios = [s.fitted[n] / data.get(n).throughput for n in names]
             lead = s.fitted["draft-online"] / s.fitted["draft-fixed-3"]
             print(f"  {s.label:62s} " + " ".join(f"{r:9.3f}" for r in ratios)
-                  + f"  {lead:13.3f}")
+                  + f"  {lead:13.3f}  {s.g2_over_g0_b128:10.3f}")
             out.append({"assumption": s.label, "fitted": s.fitted,
-                        "coefficients": s.coefficients})
+                        "coefficients": s.coefficients, "b128_g2_over_g0": s.g2_over_g0_b128})
         doc["sensitivity"] = out
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")

@@ -67,6 +67,9 @@ class FitOptions:
     drafter_terms: dict[str, tuple[str, ...]] = field(
         default_factory=lambda: dict(DRAFTER_TERMS))
     own_terms: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(OWN_TERMS))
+    # method -> (term, other method): the method reads the other method's column of the term
+    # (e.g. target-only priced with EAGLE's admission cost, a sensitivity case)
+    borrowed: dict[str, tuple[str, str]] = field(default_factory=dict)
     reward_weight: float = REWARD_WEIGHT
     prior_weight: float = PRIOR_WEIGHT
     fit_seeds: tuple[int, ...] = FIT_SEEDS
@@ -189,7 +192,7 @@ def _reads(opts: FitOptions, method: str, column: tuple[str | None, str]) -> boo
     owner, term = column
     if owner is None:
         return term not in opts.own_terms.get(method, ())
-    return owner == method
+    return owner == method or opts.borrowed.get(method) == (term, owner)
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,11 +83,24 @@ def tail_share(cal: Calibration, data: Measurements, name: str = "draft-online",
 
 @dataclass(frozen=True, slots=True)
 class Sensitivity:
-    """Fitted throughputs (tokens per second, by configuration) under one assumption."""
+    """Fitted throughputs (tokens per second, by configuration) under one assumption, and
+    the draft scenario's steady goodput of gamma 2 over gamma 0 at batch 128."""
 
     label: str
     fitted: dict[str, float]
     coefficients: dict[str, dict[str, float]]
+    g2_over_g0_b128: float
+
+
+def steady_g2_over_g0(cal: Calibration, data: Measurements, batch: int = 128) -> float:
+    """Expected committed tokens per second of gamma 2 over gamma 0 (a target-only step) at
+    ``batch``, decode only, under the calibration's draft-model costs and acceptance."""
+    cfg = data.get("draft-online")
+    cost = cal.cost(cfg, data)
+    target = cal.cost(data.get("target-only"), data)
+    rates = cal.accept["draft"].conditional
+    tokens = 1.0 + rates[0] + rates[0] * rates[1]
+    return (tokens / cost.steady_time(batch, 2, 0)) / (1.0 / target.steady_time(batch, 0, 0))
 
 
 def _fitted(cal: Calibration, data: Measurements) -> dict[str, float]:
@@ -115,6 +128,9 @@ def sensitivity(cal: Calibration, data: Measurements) -> list[Sensitivity]:
         ("logged rewards weighted 4x", replace(base, reward_weight=4 * base.reward_weight),
          cal.accept),
     ]
+    cases.append(("target-only admission steps cost an EAGLE admission",
+                  replace(base, own_terms={**base.own_terms, "target": ("admission_ms",)},
+                          borrowed={"target": ("admission_ms", "eagle")}), cal.accept))
     for factor in (0.5, 2.0):
         acc = {m: replace(a, concentration=(a.concentration or 10.0) * factor)
                for m, a in cal.accept.items()}
@@ -123,5 +139,6 @@ def sensitivity(cal: Calibration, data: Measurements) -> list[Sensitivity]:
     for label, opts, accept in cases:
         coef = fit_costs(data, accept, opts=opts)
         trial = Calibration(accept, coef, options=opts)
-        out.append(Sensitivity(label, _fitted(trial, data), coef))
+        out.append(Sensitivity(label, _fitted(trial, data), coef,
+                               steady_g2_over_g0(trial, data)))
     return out

@@ -154,6 +154,7 @@ def load_record(path: Path | None = None) -> Calibration:
         shared_terms=tuple(o["shared_terms"]),
         drafter_terms={k: tuple(v) for k, v in o["drafter_terms"].items()},
         own_terms={k: tuple(v) for k, v in o["own_terms"].items()},
+        borrowed={k: (str(v[0]), str(v[1])) for k, v in o.get("borrowed", {}).items()},
         reward_weight=float(o["reward_weight"]),
         prior_weight=float(o["prior_weight"]),
         fit_seeds=tuple(int(v) for v in o["fit_seeds"]),
