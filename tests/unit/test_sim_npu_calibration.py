@@ -107,7 +107,11 @@ def test_shipped_calibration_reproduces_its_fitted_figures() -> None:
     for cfg in DATA.measured:
         p = predict(CAL, DATA, cfg)
         assert p.predicted == pytest.approx(fitted[cfg.name]["predicted_tok_s"], abs=0.006)
-        assert abs(p.ratio - 1.0) < 0.03  # the fit itself is within 3 % everywhere
+        # with the gammas each run played, the fit is within 3 % everywhere; the online run
+        # simulated with the predecessor's controller within the 7 % bar
+        played = p.predicted_recorded if p.predicted_recorded is not None else p.predicted
+        assert abs(played / p.measured - 1.0) < 0.03
+        assert abs(p.ratio - 1.0) < 0.07
     for method in ("draft", "eagle"):
         sc = load_npu_scenario(method)
         assert sc == load_scenario(scenario_name(method))

@@ -32,11 +32,10 @@ from ..adaptive.feedback import Controller, StepFeedback, VerifyQuery
 from .acceptance import StationaryModel, expected_accept_prefix
 from .cost import CostModel
 from .noise import NoiseSource
+from .scenario import REFILL_MAX_HOLD_STEPS as REFILL_MAX_HOLD_STEPS  # the host's, re-exported
 from .scenario import Scenario
 from .workload import RequestSpec, make_requests
 
-# The host's longest run of held admission steps (host/hook_parts.py; a test keeps them equal).
-REFILL_MAX_HOLD_STEPS = 16
 # The drafter's confidence in a draft, for policies that read it (vLLM's adaptive
 # verification): the true conditional acceptance of the position, blurred in logit space by
 # this standard deviation (a drafter's probability ranks its drafts well, never exactly).
@@ -202,6 +201,7 @@ class Simulation:
         tainted: set[int] = set()  # requests whose drafter was skipped: never draft again
         skip = False
         refill = sc.refill_batch
+        hold_cap = sc.refill_max_hold_steps or 1 << 62  # 0: holds never expire
         held_steps = 0
         warmup = sc.path_warmup if sticky else ()
         drafter_was_on, since_switch = True, len(warmup)
@@ -278,7 +278,7 @@ class Simulation:
             hold = (
                 refill > 1 and bool(waiting) and bool(running) and speculating
                 and max_seqs - len(running) < min(refill, len(waiting))
-                and held_steps < REFILL_MAX_HOLD_STEPS
+                and held_steps < hold_cap
             )
             held_steps = held_steps + 1 if hold else 0
             admitted_now = 0

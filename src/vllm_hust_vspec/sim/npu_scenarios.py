@@ -68,6 +68,7 @@ def scenario_doc(cal: Calibration, data: Measurements, method: str) -> dict[str,
         "max_num_batched_tokens": host.max_num_batched_tokens,
         "gamma0": "sticky",
         "refill_batch": host.refill,
+        "refill_max_hold_steps": 0,
         "workload": {
             "num_requests": len(lengths),
             "arrival": {"type": "closed", "concurrency": len(lengths)},
