@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 # Folder names the predecessor's presets and manual commands name.
 PREDECESSOR_MODELS = (
@@ -29,3 +30,14 @@ def make_model_dir(root: Path, names: tuple[str, ...] = PREDECESSOR_MODELS) -> P
     for name in names:
         make_model_folder(root / name)
     return root
+
+
+def launcher_sees_ascend(monkeypatch: Any) -> None:
+    """The launcher's host check finds vLLM-Ascend installed (the predecessor's host)."""
+    import importlib.util
+
+    from vllm_hust_vspec.cli import launch
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(launch.importlib.util, "find_spec",
+                        lambda n, *a: object() if n == "vllm_ascend" else real(n, *a))

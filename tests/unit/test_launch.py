@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _model_folders import PREDECESSOR_MODELS, make_model_dir
+from _model_folders import PREDECESSOR_MODELS, launcher_sees_ascend, make_model_dir
 
 from vllm_hust_vspec.cli.launch import main
 from vllm_hust_vspec.launch.capture import batch_sizes, capture_plan
@@ -70,13 +70,7 @@ def test_preset_list_is_complete() -> None:
 @pytest.fixture
 def on_ascend(monkeypatch: pytest.MonkeyPatch) -> None:
     """The launcher's host check sees vLLM-Ascend installed (the predecessor's host)."""
-    import importlib.util
-
-    from vllm_hust_vspec.cli import launch
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(launch.importlib.util, "find_spec",
-                        lambda n, *a: object() if n == "vllm_ascend" else real(n, *a))
+    launcher_sees_ascend(monkeypatch)
 
 
 @pytest.mark.parametrize("preset", [p for p in list_presets() if p != "v0.14-defaults"])

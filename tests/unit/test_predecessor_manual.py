@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from _model_folders import make_model_dir
+from _model_folders import launcher_sees_ascend, make_model_dir
 
 from vllm_hust_vspec.cli import bench as bench_cli
 from vllm_hust_vspec.cli import launch
@@ -73,11 +73,7 @@ def with_dry_run(argv: list[str]) -> list[str]:
 def models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The manual's model folders, and vLLM-Ascend as the host (the stack the manual is for:
     its validated presets ask for the merged FULL draft graph only vLLM-Ascend has)."""
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(launch.importlib.util, "find_spec",
-                        lambda n, *a: object() if n == "vllm_ascend" else real(n, *a))
+    launcher_sees_ascend(monkeypatch)
     root = make_model_dir(tmp_path / "models", tuple(MODELS))
     for key in list(__import__("os").environ):
         if key.startswith(("HUST_VSPEC_", "VSPEC_", "SPECSLO", "SPECASCEND")):
