@@ -171,7 +171,8 @@ def test_refill_admission_admits_cohorts_and_completes_every_request(
     params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in lengths]
     with es.vspec(
         controller=lambda k: es.ScriptedController([2], k),
-        method="draft", adaptive_refill_batch=refill, adaptive_trace=str(trace),
+        method="draft", adaptive_refill_batch=refill, adaptive_refill_hold="speculating",
+        adaptive_trace=str(trace),
     ), es.engine(models["target"], _spec(models["draft"]), max_num_seqs=4) as llm:
         outs = llm.generate(prompts, params)
     for prompt, n, o in zip(prompts, lengths, outs, strict=True):

@@ -98,7 +98,7 @@ def _out(num: dict[str, int], spec: dict[str, list[int]], new: int = 0) -> Any:
 
 def test_refill_holds_until_enough_slots_and_never_longer_than_bound() -> None:
     sched = FakeScheduler(running=3, waiting=5)  # 1 free slot, refill 4 -> hold
-    hook = _hook(sched, Ctrl(), adaptive_refill_batch=4)
+    hook = _hook(sched, Ctrl(), adaptive_refill_batch=4, adaptive_refill_hold="speculating")
     held = 0
     for _ in range(REFILL_MAX_HOLD_STEPS + 3):
         with hook.scheduling():
@@ -112,7 +112,8 @@ def test_refill_holds_until_enough_slots_and_never_longer_than_bound() -> None:
 
 def test_no_refill_hold_while_a_sticky_zero_is_pinned() -> None:
     sched = FakeScheduler(running=3, waiting=5)  # 1 free slot, refill 4: would hold
-    hook = _hook(sched, Ctrl(gamma=0), adaptive_refill_batch=4, adaptive_gamma0_mode="sticky")
+    hook = _hook(sched, Ctrl(gamma=0), adaptive_refill_batch=4, adaptive_gamma0_mode="sticky",
+                 adaptive_refill_hold="speculating")
     hook.sticky.skip({"r0": 1, "r1": 1, "r2": 1})  # a pinned cohort: speculation is off
     with hook.scheduling():
         assert sched.max_num_active_reqs == 4 and not hook.refill.held
@@ -123,7 +124,7 @@ def test_no_refill_hold_while_a_sticky_zero_is_pinned() -> None:
 
 def test_an_exception_inside_the_hold_cannot_leave_admissions_at_zero() -> None:
     sched = FakeScheduler(running=3, waiting=5)
-    hook = _hook(sched, Ctrl(), adaptive_refill_batch=4)
+    hook = _hook(sched, Ctrl(), adaptive_refill_batch=4, adaptive_refill_hold="speculating")
     setattr(sched, HOOK_ATTR, hook)
     seen: list[int] = []
 
@@ -135,6 +136,39 @@ def test_an_exception_inside_the_hold_cannot_leave_admissions_at_zero() -> None:
         _make_schedule_wrapper(failing_schedule)(sched)
     assert seen == [3]  # the hold was in force when schedule() ran: no slot free
     assert sched.max_num_active_reqs == 4  # and is gone although schedule() raised
+
+
+def test_auto_refill_learns_what_admitting_costs_and_then_holds_even_when_pinned() -> None:
+    sched = FakeScheduler(running=3, waiting=5)  # 1 free slot, refill 4: would hold
+    hook = _hook(sched, Ctrl(gamma=0), adaptive_refill_batch=4, adaptive_gamma0_mode="sticky")
+    assert hook.settings.adaptive_refill_hold == "auto"
+    with hook.scheduling():
+        assert not hook.refill.held  # nothing measured: admit as the host does
+    # the hook measures prompt tokens from the scheduler output: r2's 7-token chunk
+    rule = hook.refill.rule
+    seen: list[tuple[Any, ...]] = []
+    hook.refill.rule = SimpleNamespace(  # type: ignore[assignment]
+        observe=lambda *a: seen.append(a), decide=rule.decide, batch=rule.batch)
+    out = _out({"r0": 1, "r1": 1, "r2": 7}, {}, new=1)
+    hook.decide(3)
+    hook.after_schedule(out)
+    hook.on_update(out, SimpleNamespace(sampled_token_ids=[[1], [2], [3]],
+                                        req_id_to_index={"r0": 0, "r1": 1, "r2": 2}))()
+    (step,) = seen
+    assert step[0] == 2 and step[3] == 7  # two decodes, r2's 7 prompt tokens
+    hook.refill.rule = rule
+    cost = hook.refill.rule.cost
+    assert cost is not None and cost.snapshot()["admitting_steps"] == 0  # no steady reference
+    hook.sticky.members.clear()
+    hook.sticky.tainted.clear()
+    # steps whose admissions cost a fixed 200 ms beside their prompts' work
+    for i in range(40):
+        cost.observe(3, 0, 0.010, 0)
+        cost.observe(3, 0, 0.010 + 0.200 + 0.0001 * (20 + 7 * i), 20 + 7 * i)
+    hook.sticky.skip({"r0": 1, "r1": 1, "r2": 1})  # a pinned zero: speculation is off
+    with hook.scheduling():
+        assert hook.refill.held and sched.max_num_active_reqs == 3
+    assert sched.max_num_active_reqs == 4
 
 
 def test_refill_off_when_queue_empty_or_idle_or_enough_free() -> None:

@@ -256,7 +256,8 @@ def test_own_channel_publishes_gamma_and_sizes_the_async_placeholders() -> None:
 
 def test_refill_holds_through_max_num_running_reqs_on_the_core() -> None:
     sched = CoreShapedScheduler(running=3, waiting=5, slots=4)  # 1 free, refill 4: hold
-    schedule = _attach(sched, _Ctrl([2] * 20), adaptive_refill_batch=4)
+    schedule = _attach(sched, _Ctrl([2] * 20), adaptive_refill_batch=4,
+                       adaptive_refill_hold="speculating")
     schedule(sched)  # the core's own assert (len(running) <= limit) holds while held
     hook = getattr(sched, HOOK_ATTR)
     assert hook.refill.held and len(sched.running) == 3 and sched.max_num_running_reqs == 4

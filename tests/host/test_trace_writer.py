@@ -74,3 +74,23 @@ def test_each_run_opens_with_its_header_on_a_fresh_line(tmp_path: Path) -> None:
     assert [r.settings for r in runs] == ["aaaa", "bbbb"]
     assert [len(r.records) for r in runs] == [3, 1]
     assert len(warnings) == 1 and ":5:" in warnings[0]
+
+
+def test_the_header_names_the_engine_facts_a_recalibration_reads() -> None:
+    from types import SimpleNamespace
+
+    from vllm_hust_vspec.host.trace import host_facts
+
+    def scheduler(mode: str) -> SimpleNamespace:
+        config = SimpleNamespace(
+            compilation_config=SimpleNamespace(cudagraph_mode=SimpleNamespace(name=mode),
+                                               cudagraph_capture_sizes=[16, 8, 8, 1]),
+            scheduler_config=SimpleNamespace(max_num_seqs=128, max_num_batched_tokens=33280))
+        return SimpleNamespace(vllm_config=config)
+
+    facts = host_facts(scheduler("FULL"), 4, 8)
+    assert facts == {"max_gamma": 4, "refill": 8, "max_num_seqs": 128,
+                     "max_num_batched_tokens": 33280, "graph_mode": "FULL",
+                     "capture_sizes": [1, 8, 16]}
+    # without graphs nothing is padded: no capture sizes
+    assert host_facts(scheduler("NONE"), 4, 8)["capture_sizes"] == []

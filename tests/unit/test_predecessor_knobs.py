@@ -300,3 +300,14 @@ def test_threshold_scale_refuses_bad_values(scale: float) -> None:
     with pytest.raises(ValueError, match="scale"):
         scaled_threshold(1.0, scale)
     assert scaled_threshold(0.7, None) == 0.7
+
+
+def test_the_profile_policy_starts_beside_the_hosts_cost_prior(profile_path: str) -> None:
+    """The host hands every engine's controller its start-up cost prior; the profile policy
+    has its own latency model and must start, not refuse the prior."""
+    from vllm_hust_vspec.adaptive.cost_prior import CostPrior, CostSample
+
+    prior = CostPrior("start-up profile", (CostSample(8, 0, 0.01), CostSample(8, 2, 0.02)))
+    settings = Settings(adaptive_speculation=True, adaptive_policy="profile",
+                        adaptive_profile=profile_path)
+    assert isinstance(make_controller(settings, 4, cost_prior=prior), ProfilePolicy)

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from _model_folders import make_model_dir
+from _model_folders import launcher_sees_ascend, make_model_dir
 from _predecessor_configs import RECORDED_CONFIGS
 
 from vllm_hust_vspec.bench import protocol
@@ -289,23 +289,28 @@ def test_mtp2_script_is_the_same_pair_with_the_non_frontier_preset(tmp_path: Pat
     assert _flag(lines, "--min-speedup") == "1.10" and _flag(lines, "--num-prompts") == "4"
 
 
-# --- NPU profiles that cannot ship ------------------------------------------------------
+# --- the predecessor's profiles, converted ------------------------------------------------
 
-@pytest.mark.parametrize(("preset", "profile"), [
-    ("qwen25-14b-05b", "profiles/qwen25_draft_gsm8k_graph_b128_g4.json"),
-    ("qwen25-14b-eagle", "profiles/qwen25_eagle_gsm8k_graph_b128.json"),
+@pytest.mark.parametrize(("preset", "profile", "table"), [
+    ("qwen25-14b-05b", "profiles/qwen25_draft_gsm8k_graph_b128_g4.json", {1: 4, 64: 4, 128: 3}),
+    ("qwen25-14b-eagle", "profiles/qwen25_eagle_gsm8k_graph_b128.json", {1: 1, 2: 2, 128: 2}),
 ])
-def test_predecessor_profiles_are_absent_and_the_error_says_how_to_collect(
-    preset: str, profile: str, model_dir: Path, capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+def test_the_manuals_profiles_ship_converted_and_launch(
+    preset: str, profile: str, table: dict[int, int], model_dir: Path,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from vllm_hust_vspec.adaptive.profile import load_profile
+
     monkeypatch.chdir(ROOT)
-    assert not (ROOT / profile).exists()  # never invented
-    readme = (ROOT / "profiles" / "README.md").read_text()
-    assert Path(profile).name in readme and "vllm-hust-vspec-profile" in readme
-    rc = launch.main(["--protocol", preset, "--adaptive-speculation", "--adaptive-policy",
-                      "profile", "--adaptive-profile", profile, "--dry-run"])
-    err = capsys.readouterr().err
-    assert rc == 2
-    assert f"flag --adaptive-profile: {profile}" in err
-    assert "vllm-hust-vspec-profile" in err
+    launcher_sees_ascend(monkeypatch)  # the NPU presets' graph switches need vLLM-Ascend
+    loaded = load_profile(profile)
+    # the 0.14 batch -> gamma table, and a label that says what the file is
+    assert {b: loaded.table_gamma(b) for b in table} == table
+    assert loaded.batch_gamma_table_mode == "preferred"
+    assert "not a measurement" in loaded.notes and "0.14.3" in loaded.notes
+    rc = launch.main(["--protocol", preset, "--adaptive-speculation", "--adaptive-profile",
+                      profile, "--dry-run", "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    env = json.loads(out.out)["env"]
+    assert profile in env.values()

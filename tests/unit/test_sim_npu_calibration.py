@@ -181,3 +181,31 @@ def test_trace_calibration_recovers_the_step_cost(tmp_path: Path) -> None:
     fitted = load_scenario(str(out))
     assert fitted.refill_batch == 8 and fitted.workload.num_requests == 200
     assert isinstance(fitted.cost, HostCost)
+
+
+def test_trace_calibration_reads_the_engine_facts_of_its_header(tmp_path: Path) -> None:
+    """A vSpec trace names its engine (host/trace.py host_facts): one command, no flags."""
+    from vllm_hust_vspec.adaptive.trace_record import TraceHeader
+
+    truth = HostCost(target_base_ms=20.0, target_per_token_ms=0.15, spec_overhead_ms=15.0,
+                     draft_pass_ms=6.0, admission_ms=200.0, capture_sizes=(8, 16, 32, 64, 128))
+    doc = scenario_dict(min_gamma=1, max_gamma=3, max_num_seqs=32, max_num_batched_tokens=4096,
+                        refill_batch=4, workload__num_requests=64,
+                        workload__arrival__concurrency=64, cost=truth.to_json())
+    sc = parse_scenario(doc, "t")
+    path = tmp_path / "vspec_trace.jsonl"
+    write_trace(path, simulate(sc, make_controller("ucb1", sc), 1, trace=True).trace)
+    facts = {"max_gamma": 3, "refill": 4, "max_num_seqs": 32, "max_num_batched_tokens": 4096,
+             "graph_mode": "FULL", "capture_sizes": [8, 16, 32, 64, 128]}
+    header = TraceHeader("abc", 1.0, 1, "0", "fp", host=facts).to_json()
+    path.write_text(json.dumps(header) + "\n" + path.read_text())
+    out = tmp_path / "fitted.json"
+    assert sim_main(["calibrate-npu", "--trace", str(path), "--write-scenario", str(out)]) == 0
+    fitted = load_scenario(str(out))
+    assert fitted.refill_batch == 4 and fitted.max_num_seqs == 32
+    assert fitted.max_num_batched_tokens == 4096
+    assert isinstance(fitted.cost, HostCost) and fitted.cost.capture_sizes == truth.capture_sizes
+    # a flag still wins over the header
+    assert sim_main(["calibrate-npu", "--trace", str(path), "--refill", "1",
+                     "--write-scenario", str(out)]) == 0
+    assert load_scenario(str(out)).refill_batch == 1

@@ -15,8 +15,10 @@ from typing import Any
 @dataclass(frozen=True, slots=True)
 class TraceHeader:
     """The first line of a run: ``{"run": id, "started", "pid", "vspec", "settings",
-    "prior"}``; ``prior`` says what the controller started from ("none", or the source of its
-    cost prior, e.g. a persisted state file)."""
+    "prior", "host"}``; ``prior`` says what the controller started from ("none", or the
+    source of its cost prior, e.g. a persisted state file); ``host`` the engine facts a
+    re-calibration of the step cost needs (``max_gamma``, ``refill``, ``max_num_seqs``,
+    ``max_num_batched_tokens``, ``graph_mode``, ``capture_sizes``: empty without graphs)."""
 
     run: str
     started: float
@@ -24,11 +26,15 @@ class TraceHeader:
     vspec: str
     settings: str
     prior: str = "none"
+    host: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of the line."""
-        return {"run": self.run, "started": self.started, "pid": self.pid,
-                "vspec": self.vspec, "settings": self.settings, "prior": self.prior}
+        out = {"run": self.run, "started": self.started, "pid": self.pid,
+               "vspec": self.vspec, "settings": self.settings, "prior": self.prior}
+        if self.host is not None:
+            out["host"] = self.host
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,15 +4,19 @@ From the predecessor's measured Ascend runs (default: the copies shipped in ``si
 
     vllm-hust-vspec-sim calibrate-npu --out-dir npu-calibration
 
-writes ``npu-b128-gsm8k-draft.json``, ``npu-b128-gsm8k-eagle.json`` and the calibration record
-``npu_calibration.json`` and prints every configuration's measured and fitted throughput. To
-refresh the shipped files, point ``--out-dir`` at ``src/vllm_hust_vspec/sim/scenarios_npu`` and
-``--record`` at ``src/vllm_hust_vspec/sim/data/npu_calibration.json``.
+writes ``npu-b128-gsm8k-draft.json``, ``npu-b128-gsm8k-eagle.json``, a profile fitted to each
+(``npu-b128-gsm8k-<method>.calibrated-profile.json``, for ``--adaptive-policy profile``) and the
+calibration record ``npu_calibration.json``, and prints every configuration's measured and
+fitted throughput. To refresh the shipped files, point ``--out-dir`` at
+``src/vllm_hust_vspec/sim/scenarios_npu``, ``--profiles-dir`` at ``profiles`` and ``--record`` at
+``src/vllm_hust_vspec/sim/data/npu_calibration.json``.
 
 From a vSpec per-step trace (``--adaptive-trace PATH`` on an NPU host)::
 
     vllm-hust-vspec-sim calibrate-npu --trace vspec_trace.jsonl --method draft \\
-        --capture-sizes 1,2,3,4,... --refill 8 --write-scenario npu-draft-vspec.json
+        --write-scenario npu-draft-vspec.json
+
+(capture sizes, refill and token budget from the trace's header; flags override them).
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="per-request prompt/output lengths (also the --trace workload)")
     src.add_argument("--out-dir", type=Path, default=Path("npu-calibration"),
                      help="where the two scenarios go (default ./npu-calibration)")
+    src.add_argument("--profiles-dir", type=Path, default=None,
+                     help="where the fitted profiles go (default OUT_DIR)")
     src.add_argument("--record", type=Path, default=None,
                      help="calibration record path (default OUT_DIR/npu_calibration.json)")
     src.add_argument("--prefill-per-token-ms", type=float, default=0.0,
@@ -58,12 +64,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="which run of the trace (default: the only one; 'last' for the last)")
     tr.add_argument("--method", choices=("draft", "eagle"), default="draft",
                     help="which output lengths of the lengths file to use (default draft)")
-    tr.add_argument("--capture-sizes", default="",
-                    help="the host's graph capture sizes in tokens, comma separated")
+    tr.add_argument("--capture-sizes", default=None,
+                    help="the host's graph capture sizes in tokens, comma separated "
+                         "(default: the trace header's)")
     tr.add_argument("--native-gammas", default="",
                     help="gammas whose admission steps keep the drafter's graphs (empty: all)")
-    tr.add_argument("--refill", type=int, default=1, help="refill batch of the host")
-    tr.add_argument("--max-num-batched-tokens", type=int, default=33280)
+    tr.add_argument("--refill", type=int, default=None,
+                    help="refill batch of the host (default: the trace header's, else 1)")
+    tr.add_argument("--max-num-batched-tokens", type=int, default=None,
+                    help="token budget (default: the trace header's, else 33280)")
     tr.add_argument("--write-scenario", type=Path, metavar="OUT.json",
                     help="with --trace: where the scenario goes (default: stdout)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -79,7 +88,8 @@ def _from_trace(args: argparse.Namespace) -> int:
     outputs = data.get("target-only").output_lengths
     doc, fit = scenario_from_npu_trace(
         args.trace, run=args.trace_run, prompt_lengths=data.prompt_lengths,
-        output_lengths=outputs, capture_sizes=_ints(args.capture_sizes),
+        output_lengths=outputs,
+        capture_sizes=None if args.capture_sizes is None else _ints(args.capture_sizes),
         native_gammas=_ints(args.native_gammas), refill=args.refill,
         max_num_batched_tokens=args.max_num_batched_tokens,
         name=f"npu-b128-gsm8k-{args.method}-vspec")
@@ -102,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         data = load_measurements(args.runs, args.bucket_rewards, args.hosts, args.lengths)
         cal = calibrate(data, opts=FitOptions(prefill_per_token_ms=args.prefill_per_token_ms))
         record = args.record or args.out_dir / "npu_calibration.json"
-        written, fitted = write_calibration(cal, data, args.out_dir, record)
+        written, fitted = write_calibration(cal, data, args.out_dir, record,
+                                            args.profiles_dir)
     except (ScenarioError, ValueError, KeyError, OSError) as exc:
         print(f"vllm-hust-vspec-sim calibrate-npu: error: {exc}", file=sys.stderr)
         return 2

@@ -103,7 +103,8 @@ def controller_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
 def make_controller(settings: Settings, max_gamma: int,
                     cost_prior: CostPrior | None = None) -> Controller:
     """The controller for one scheduler, with upper bound ``max_gamma``; ``cost_prior``
-    (step times from a persisted state, host/cost_state.py) seeds its cost model."""
+    (step times from a persisted state, host/cost_state.py) seeds its cost model when the
+    policy learns step costs (:func:`takes_cost_prior`; the profile policy has its own)."""
     if _factory_override is not None:
         return _factory_override(settings, max_gamma)
     if not settings.adaptive_speculation:
@@ -112,6 +113,8 @@ def make_controller(settings: Settings, max_gamma: int,
 
     policy = settings.adaptive_policy
     kwargs = controller_kwargs(settings, max_gamma)
+    if not takes_cost_prior(settings):
+        cost_prior = None
     if cost_prior is not None:
         kwargs["cost_prior"] = cost_prior
     controller = build_controller(policy, **kwargs)

@@ -32,7 +32,7 @@ from vllm_hust_vspec.host.hook_parts import (
 )
 from vllm_hust_vspec.host.k_backport import K_FIELD
 from vllm_hust_vspec.host.metrics import VSpecMetrics
-from vllm_hust_vspec.host.trace import TraceWriter, open_trace
+from vllm_hust_vspec.host.trace import TraceWriter, host_facts, open_trace
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.adaptive.cost_prior import CostPrior
@@ -56,6 +56,7 @@ class _StepRecord:
     skip: bool
     steady: bool
     waiting: int
+    prefill: int = 0  # prompt tokens scheduled (new requests' chunks and continued ones)
     lengths: tuple[int, ...] | None = None
 
 
@@ -109,7 +110,7 @@ class SchedulerHook:
         self.token_budget = int(scheduler.max_num_scheduled_tokens)
         self._metrics = metrics
         self.guard = GuardedController(controller, max_gamma, metrics)
-        self.refill = RefillAdmission(settings.refill_batch() if self.adaptive else 1, metrics)
+        self.refill = self._refill(metrics)
         self.telemetry = Telemetry(metrics, trace)
         self.cost_state = cost_state
         self.cost_prior = cost_prior  # what the controller started from (None: nothing)
@@ -174,8 +175,13 @@ class SchedulerHook:
             yield
         finally:
             self.telemetry, self.cost_state, self.guard = telemetry, state, guard
-            self.refill = RefillAdmission(refill.batch, self._metrics)
+            self.refill = refill
             self._reset_steps()
+
+    def _refill(self, metrics: VSpecMetrics | None) -> RefillAdmission:
+        """The refill admission the settings ask for (``auto``: holds when measured to pay)."""
+        batch = self.settings.refill_batch() if self.adaptive else 1
+        return RefillAdmission(batch, metrics, self.settings.adaptive_refill_hold)
 
     def restart(self, controller: Controller, prior: CostPrior | None,
                 trace: TraceWriter | None) -> None:
@@ -183,6 +189,12 @@ class SchedulerHook:
         self.controller = controller
         self.cost_prior = prior
         self.telemetry = Telemetry(self._metrics, trace)
+
+    def open_trace(self, prior: CostPrior | None) -> TraceWriter | None:
+        """The trace the settings ask for, its header naming ``prior`` and this engine's
+        facts a re-calibration reads (host/trace.py ``host_facts``)."""
+        return open_trace(self.settings, prior,
+                          host_facts(self.scheduler, self.max_gamma, self.refill.batch))
 
     # ---- decision ---------------------------------------------------------------------
     def decide(self, batch_size: int) -> int:
@@ -207,7 +219,7 @@ class SchedulerHook:
             logger.warning("vSpec: no start-up calibration: this engine served before one "
                            "could run; the controller starts from %s",
                            self.cost_prior.source if self.cost_prior else "no cost prior")
-            self.telemetry.trace = open_trace(self.settings, self.cost_prior)
+            self.telemetry.trace = self.open_trace(self.cost_prior)
         sched = self.scheduler
         self.sticky.before_schedule(sched.finished_req_ids, sched.requests)
 
@@ -238,7 +250,8 @@ class SchedulerHook:
         self.trim_drafts()
         running = (getattr(r, "request_id", None) for r in self.scheduler.running)
         speculating = not (self.sticky.pinned() or self.sticky.covers(running))
-        with self.refill.admission(self.scheduler, speculating=speculating):
+        with self.refill.admission(self.scheduler, speculating=speculating,
+                                   gamma=self.last_decided):
             yield
 
     def after_schedule(self, out: Any) -> None:
@@ -277,9 +290,14 @@ class SchedulerHook:
         spec = out.scheduled_spec_decode_tokens
         # Every request scheduled 1 + its drafts (no prefill chunk) <=> the totals agree, as
         # no request is ever scheduled fewer tokens than that.
+        drafts = sum(len(t) for t in spec.values())
         steady = not out.scheduled_new_reqs and out.total_num_scheduled_tokens == len(
             num_sched
-        ) + sum(len(t) for t in spec.values())
+        ) + drafts
+        # every scheduled request's first token is a decode's (or a new prompt's first): the
+        # rest beyond the drafts is prompt
+        prefill = 0 if steady else max(0, out.total_num_scheduled_tokens - len(num_sched)
+                                       - drafts + len(out.scheduled_new_reqs))
         self._records[id(out)] = _StepRecord(
             t_sched=now,
             decided=decided,
@@ -289,6 +307,7 @@ class SchedulerHook:
             skip=skip,
             steady=steady,
             waiting=len(self.scheduler.waiting),
+            prefill=prefill,
             lengths=self._lengths,
         )
         self.last_decided = decided
@@ -356,6 +375,8 @@ class SchedulerHook:
             self.step += 1
             if feedback is not None:
                 self.guard.observe(feedback)
+                self.refill.rule.observe(len(drafted), record.verified, interval,
+                                         record.prefill)
                 if self.cost_state is not None:
                     self.cost_state.observe(feedback)
             telemetry = self.telemetry

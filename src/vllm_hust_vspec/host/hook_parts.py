@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from vllm_hust_vspec.adaptive.admission import RefillHold
 from vllm_hust_vspec.adaptive.feedback import (
     Controller,
     ControllerSnapshot,
@@ -171,8 +172,10 @@ class StickyCohort:
 
 
 class RefillAdmission:
-    """Holds the waiting queue until enough slots are free to admit ``batch`` requests
-    together (cohorts for speculation), never more than ``REFILL_MAX_HOLD_STEPS`` in a row.
+    """Holds the waiting queue so new requests are admitted together, by the rule of
+    :class:`~vllm_hust_vspec.adaptive.admission.RefillHold` (``auto``: while the measured
+    fixed cost of an admitting step says grouping pays, at any gamma; ``speculating``:
+    whenever speculation runs, at most ``REFILL_MAX_HOLD_STEPS`` steps in a row).
 
     It holds through the admission limit the host's WAITING loop reads: upstream vLLM's
     ``max_num_active_reqs`` or, on hosts without it (the vLLM-HUST core),
@@ -180,13 +183,18 @@ class RefillAdmission:
     admission under both hosts' tests (``>=`` upstream, ``==`` on vLLM-HUST) and keeps the
     HUST scheduler's ``len(running) <= max_num_running_reqs`` invariant."""
 
-    __slots__ = ("batch", "held", "_hold_steps", "_metrics")
+    __slots__ = ("rule", "held", "_metrics")
 
-    def __init__(self, batch: int, metrics: VSpecMetrics | None = None) -> None:
-        self.batch = batch
+    def __init__(self, batch: int, metrics: VSpecMetrics | None = None,
+                 mode: str = "speculating") -> None:
+        self.rule = RefillHold(batch, mode, REFILL_MAX_HOLD_STEPS)
         self.held = False
-        self._hold_steps = 0
         self._metrics = metrics
+
+    @property
+    def batch(self) -> int:
+        """Requests admitted together (1: no hold)."""
+        return self.rule.batch
 
     @staticmethod
     def _occupied(scheduler: Any) -> int:
@@ -194,35 +202,27 @@ class RefillAdmission:
         return len(scheduler.running) + int(
             getattr(scheduler, "num_waiting_for_streaming_input", 0))
 
-    def _should_hold(self, scheduler: Any) -> bool:
-        waiting = len(scheduler.waiting)
-        if self.batch <= 1 or not waiting or not scheduler.running:
-            return False
-        free = getattr(scheduler, admission_limit(scheduler)) - self._occupied(scheduler)
-        return free < min(self.batch, waiting) and self._hold_steps < REFILL_MAX_HOLD_STEPS
-
     @contextmanager
-    def admission(self, scheduler: Any, *, speculating: bool = True) -> Iterator[bool]:
+    def admission(self, scheduler: Any, *, speculating: bool = True,
+                  gamma: int = 0) -> Iterator[bool]:
         """Around one ``schedule()``: admit nobody while holding (the admission limit is
         the occupied slot count for the call). The limit is restored however the block
         exits, and it is changed only inside the ``try``, so no exception can leave it
-        lowered.
-
-        ``speculating=False`` (a pinned sticky zero: no speculation until the cohort ends)
-        never holds: cohorts are formed for speculation, and holding then only delays
-        requests."""
-        self.held = speculating and self._should_hold(scheduler)
+        lowered. ``speculating``: no sticky zero pins the running cohort; ``gamma``: what its
+        steps verify."""
+        attr = admission_limit(scheduler)
+        occupied = self._occupied(scheduler) if scheduler.running else 0
+        self.held = self.rule.decide(
+            occupied=occupied, free=getattr(scheduler, attr) - occupied,
+            waiting=len(scheduler.waiting), speculating=speculating, gamma=gamma)
         if not self.held:
-            self._hold_steps = 0
             yield False
             return
-        self._hold_steps += 1
         if self._metrics is not None:
             self._metrics.refill_holds.inc()
-        attr = admission_limit(scheduler)
         saved = getattr(scheduler, attr)
         try:
-            setattr(scheduler, attr, self._occupied(scheduler))
+            setattr(scheduler, attr, occupied)
             yield True
         finally:
             setattr(scheduler, attr, saved)

@@ -56,22 +56,45 @@ def _ends_mid_line(path: Path) -> bool:
         return False
 
 
-def run_header(settings_fingerprint: str, prior: str = "none") -> TraceHeader:
-    """The header that opens one run of the trace (``prior``: the controller's cost prior)."""
+def run_header(settings_fingerprint: str, prior: str = "none",
+               host: dict[str, Any] | None = None) -> TraceHeader:
+    """The header that opens one run of the trace (``prior``: the controller's cost prior;
+    ``host``: :func:`host_facts`)."""
     from vllm_hust_vspec._version import __version__
 
     return TraceHeader(run=uuid.uuid4().hex[:12], started=round(time.time(), 3),
                        pid=os.getpid(), vspec=__version__, settings=settings_fingerprint,
-                       prior=prior)
+                       prior=prior, host=host)
 
 
-def open_trace(settings: Settings, prior: CostPrior | None) -> TraceWriter | None:
+def host_facts(scheduler: Any, max_gamma: int, refill: int) -> dict[str, Any]:
+    """What a re-calibration of the step cost reads from a trace about its engine: the gamma
+    range, refill, batch and token limits, and the graph capture sizes (empty when the
+    engine runs no graphs, since then nothing is padded)."""
+    config = getattr(scheduler, "vllm_config", None)
+    compilation = getattr(config, "compilation_config", None)
+    mode = getattr(compilation, "cudagraph_mode", None)
+    mode_name = str(getattr(mode, "name", mode)) if mode is not None else "NONE"
+    sizes = getattr(compilation, "cudagraph_capture_sizes", None) or []
+    limits = getattr(config, "scheduler_config", None)
+    return {
+        "max_gamma": max_gamma,
+        "refill": refill,
+        "max_num_seqs": int(getattr(limits, "max_num_seqs", 0) or 0),
+        "max_num_batched_tokens": int(getattr(limits, "max_num_batched_tokens", 0) or 0),
+        "graph_mode": mode_name,
+        "capture_sizes": [] if mode_name == "NONE" else sorted({int(s) for s in sizes}),
+    }
+
+
+def open_trace(settings: Settings, prior: CostPrior | None,
+               host: dict[str, Any] | None = None) -> TraceWriter | None:
     """The trace ``settings`` ask for (None: none), its header naming the controller's
-    cost prior."""
+    cost prior and the engine's ``host`` facts."""
     if not settings.adaptive_trace:
         return None
     return TraceWriter(settings.adaptive_trace, header=run_header(
-        settings.fingerprint(), prior.source if prior is not None else "none"))
+        settings.fingerprint(), prior.source if prior is not None else "none", host))
 
 
 class _LogLines:

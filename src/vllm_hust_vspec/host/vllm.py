@@ -57,7 +57,6 @@ from vllm_hust_vspec.host.hook import (
 from vllm_hust_vspec.host.hook_parts import REFILL_MAX_HOLD_STEPS
 from vllm_hust_vspec.host.metrics import get_metrics
 from vllm_hust_vspec.host.patching import Patcher, resolve
-from vllm_hust_vspec.host.trace import open_trace
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.settings import Settings
@@ -114,13 +113,14 @@ def attach(scheduler: Any, settings: Settings) -> SchedulerHook | None:
     controller = controller_factory.make_controller(settings, max_gamma, cost_prior=prior)
     with startup.stage("vspec_ metrics"):
         metrics = get_metrics()
-    # with a calibration to come, the trace opens after it, naming the prior served from
-    with startup.stage("adaptive trace"):
-        trace = None if calibrate else open_trace(settings, prior)
     hook = SchedulerHook(
-        scheduler, settings, controller, max_gamma, metrics=metrics, trace=trace,
-        cost_state=state, cost_prior=prior,
+        scheduler, settings, controller, max_gamma, metrics=metrics, cost_state=state,
+        cost_prior=prior,
     )
+    # with a calibration to come, the trace opens after it, naming the prior served from
+    if not calibrate:
+        with startup.stage("adaptive trace"):
+            hook.telemetry.trace = hook.open_trace(prior)
     hook.calibration_pending = calibrate
     hook.startup_profile = profiled
     if hook.adaptive and not hasattr(scheduler, "dynamic_sd_lookup"):
@@ -164,7 +164,7 @@ def calibrate_engine(core: Any) -> None:
         else:
             prior = hook.cost_prior
     with startup.stage("adaptive trace"):
-        trace = open_trace(hook.settings, prior)
+        trace = hook.open_trace(prior)
     hook.restart(controller, prior, trace)
 
 

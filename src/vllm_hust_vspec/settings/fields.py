@@ -245,6 +245,12 @@ class Settings:
         " HUST_VSPEC_MTP_COHORT_REFILL / HUST_VSPEC_EAGLE3_COHORT_REFILL.", group="adaptive",
         aliases=("mtp_cohort_refill", "eagle3_cohort_refill"),
     )
+    adaptive_refill_hold: str = _opt(
+        "auto", "When refill holds the queue: 'auto' while the measured fixed cost of a step"
+        " that admits requests says grouping admissions pays (more than the idle slots lose),"
+        " at any gamma including a pinned zero; 'speculating' whenever speculation runs"
+        " (vllm-hust-vSpec 0.14's rule).", group="adaptive", choices=("auto", "speculating"),
+    )
     adaptive_trace: str | None = _opt(
         None, "Write one JSON line per controller decision to this file; given without a path"
         " (or as true / 1), the decisions go to the server log instead (the predecessor's"

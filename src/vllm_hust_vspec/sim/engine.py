@@ -28,6 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..adaptive.admission import RefillHold
 from ..adaptive.feedback import Controller, StepFeedback, VerifyQuery
 from .acceptance import StationaryModel, expected_accept_prefix
 from .cost import CostModel
@@ -200,9 +201,7 @@ class Simulation:
         pinned: set[int] = set()  # the cohort a sticky zero holds at 0
         tainted: set[int] = set()  # requests whose drafter was skipped: never draft again
         skip = False
-        refill = sc.refill_batch
-        hold_cap = sc.refill_max_hold_steps or 1 << 62  # 0: holds never expire
-        held_steps = 0
+        holder = RefillHold(sc.refill_batch, sc.refill_hold, sc.refill_max_hold_steps)
         warmup = sc.path_warmup if sticky else ()
         drafter_was_on, since_switch = True, len(warmup)
 
@@ -273,14 +272,11 @@ class Simulation:
                     budget -= chunk
                     prefill.append((r, chunk))
                     ctx += r.prefilled + chunk
-            speculating = not pinned and not (
-                tainted and all(r.rid in tainted for r in running))
-            hold = (
-                refill > 1 and bool(waiting) and bool(running) and speculating
-                and max_seqs - len(running) < min(refill, len(waiting))
-                and held_steps < hold_cap
-            )
-            held_steps = held_steps + 1 if hold else 0
+            hold = holder.decide(
+                occupied=len(running), free=max_seqs - len(running), waiting=len(waiting),
+                speculating=not pinned and not (
+                    tainted and all(r.rid in tainted for r in running)),
+                gamma=g_prev)
             admitted_now = 0
             while not hold and waiting and len(running) < max_seqs and budget > 0:
                 admitted_now += 1
@@ -390,6 +386,7 @@ class Simulation:
                         keep.append(r)
                 running = keep
             if decode:
+                holder.observe(len(decode), g_prev, dt, pre_tokens)
                 sum_d = verify
                 sum_a = sum(accs)
                 drafted_total += sum_d

@@ -17,16 +17,19 @@ reproducible and checkable (tests/unit/test_sim_npu_calibration.py).
 from __future__ import annotations
 
 import json
+import math
 import re
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..adaptive._limits import bucket_batches
+from ..adaptive.fitting import FitSample, fit_profile
 from .npu_calibration import METHODS, Calibration, FitOptions, Prediction, predict
 from .npu_data import Measurements
 from .npu_sim import AcceptParams
-from .scenario import Scenario, parse_scenario
+from .scenario import REFILL_MAX_HOLD_STEPS, Scenario, parse_scenario
 
 SCENARIO_DIR = "scenarios_npu"
 RECORD_NAME = "npu_calibration.json"
@@ -68,7 +71,9 @@ def scenario_doc(cal: Calibration, data: Measurements, method: str) -> dict[str,
         "max_num_batched_tokens": host.max_num_batched_tokens,
         "gamma0": "sticky",
         "refill_batch": host.refill,
-        "refill_max_hold_steps": 0,
+        # vSpec's host: holds when they pay, at most REFILL_MAX_HOLD_STEPS steps in a row
+        "refill_hold": "auto",
+        "refill_max_hold_steps": REFILL_MAX_HOLD_STEPS,
         "workload": {
             "num_requests": len(lengths),
             "arrival": {"type": "closed", "concurrency": len(lengths)},
@@ -116,14 +121,48 @@ def _json(doc: dict[str, Any]) -> str:
                   if m.group(1).strip() else "[]", text) + "\n"
 
 
+def profile_doc(scenario: dict[str, Any]) -> dict[str, Any]:
+    """A schema-v1 profile fitted to a calibrated scenario's steady decode steps (every
+    power-of-two batch up to its ``max_num_seqs``, every gamma), carrying its calibrated
+    acceptance, with the provenance in ``notes``: derived from measurements, not measured."""
+    sc = parse_scenario(scenario, str(scenario["name"]))
+    samples = [
+        FitSample(batch_size=b, gamma=g, num_batched_tokens=b * (1 + g), context_tokens=0.0,
+                  step_s=sc.cost.steady_time(b, g, 0))
+        for b in bucket_batches(sc.max_num_seqs)
+        for g in range(sc.min_gamma, sc.max_gamma + 1)
+    ]
+    rates = [float(r) for r in scenario["acceptance"]["rates"]]
+    unconditional = [math.prod(rates[: k + 1]) for k in range(len(rates))]
+    result = fit_profile(samples, context_terms=False, default_acceptance=unconditional,
+                         assumed_context_tokens=0, name=f"{sc.name}-calibrated",
+                         method="draft_model" if sc.name.endswith("draft") else "eagle")
+    notes = (f"Derived from measurements, not measured: fitted by vllm-hust-vspec-sim "
+             f"calibrate-npu to the steady decode steps of the calibrated scenario {sc.name} "
+             f"(batch 1..{sc.max_num_seqs}, gamma {sc.min_gamma}..{sc.max_gamma}; relative "
+             f"fit residual {result.relative_residual:.1%}), whose step costs and acceptance "
+             f"were fitted to the predecessor's Ascend runs "
+             f"(sim/data/predecessor_npu, record sim/data/npu_calibration.json). Valid for "
+             f"that host: one NPU, Qwen2.5-14B-Instruct, BF16, FULL graphs, batch up to 128.")
+    return replace(result.profile, notes=notes).to_dict()
+
+
 def write_calibration(cal: Calibration, data: Measurements, out_dir: Path,
-                      record_path: Path) -> tuple[list[Path], list[Prediction]]:
-    """Write both scenarios into ``out_dir`` and the record to ``record_path``."""
+                      record_path: Path, profiles_dir: Path | None = None
+                      ) -> tuple[list[Path], list[Prediction]]:
+    """Write both scenarios into ``out_dir``, a profile fitted to each into
+    ``profiles_dir`` (default ``out_dir``) and the record to ``record_path``."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    prof_dir = profiles_dir or out_dir
+    prof_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for method in METHODS:
+        doc = scenario_doc(cal, data, method)
         path = out_dir / f"{scenario_name(method)}.json"
-        path.write_text(_json(scenario_doc(cal, data, method)), encoding="utf-8")
+        path.write_text(_json(doc), encoding="utf-8")
+        written.append(path)
+        path = prof_dir / f"{scenario_name(method)}.calibrated-profile.json"
+        path.write_text(json.dumps(profile_doc(doc), indent=2) + "\n", encoding="utf-8")
         written.append(path)
     fitted = [predict(cal, data, c) for c in data.measured]
     record_path.parent.mkdir(parents=True, exist_ok=True)

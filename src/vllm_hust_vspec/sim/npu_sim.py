@@ -181,6 +181,7 @@ def config_scenario(cfg: MeasuredConfig, data: Measurements, accept: AcceptParam
         "max_num_batched_tokens": cfg.max_num_batched_tokens,
         "refill_batch": cfg.refill,
         "refill_max_hold_steps": 0,  # the predecessor's runtime held until the cohort fit
+        "refill_hold": "speculating",
         "startup_calibration": None,
         "workload": {
             "num_requests": len(cfg.output_lengths),

@@ -11,7 +11,10 @@ exact GSM8K workload unless other lengths are given), so the first NPU run of vS
 the predecessor-based calibration with one command::
 
     vllm-hust-vspec-sim calibrate-npu --trace vspec_trace.jsonl --method draft \\
-        --capture-sizes 1,2,4,8,...,640 --refill 8 --write-scenario npu-draft-vspec.json
+        --write-scenario npu-draft-vspec.json
+
+(the graph capture sizes, refill and limits come from the run's header, which vSpec writes;
+flags override them, e.g. for a trace without them).
 
 What a trace cannot give: prompt lengths of admitted requests (``admitted`` x the workload's
 mean prompt length is used), and the first (prefill-only) step, which no controller observes.
@@ -26,7 +29,7 @@ from typing import Any
 
 from ..adaptive.nnls import nnls
 from .host_cost import HOST_COST_TERMS, HostCost
-from .replay import RunSelector, TraceRecord, fit_acceptance, load_trace
+from .replay import RunSelector, TraceRecord, fit_acceptance, pick_run, read_trace_runs
 from .scenario import parse_scenario
 
 # Coefficients a trace fits (prefill and ingest stay inputs: admitted requests carry no
@@ -110,12 +113,23 @@ def fit_trace(records: list[TraceRecord], *, capture_sizes: tuple[int, ...] = ()
 
 def scenario_from_npu_trace(path: str | Path, *, run: RunSelector | None = None,
                             prompt_lengths: tuple[int, ...], output_lengths: tuple[int, ...],
-                            capture_sizes: tuple[int, ...] = (),
-                            native_gammas: tuple[int, ...] = (), refill: int = 1,
-                            max_num_seqs: int = 128, max_num_batched_tokens: int = 33280,
+                            capture_sizes: tuple[int, ...] | None = None,
+                            native_gammas: tuple[int, ...] = (), refill: int | None = None,
+                            max_num_seqs: int | None = None,
+                            max_num_batched_tokens: int | None = None,
                             name: str = "npu-from-trace") -> tuple[dict[str, Any], TraceFit]:
-    """Fit a trace (one run of it) and build the scenario JSON with the given workload."""
-    records = load_trace(path, run=run)
+    """Fit a trace (one run of it) and build the scenario JSON with the given workload.
+    The engine facts left None come from the run's header (vSpec writes them there), else
+    the predecessor's B128 host: no graphs, refill 1, 128 requests, 33280 tokens."""
+    picked = pick_run(read_trace_runs(path), run, path)
+    records = picked.records
+    host = picked.host or {}
+    if capture_sizes is None:
+        capture_sizes = tuple(int(s) for s in host.get("capture_sizes", ()))
+    refill = refill if refill is not None else int(host.get("refill", 1))
+    max_num_seqs = max_num_seqs or int(host.get("max_num_seqs") or 128)
+    max_num_batched_tokens = max_num_batched_tokens or int(
+        host.get("max_num_batched_tokens") or 33280)
     fit = fit_trace(records, capture_sizes=capture_sizes, native_gammas=native_gammas,
                     mean_prompt=sum(prompt_lengths) / len(prompt_lengths))
     doc: dict[str, Any] = {

@@ -58,6 +58,7 @@ class TraceRun:
     pid: int | None = None
     vspec: str | None = None
     settings: str | None = None
+    host: dict[str, Any] | None = None  # the engine facts of the header (host/trace.py)
     records: list[TraceRecord] = field(default_factory=list)
 
     def describe(self) -> str:
@@ -91,8 +92,11 @@ def _header(obj: StrictObject, index: int, lineno: int) -> TraceRun:
     pid = obj.integer("pid") if obj.has("pid") else None
     vspec = obj.string("vspec") if obj.has("vspec") else None
     settings = obj.string("settings") if obj.has("settings") else None
+    host = obj.raw("host") if obj.has("host") else None
+    if host is not None and not isinstance(host, dict):
+        raise obj.error("host", "expected an object of engine facts")
     return TraceRun(index=index, first_line=lineno, run_id=run_id, started=started, pid=pid,
-                    vspec=vspec, settings=settings)
+                    vspec=vspec, settings=settings, host=host)
 
 
 def _optional_int(obj: StrictObject, key: str) -> int | None:
@@ -216,10 +220,11 @@ def load_trace(path: str | Path, run: RunSelector | None = None, *,
     ``run=None`` requires the file to hold a single run with steps: a trace appended over
     several server starts raises ScenarioError rather than merging them.
     """
-    return _pick(read_trace_runs(path, warn=warn), run, path).records
+    return pick_run(read_trace_runs(path, warn=warn), run, path).records
 
 
-def _pick(runs: list[TraceRun], run: RunSelector | None, path: str | Path) -> TraceRun:
+def pick_run(runs: list[TraceRun], run: RunSelector | None, path: str | Path) -> TraceRun:
+    """The run ``run`` selects (:func:`select_trace_run`); None: the only run with steps."""
     if run is not None:
         return select_trace_run(runs, run, source=str(path))
     with_steps = [r for r in runs if r.records]  # read_trace_runs returns at least one
@@ -404,7 +409,7 @@ def scenario_dict_from_trace(
     ``run`` as in :func:`load_trace` (None: the file must hold one run). See
     :func:`scenario_dict_from_run` for what is fitted.
     """
-    chosen = _pick(read_trace_runs(path, warn=warn), run, path)
+    chosen = pick_run(read_trace_runs(path, warn=warn), run, path)
     return scenario_dict_from_run(chosen, path, max_gamma=max_gamma, output_len=output_len,
                                   prompt_len=prompt_len, phases=phases, seed=seed)
 

