@@ -176,9 +176,11 @@ MANUAL_ITEMS: dict[str, tuple[str, str]] = {
     "--generation-config": (SAME, U + "test_protocols.py::"
                             "test_arc_easy_presets_are_the_predecessor_protocol"),
     "--capture-policy": (MIGRATION, "`--capture-policy` built request buckets"),
-    "--adaptive-refill-batch": (SAME, U + "test_predecessor_semantics.py::"
-                                "test_refill_turns_off_by_switch_by_size_one_and_by_the_"
-                                "predecessors_variables"),
+    "--adaptive-refill-batch": (MIGRATION, "the cohort refill held the queue whenever "
+                                "speculation ran"),
+    "--adaptive-refill-batch (sizes)": (SAME, U + "test_predecessor_semantics.py::"
+                                        "test_refill_turns_off_by_switch_by_size_one_and_by_"
+                                        "the_predecessors_variables"),
     "--confidence-accept-margin": (SAME, U + "test_predecessor_semantics.py::"
                                    "test_confidence_margin_is_in_logits"),
     "--confidence-accept-from-position": (MIGRATION, "without a relaxed mode were ignored"),

@@ -91,6 +91,16 @@ def test_refill_turns_off_by_switch_by_size_one_and_by_the_predecessors_variable
     assert load_settings({"HUST_VSPEC_EAGLE3_COHORT_REFILL": "0"}).refill_batch() == 1
 
 
+def test_the_0_14_presets_keep_its_refill_rule_and_vspec_measures_by_default() -> None:
+    assert _settings().adaptive_refill_hold == "auto"
+    def preset(name: str) -> str:
+        return str(resolve_settings(preset=name, cli={}, env={}).settings.adaptive_refill_hold)
+
+    for name in ("draft", "eagle", "draft-adaptive", "v0.14-defaults"):
+        assert preset(name) == "speculating", name
+    assert preset("vspec-draft-adaptive") == "auto"
+
+
 def test_mtp_strict_graph_is_on_for_a_bare_mtp_run() -> None:
     assert _settings("--method", "mtp").strict_mtp_graph()
     assert not _settings("--method", "mtp", "--no-mtp-strict-graph").strict_mtp_graph()

@@ -13,9 +13,9 @@ line, and ``A`` and ``c`` are the intercept and slope of the excess against ``P`
 least squares, both; prompt lengths vary, so the two separate within a few admissions). A
 hold can pay once ``A``, less ``_CONFIDENCE`` standard errors, is above zero, and does while
 the throughput its idle slots lose stays below the fixed costs it saves (:class:`RefillHold`).
-A host whose admissions cost their prompts' work only (``A`` near 0: eager CPU, piecewise
-graphs) never holds; one whose mixed steps leave the graphs (the Ascend B128 runs: ``A`` ~5x a
-target-only decode step) holds long, at every gamma.
+A host whose admissions cost their prompts' work only (``A`` near 0) does not hold; one whose
+mixed steps leave the graphs (the Ascend B128 runs: ``A`` ~5x a target-only decode step) holds
+long, at every gamma.
 """
 
 from __future__ import annotations
@@ -137,9 +137,12 @@ class RefillHold:
     * ``auto`` (``mode``): the measured fixed cost of an admitting step pays for holding
       (:meth:`AdmissionCost.holds_pay`), at any gamma, and only as long as the throughput the
       free slots lose while held (free / slots x the steady step, summed over the hold) stays
-      below what grouping them saves (one fixed cost per slot beyond the first);
+      below what admitting them together saves (one fixed cost per slot held);
     * ``speculating``: whenever speculation runs (the predecessor's rule: cohorts for
-      speculation), at most ``max_hold_steps`` steps in a row (0: no limit).
+      speculation).
+
+    Either way at most ``max_hold_steps`` steps in a row (0: no limit), which bounds the
+    delay a hold adds to a waiting request's first token.
     """
 
     __slots__ = ("batch", "cost", "max_hold_steps", "held_steps", "_loss")
@@ -165,18 +168,21 @@ class RefillHold:
         return hold
 
     def _pays(self, occupied: int, free: int, speculating: bool, gamma: int) -> bool:
+        if self.max_hold_steps and self.held_steps >= self.max_hold_steps:
+            return False  # a bound on the first-token delay a hold adds
         cost = self.cost
         if cost is None:
-            return speculating and (not self.max_hold_steps
-                                    or self.held_steps < self.max_hold_steps)
+            return speculating
         if not cost.holds_pay():
             return False
         fixed = cost.fixed_cost()
         steady = cost.steady_time(occupied, gamma)
         if fixed is None or steady is None:
             return False
+        # admitting the `free` held slots together with the next saves `free` admitting steps
+        # over admitting each as it freed
         self._loss += free * steady / (occupied + free)
-        return free <= 1 or self._loss < (free - 1) * fixed[0]
+        return self._loss < free * fixed[0]
 
     def observe(self, batch: int, gamma: int, interval_s: float, prefill_tokens: int) -> None:
         """Feed a completed step to the cost estimate (``auto`` only)."""
