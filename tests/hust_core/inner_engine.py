@@ -96,7 +96,8 @@ def test_refill_holds_through_max_num_running_reqs(
         models: dict[str, str], reference: list[list[int]], tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
     with es.vspec(controller=lambda k: es.ScriptedController([2], k), method="draft",
-                  adaptive_refill_batch=4, adaptive_trace=str(trace)), \
+                  adaptive_refill_batch=4, adaptive_refill_hold="speculating",
+                  adaptive_trace=str(trace)), \
             es.engine(models["target"], _spec(models["draft"]), max_num_seqs=4) as llm:
         sched = es.engine_scheduler(llm)
         out = es.generate(llm)
