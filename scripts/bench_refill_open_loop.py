@@ -55,7 +55,8 @@ def run_pair(rate: float, variant: str, reps: int, out: Path, args: argparse.Nam
     doc["_elapsed_s"] = time.monotonic() - started
     doc["_holds"] = sum(
         1 for trace in result.glob("vspec-r*.trace.jsonl")
-        for line in trace.read_text().splitlines() if '"held":true' in line.replace(" ", ""))
+        for line in trace.read_text().splitlines()
+        if line.strip() and json.loads(line).get("held") is True)
     return doc
 
 

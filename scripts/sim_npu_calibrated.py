@@ -35,7 +35,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from vllm_hust_vspec.sim import load_scenario
-from vllm_hust_vspec.sim.npu_calibration import Prediction, calibrate, leave_one_out
+from vllm_hust_vspec.sim.npu_calibration import (
+    Calibration,
+    Prediction,
+    calibrate,
+    leave_one_out,
+)
 from vllm_hust_vspec.sim.npu_data import Measurements, load_measurements
 from vllm_hust_vspec.sim.npu_explain import ablations, sensitivity, tail_share
 from vllm_hust_vspec.sim.npu_scenarios import load_record, scenario_name
@@ -59,10 +64,9 @@ OURS = ("online", "profile", "online-per-request")
 PREDECESSOR = {"draft": "pred-ucb", "eagle": "pred-ucb-eagle"}
 
 
-def simulated_run(data: Measurements, name: str) -> float:
+def simulated_run(cal: Calibration, data: Measurements, name: str) -> float:
     """A measured configuration simulated on its own host by the shipped calibration
     (the predecessor's controller for its online runs), mean over ``SEEDS`` seeds."""
-    cal = load_record()
     cfg = data.get(name)
     sc = config_scenario(cfg, data, cal.accept_for(cfg), cal.cost(cfg, data))
     return sum(simulate_config(cfg, sc, s).throughput for s in range(1, SEEDS + 1)) / SEEDS
@@ -74,8 +78,9 @@ def policy_table(data: Measurements, method: str) -> tuple[list[dict[str, object
     ratio with EAGLE; >= 1.02x the simulated predecessor, >= 0.97x the oracle, ahead of every
     baseline)."""
     sc = load_scenario(scenario_name(method))
-    target = simulated_run(data, "target-only")
-    pred = simulated_run(data, f"{method}-online")
+    cal = load_record()
+    target = simulated_run(cal, data, "target-only")
+    pred = simulated_run(cal, data, f"{method}-online")
     fixed = [f"fixed:{g}" for g in range(sc.min_gamma, sc.max_gamma + 1)]
     report = evaluate(sc, [*OURS, "oracle", *fixed, *BASELINES, PREDECESSOR[method]], SEEDS,
                       jobs=2)

@@ -51,14 +51,15 @@ def test_a_fixed_cost_lost_in_the_noise_does_not_hold() -> None:
 
 
 def test_auto_holds_at_any_gamma_while_grouping_saves_more_than_idle_slots_lose() -> None:
-    rule = RefillHold(8, "auto")
+    rule = RefillHold(8, "auto", 16)
     assert not rule.decide(occupied=120, free=2, waiting=50, speculating=True, gamma=2)
     _feed(rule, 0.200, 0.0)
     # a pinned zero (not speculating) holds too: the saving is the host's, not the drafter's
     assert rule.decide(occupied=120, free=2, waiting=50, speculating=False, gamma=0)
     assert not rule.decide(occupied=120, free=8, waiting=50, speculating=False, gamma=0)
-    # a fixed cost barely above the idle slots' loss: the hold ends within a few steps
-    small = RefillHold(8, "auto")
+    # a fixed cost barely above the idle slots' loss: the hold ends within a few steps, by the
+    # accounting alone (no step bound)
+    small = RefillHold(8, "auto", 0)
     _feed(small, 0.004, 0.0)
     held = sum(small.decide(occupied=4, free=2, waiting=50, speculating=True, gamma=0)
                for _ in range(20))
@@ -72,7 +73,7 @@ def test_speculating_holds_only_while_speculating_and_for_a_bounded_time() -> No
             for _ in range(5)]
     assert held == [True, True, True, False, True]
     with pytest.raises(ValueError, match="auto"):
-        RefillHold(4, "always")
+        RefillHold(4, "always", 16)
 
 
 def test_the_simulated_npu_host_holds_at_gamma_zero_and_gains() -> None:

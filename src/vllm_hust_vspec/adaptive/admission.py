@@ -115,8 +115,15 @@ class AdmissionCost:
     def holds_pay(self) -> bool:
         """True when admitting steps have a fixed cost, with confidence: something to save by
         grouping them (how long a hold pays is :class:`RefillHold`'s accounting)."""
+        return self.confident_fixed_cost() is not None
+
+    def confident_fixed_cost(self) -> float | None:
+        """``A`` in seconds when it is above zero by ``_CONFIDENCE`` standard errors, else
+        None."""
         fixed = self.fixed_cost()
-        return fixed is not None and fixed[0] - _CONFIDENCE * fixed[1] > 0.0
+        if fixed is None or fixed[0] - _CONFIDENCE * fixed[1] <= 0.0:
+            return None
+        return fixed[0]
 
     def snapshot(self) -> dict[str, Any]:
         """The estimate for reports: fixed and per-request cost (ms), admitting steps seen."""
@@ -135,9 +142,9 @@ class RefillHold:
     The queue is held while fewer than ``min(batch, waiting)`` slots are free and:
 
     * ``auto`` (``mode``): the measured fixed cost of an admitting step pays for holding
-      (:meth:`AdmissionCost.holds_pay`), at any gamma, and only as long as the throughput the
-      free slots lose while held (free / slots x the steady step, summed over the hold) stays
-      below what admitting them together saves (one fixed cost per slot held);
+      (:meth:`AdmissionCost.confident_fixed_cost`), at any gamma, and only as long as the
+      throughput the free slots lose while held (free / slots x the steady step, summed over
+      the hold) stays below what admitting them together saves (one fixed cost per slot held);
     * ``speculating``: whenever speculation runs (the predecessor's rule: cohorts for
       speculation).
 
@@ -147,7 +154,7 @@ class RefillHold:
 
     __slots__ = ("batch", "cost", "max_hold_steps", "held_steps", "_loss")
 
-    def __init__(self, batch: int, mode: str = "auto", max_hold_steps: int = 16) -> None:
+    def __init__(self, batch: int, mode: str, max_hold_steps: int) -> None:
         if mode not in ("auto", "speculating"):
             raise ValueError(f"refill hold mode must be 'auto' or 'speculating', not {mode!r}")
         self.batch = batch
@@ -173,16 +180,14 @@ class RefillHold:
         cost = self.cost
         if cost is None:
             return speculating
-        if not cost.holds_pay():
-            return False
-        fixed = cost.fixed_cost()
+        fixed = cost.confident_fixed_cost()
         steady = cost.steady_time(occupied, gamma)
         if fixed is None or steady is None:
             return False
         # admitting the `free` held slots together with the next saves `free` admitting steps
         # over admitting each as it freed
         self._loss += free * steady / (occupied + free)
-        return self._loss < free * fixed[0]
+        return self._loss < free * fixed
 
     def observe(self, batch: int, gamma: int, interval_s: float, prefill_tokens: int) -> None:
         """Feed a completed step to the cost estimate (``auto`` only)."""

@@ -121,7 +121,11 @@ def _json(doc: dict[str, Any]) -> str:
                   if m.group(1).strip() else "[]", text) + "\n"
 
 
-def profile_doc(scenario: dict[str, Any]) -> dict[str, Any]:
+# The profile ``method`` of each scenario's drafter (vSpec's method names).
+PROFILE_METHOD = {"draft": "draft_model", "eagle": "eagle"}
+
+
+def profile_doc(scenario: dict[str, Any], method: str) -> dict[str, Any]:
     """A schema-v1 profile fitted to a calibrated scenario's steady decode steps (every
     power-of-two batch up to its ``max_num_seqs``, every gamma), carrying its calibrated
     acceptance, with the provenance in ``notes``: derived from measurements, not measured."""
@@ -136,7 +140,7 @@ def profile_doc(scenario: dict[str, Any]) -> dict[str, Any]:
     unconditional = [math.prod(rates[: k + 1]) for k in range(len(rates))]
     result = fit_profile(samples, context_terms=False, default_acceptance=unconditional,
                          assumed_context_tokens=0, name=f"{sc.name}-calibrated",
-                         method="draft_model" if sc.name.endswith("draft") else "eagle")
+                         method=PROFILE_METHOD[method])
     notes = (f"Derived from measurements, not measured: fitted by vllm-hust-vspec-sim "
              f"calibrate-npu to the steady decode steps of the calibrated scenario {sc.name} "
              f"(batch 1..{sc.max_num_seqs}, gamma {sc.min_gamma}..{sc.max_gamma}; relative "
@@ -162,7 +166,7 @@ def write_calibration(cal: Calibration, data: Measurements, out_dir: Path,
         path.write_text(_json(doc), encoding="utf-8")
         written.append(path)
         path = prof_dir / f"{scenario_name(method)}.calibrated-profile.json"
-        path.write_text(json.dumps(profile_doc(doc), indent=2) + "\n", encoding="utf-8")
+        path.write_text(json.dumps(profile_doc(doc, method), indent=2) + "\n", encoding="utf-8")
         written.append(path)
     fitted = [predict(cal, data, c) for c in data.measured]
     record_path.parent.mkdir(parents=True, exist_ok=True)
