@@ -103,7 +103,7 @@ def engine_core(llm: Any) -> Any:
 
 def hook_of(llm: Any) -> Any:
     """vSpec's scheduler hook of a speculative engine."""
-    from vllm_hust_vspec.host.vllm import HOOK_ATTR
+    from vllm_hust_vspec.host.engine.scheduler import HOOK_ATTR
 
     return getattr(engine_core(llm).scheduler, HOOK_ATTR)
 

@@ -7,9 +7,9 @@ fixed gamma in hindsight and to the oracle, geomean summary rows (suite, station
 non-stationary), the decide+observe cost per step at batch 128 of the online controller, and
 PASS/FAIL per target. Exit code 0 when every target passes, 1 otherwise. "No scenario worse
 than before" compares with scripts/reference/online-v1.json: the previous online controller
-(UCB over a load filter, replaced in issue 18) measured by this script at 12 seeds.
+(UCB over a load filter, since replaced) measured by this script at 12 seeds.
 
-``--per-request`` runs the per-request verify lengths instead (issue 19's bars): on every
+``--per-request`` runs the per-request verify lengths instead (their bars): on every
 scenario, vSpec's online controller with and without adaptive/verify_lengths.py, the
 per-request oracle and vLLM's adaptive verification (sim/per_request.py), with the bars
 for heterogeneous scenarios (tagged ``heterogeneous``) and homogeneous ones and the cost of
@@ -53,11 +53,11 @@ SHORT = {"vllm-batch-schedule": "vllm-bs", "sglang-adaptive": "sglang",
 TARGET_STATIONARY = 0.97
 TARGET_NONSTATIONARY = 1.05
 TARGET_COST_US = 20.0
-# Issue 18's bars (on top of the targets above).
+# The online controller's bars (on top of the targets above).
 TARGET_NOISE_FREE = 0.99
 TARGET_ORACLE = 0.95
 REFERENCE = Path(__file__).resolve().parent / "reference" / "online-v1.json"
-# Issue 19's bars for per-request verify lengths.
+# The bars for per-request verify lengths.
 PR_POLICIES = ("online", "online-per-request", "per-request-oracle",
                "vllm-adaptive-verification")
 TARGET_PR_HETERO = 1.05  # x the batch-uniform online controller, heterogeneous scenarios
@@ -136,7 +136,7 @@ def controller_cost_us(batch: int = 128, steps: int = 20000, max_gamma: int = 5,
 
 
 def per_request_main(args: argparse.Namespace) -> int:
-    """Issue 19's comparison: per-request lengths vs batch-uniform, its oracle and vLLM's."""
+    """The per-request comparison: lengths vs batch-uniform, its oracle and vLLM's."""
     t_start = time.perf_counter()
     scenarios = [load_scenario(n) for n in (args.scenario or list_scenarios())]
     tasks = [(sc, p, s, False) for sc in scenarios for p in [*fixed_names(sc), *PR_POLICIES]
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="limit to these shipped scenarios (repeatable)")
     ap.add_argument("--json", metavar="OUT.json", help="also write all summaries as JSON")
     ap.add_argument("--per-request", action="store_true",
-                    help="compare per-request verify lengths (issue 19's bars) instead")
+                    help="compare per-request verify lengths (their bars) instead")
     ap.add_argument("--sampler-seeds", type=int, default=1, metavar="K",
                     help="also run the online controller with Thompson sampler seeds 1..K-1 "
                          "(online@N) and print how much of each ratio is the sampler's draw "
@@ -307,7 +307,7 @@ def _reference(seeds: int) -> dict[str, float]:
 
 def print_targets(reports: list[ScenarioReport], policy: str, cost_us: float, *,
                   reference: dict[str, float]) -> bool:
-    """PASS/FAIL lines of ``policy``: the stationary and non-stationary targets, issue 18's
+    """PASS/FAIL lines of ``policy``: the stationary and non-stationary targets, the controller's
     bars (noise-free stationary, oracle, each non-stationary scenario against each baseline),
     no scenario below ``reference`` (the previous controller, when given) and the cost.
     Returns True when every printed target passes."""

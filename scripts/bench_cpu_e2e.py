@@ -23,7 +23,7 @@ leaves them), single repetitions of one arm spread up to 2x on a 2-core VM.
     .venv/bin/python scripts/bench_cpu_e2e.py --drafters draft --reps 2 --tokens 64
 
 Targets: vSpec >= 0.95 x the best fixed gamma and >= 1.0 x target-only for every drafter,
-judged on the warm `vspec` column (a long-running server's controller); and (issue 18) the
+judged on the warm `vspec` column (a long-running server's controller); and the
 `vspec-cold` column, a fresh controller each repetition starting from the engine's start-up
 calibration, >= 0.93 x the best fixed gamma. Both are judged on paired ratios (per repetition,
 the arm's run over the best fixed arm's run, seconds apart; the median over repetitions);
@@ -77,8 +77,8 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
     from vllm_hust_vspec import host
     from vllm_hust_vspec.adaptive import FixedController
     from vllm_hust_vspec.adaptive.cost_prior import CostPrior
-    from vllm_hust_vspec.host.controller_factory import make_controller
-    from vllm_hust_vspec.host.cost_state import CostState
+    from vllm_hust_vspec.host.engine.controller_factory import make_controller
+    from vllm_hust_vspec.host.engine.cost_prior.persisted import CostState
     from vllm_hust_vspec.settings import load_settings
 
     target = models / DRAFTERS[drafter]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Stuck runs under a toggling CPU hog (issue 18's bar): invocations of bench_cpu_e2e.py, each
+"""Stuck runs under a toggling CPU hog (the online controller's bar): invocations of bench_cpu_e2e.py, each
 beside scripts/cpu_hog.py with its own seed, and the adaptive runs that spent at least half
 their steps at a losing arm.
 

@@ -1,29 +1,17 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: set up (cached), start a real `vllm serve` on
-# 127.0.0.1 with the bundled tiny model pair (preset cpu-tiny, adaptive gamma 0..4), send
-# concurrent OpenAI chat requests, print the answers, the controller's gamma choices and the
-# vspec_ metrics, then stop the server.
-#   VSPEC_DEMO_PORT=8765 ./scripts/demo.sh [extra vllm-hust-vspec flags]
+# What vSpec does, side by side: set up (cached), then for two bundled tiny model pairs start a
+# target-only `vllm serve` and a vSpec one (preset cpu-tiny, adaptive gamma 0..4) on 127.0.0.1,
+# send both the same closed-loop load (same prompts, 8 in flight, arms alternating, warm-up
+# excluded), stop them, and print a table: tokens/s of each arm, the ratio, the gamma the
+# controller settled on; plus the path of a figure (throughput per round, gamma per step).
+#   pair 1, where speculation pays: --target-model vspec-tiny/target-deep
+#           --draft-model vspec-tiny/draft-cheap-agree (expected vSpec >= 1.3x target-only)
+#   pair 2, where it does not: cpu-tiny as is (the controller settles on gamma 0; >= 0.9x)
+# Results, server logs and controller traces go to .cache/demo/. A few minutes on 2 cores.
+#   ./scripts/demo.sh [--rounds N] [--num-prompts N] [--output-len N] [-- vllm-hust-vspec flags]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 ./scripts/setup.sh
-port="${VSPEC_DEMO_PORT:-8765}"
-mkdir -p .cache/demo
-trace=".cache/demo/trace.jsonl"
-log=".cache/demo/server.log"
-rm -f "$trace"
-echo "demo: starting vllm serve (preset cpu-tiny) on 127.0.0.1:$port; log in $log"
-HUST_VSPEC_MODEL_DIR="$root/.cache/models" ./run.sh cpu-tiny --port "$port" \
-    --adaptive-trace "$trace" "$@" >"$log" 2>&1 &
-server=$!
-cleanup() {
-    if kill -0 "$server" 2>/dev/null; then
-        kill -INT "$server" 2>/dev/null || true
-        for _ in $(seq 30); do kill -0 "$server" 2>/dev/null || break; sleep 1; done
-        kill -KILL "$server" 2>/dev/null || true
-    fi
-}
-trap cleanup EXIT
-.venv/bin/python scripts/demo_client.py --port "$port" --server-pid "$server" --log "$log" \
-    --trace "$trace"
+export HUST_VSPEC_MODEL_DIR="$root/.cache/models"
+exec .venv/bin/python scripts/demo_side_by_side.py --out "$root/.cache/demo" "$@"

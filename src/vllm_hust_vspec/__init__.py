@@ -35,7 +35,7 @@ def register() -> None:
     if not is_enabled():
         return
     from vllm_hust_vspec.host import apply
-    from vllm_hust_vspec.host.compat import UnsupportedSwitchError
+    from vllm_hust_vspec.host.abi.compat import UnsupportedSwitchError
     from vllm_hust_vspec.host.logs import adopt_host_logging
     from vllm_hust_vspec.settings import SettingsError, preflight, resolve_settings
 

@@ -396,7 +396,7 @@ def _desc(d: Any) -> list[Any] | None:
 def check_vspec_graphs(graph_mode: str = "FULL_DECODE_ONLY") -> dict[str, Any]:
     """vSpec's graph-per-gamma patches on the real NPUModelRunner (fake NPU).
 
-    Applies vSpec's host/ascend install() (K backport + graph_widths) through a Patcher with
+    Applies vSpec's host/worker/ascend install() (K backport + graph_widths) through a Patcher with
     launch-like settings, builds the runner, runs the real
     capture_model(), then: the keys, captures and graph params per width / gamma; the runner's
     own dispatch for every gamma and batch (target and the drafter's first pass, steady and
@@ -414,10 +414,11 @@ def check_vspec_graphs(graph_mode: str = "FULL_DECODE_ONLY") -> dict[str, Any]:
     from vllm_ascend.worker.model_runner_v1 import NPUModelRunner
 
     import fake_npu
-    from vllm_hust_vspec.host import abi, ascend
-    from vllm_hust_vspec.host.ascend import graph_widths as gw
-    from vllm_hust_vspec.host.ascend.graphs import MtpStrictGraphError
+    from vllm_hust_vspec.host import abi
     from vllm_hust_vspec.host.patching import Patcher
+    from vllm_hust_vspec.host.worker import ascend
+    from vllm_hust_vspec.host.worker.ascend import graph_widths as gw
+    from vllm_hust_vspec.host.worker.ascend.graphs import MtpStrictGraphError
     from vllm_hust_vspec.settings import Settings
 
     model = MODELS / "mtp-target"

@@ -1,4 +1,4 @@
-"""vSpec graph-per-gamma (host/ascend/graph_widths.py) on the real vllm-ascend 0.23 runner.
+"""vSpec graph-per-gamma (host/worker/ascend/graph_widths.py) on the real vllm-ascend 0.23 runner.
 
 One subprocess of the pair interpreter (``_pair_checks.py vspec``, ``vspec-full-and-piecewise``
 and ``vspec-full``) applies vSpec's Ascend ``install()`` (K backport + graph-per-gamma, through
@@ -46,7 +46,7 @@ def test_abi_checks_for_graph_per_gamma_pass_live(pair_vspec: dict[str, Any]) ->
                   "ascend.draft_capture", "ascend.draft_graph_per_gamma", "ascend.k_channel",
                   "ascend.async_draft_stride"):
         assert abi[check]["ok"], (check, abi[check])
-    # vSpec's own host/ascend install() with launch-like settings (adaptive MTP, K 3, gamma
+    # vSpec's own host/worker/ascend install() with launch-like settings (adaptive MTP, K 3, gamma
     # 0..3, capture policy exact for 4 sequences): K backport + graph-per-gamma
     assert pair_vspec["plan_gammas"] == [0, 1, 2, 3]
     assert pair_vspec["plan_settings_sizes"] == [1, 2, 3, 4, 6, 8, 9, 12, 16]

@@ -168,7 +168,7 @@ def vspec(settings: Any = None, controller: Any = None, **fields: Any) -> Iterat
     ``controller`` is a callable ``(max_gamma) -> Controller`` it replaces the real one.
     Yields the list of controllers built. Undoes everything on exit."""
     from vllm_hust_vspec import host
-    from vllm_hust_vspec.host import controller_factory
+    from vllm_hust_vspec.host.engine import controller_factory
     from vllm_hust_vspec.settings import Settings
 
     built: list[Any] = []

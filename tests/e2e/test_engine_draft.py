@@ -96,7 +96,7 @@ def test_sync_variable_gamma_is_token_identical(
 def test_sticky_gamma0_skips_drafter_then_resumes(
     models: dict[str, str], reference: list[list[int]], tmp_path: Path, fast: bool
 ) -> None:
-    from vllm_hust_vspec.host import fast_path
+    from vllm_hust_vspec.host.worker.v1 import fast_path
 
     trace = tmp_path / "trace.jsonl"
     # 2, 2, then 0 (pins the first cohort), then max for the rest.
@@ -128,7 +128,7 @@ def test_sticky_gamma0_skips_drafter_then_resumes(
     assert 0 not in calls
     # The pin holds while the first cohort runs; the next cohort speculates again. (Later
     # skips are steps whose requests were all admitted while the drafter was off: their
-    # drafts would be void, host/hook.py.)
+    # drafts would be void, host/engine/hook.py.)
     first_skip = records.index(skipped[0])
     pin_end = next((i for i in range(first_skip, len(records)) if not records[i]["skip"]),
                    len(records))
@@ -162,7 +162,7 @@ def test_refill_admission_admits_cohorts_and_completes_every_request(
 ) -> None:
     from vllm import SamplingParams
 
-    from vllm_hust_vspec.host.vllm import REFILL_MAX_HOLD_STEPS
+    from vllm_hust_vspec.host.engine.scheduler import REFILL_MAX_HOLD_STEPS
 
     trace = tmp_path / "trace.jsonl"
     refill = 3

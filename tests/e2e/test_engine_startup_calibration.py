@@ -15,7 +15,7 @@ pytest.importorskip("vllm")
 
 import engine_support as es  # noqa: E402
 
-from vllm_hust_vspec.host.startup_calibration import CLEAN_STEPS, ROUNDS  # noqa: E402
+from vllm_hust_vspec.host.engine.cost_prior.calibration import CLEAN_STEPS, ROUNDS  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 

@@ -42,7 +42,7 @@ def _run(ids_file: str, spec: dict[str, Any] | None, method: str = "draft",
     temperature-0.8 request on the same engine."""
     from vllm import SamplingParams
 
-    from vllm_hust_vspec.host.target_vocab import target_head_of
+    from vllm_hust_vspec.host.worker.v1.target_vocab import target_head_of
 
     gamma = int(spec["num_speculative_tokens"]) if spec else 1
     with (

@@ -1,6 +1,7 @@
 """A real cpu-tiny `vllm serve` whose engine fails at start-up ends the launch.
 
-The test-only fault hook (``VSPEC_TEST_STARTUP_FAULT``, host/startup.py) fails real start-up
+The test-only fault hook (``VSPEC_TEST_STARTUP_FAULT``, host/engine/startup_faults.py) fails real
+start-up
 work of the EngineCore in three places: the vspec_ metrics (scheduler built, before the READY
 handshake), the start-up calibration (after READY, on its first real step) and the trace file
 (after READY, once the calibration is done). Each launch must exit non-zero with one line on
@@ -26,12 +27,12 @@ pytest.importorskip("vllm")
 
 import engine_support as es  # noqa: E402
 
-from vllm_hust_vspec.host.startup import PREFIX, TEST_FAULT_ENV  # noqa: E402
+from vllm_hust_vspec.host.engine.startup_faults import PREFIX, TEST_FAULT_ENV  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.server]
 
 START_TIMEOUT_S = 300  # model load and start-up profile on a loaded 2-core machine
-EXIT_AFTER_FAULT_S = 10.0  # issue 36's bar: exit within 10 s of the fault
+EXIT_AFTER_FAULT_S = 10.0  # exit within 10 s of the fault
 
 # fault place -> (the stage the line names, what it says of the fault)
 FAULTS = {

@@ -76,8 +76,8 @@ def run(root: str) -> dict[str, Any]:
     import torch
 
     from vllm_hust_vspec.backends.acceptance import STRICT, greedy_accept
-    from vllm_hust_vspec.host import ascend
     from vllm_hust_vspec.host.patching import Patcher
+    from vllm_hust_vspec.host.worker import ascend
     from vllm_hust_vspec.settings import Settings
 
     out: dict[str, Any] = {}

@@ -1,4 +1,4 @@
-"""Relaxed acceptance on Model Runner V2 (host/acceptance_v2.py).
+"""Relaxed acceptance on Model Runner V2 (host/worker/v2/acceptance.py).
 
 V2's ``rejection_sample`` is a Triton kernel, which cannot run on CPU; the tests give the
 wrapper a pure-torch stand-in with the kernel's greedy semantics (read from
@@ -15,8 +15,8 @@ pytest.importorskip("vllm")
 import torch  # noqa: E402
 
 from vllm_hust_vspec.backends.acceptance import AcceptanceParams  # noqa: E402
-from vllm_hust_vspec.host import acceptance_v2  # noqa: E402
 from vllm_hust_vspec.host.patching import Patcher  # noqa: E402
+from vllm_hust_vspec.host.worker.v2 import acceptance as acceptance_v2  # noqa: E402
 from vllm_hust_vspec.settings import Settings  # noqa: E402
 
 pytestmark = pytest.mark.vllm

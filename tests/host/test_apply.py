@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("vllm")
 
 from vllm_hust_vspec import host, register  # noqa: E402
-from vllm_hust_vspec.host import capabilities  # noqa: E402
+from vllm_hust_vspec.host.abi import capabilities  # noqa: E402
 from vllm_hust_vspec.host.patching import PatchError, is_patched  # noqa: E402
 
 pytestmark = pytest.mark.vllm

@@ -1,4 +1,4 @@
-"""host/ascend/graph_widths.py without a host: the sizing, padding and graph-params routing
+"""host/worker/ascend/graph_widths.py without a host: the sizing, padding and graph-params routing
 rules, and the fail-closed paths. The patches themselves run against the real vllm-ascend 0.23
 runner in tests/ascend_pair/test_vspec_graph_widths.py."""
 
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from vllm_hust_vspec.host import ascend
-from vllm_hust_vspec.host.ascend import graph_widths as gw
-from vllm_hust_vspec.host.ascend.graphs import BatchShape, MtpStrictGraphError, check_strict
 from vllm_hust_vspec.host.patching import Patcher
+from vllm_hust_vspec.host.worker import ascend
+from vllm_hust_vspec.host.worker.ascend import graph_widths as gw
+from vllm_hust_vspec.host.worker.ascend.graphs import BatchShape, MtpStrictGraphError, check_strict
 from vllm_hust_vspec.settings import Settings
 
 
@@ -120,7 +120,7 @@ def test_graph_per_gamma_is_on_under_every_full_graph_mode(mode: str, on: bool) 
 
 
 def test_graph_per_gamma_fails_closed_on_a_native_k_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    from vllm_hust_vspec.host.ascend import proposer
+    from vllm_hust_vspec.host.worker.ascend import proposer
 
     monkeypatch.setattr(ascend, "resolve", lambda mod, name: type(name, (), {}))
     monkeypatch.setattr(proposer, "install_proposer", lambda *a, **k: "native")
@@ -214,7 +214,7 @@ def test_backport_pads_drafts_to_k_on_a_stride_k_async_runner() -> None:
     vLLM >= 0.31), the drafts stay [B, gamma]."""
     import torch
 
-    from vllm_hust_vspec.host.ascend import proposer
+    from vllm_hust_vspec.host.worker.ascend import proposer
 
     class Proposer:
         num_speculative_tokens = 3

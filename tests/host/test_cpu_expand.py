@@ -8,8 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("vllm")
 
-from vllm_hust_vspec.host import cpu_expand  # noqa: E402
 from vllm_hust_vspec.host.patching import Patcher  # noqa: E402
+from vllm_hust_vspec.host.worker.v1 import cpu_expand  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.int64])

@@ -1,4 +1,4 @@
-"""Diagnostics traces (host/diagnostics.py) without an engine: bounds of every trace, the
+"""Diagnostics traces (host/worker/v1/diagnostics.py) without an engine: bounds of every trace, the
 never-blocking writer, the argmax trim at max_tokens, fail-closed checks, what is patched."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import torch  # noqa: E402
 
 from vllm_hust_vspec import host  # noqa: E402
 from vllm_hust_vspec.cli import active_vocab  # noqa: E402
-from vllm_hust_vspec.host import diagnostics as diag  # noqa: E402
-from vllm_hust_vspec.host.capabilities import MODEL_RUNNER  # noqa: E402
+from vllm_hust_vspec.host.abi.capabilities import MODEL_RUNNER  # noqa: E402
 from vllm_hust_vspec.host.patching import is_patched, resolve  # noqa: E402
+from vllm_hust_vspec.host.worker.v1 import diagnostics as diag  # noqa: E402
 from vllm_hust_vspec.settings import Settings  # noqa: E402
 
 pytestmark = pytest.mark.vllm

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("prometheus_client")
 
 from vllm_hust_vspec.adaptive.feedback import ControllerSnapshot  # noqa: E402
-from vllm_hust_vspec.host.vllm import (  # noqa: E402
+from vllm_hust_vspec.host.engine.scheduler import (  # noqa: E402
     HOOK_ATTR,
     REFILL_MAX_HOLD_STEPS,
     SKIP_ATTR,
@@ -243,8 +243,8 @@ def test_observe_failure_switches_to_fixed_gamma() -> None:
 def test_metrics_are_buffered_then_exact_once_the_engine_is_idle(tmp_path: Any) -> None:
     from prometheus_client import CollectorRegistry
 
-    from vllm_hust_vspec.host.metrics import make_metrics
-    from vllm_hust_vspec.host.trace import TraceWriter
+    from vllm_hust_vspec.host.engine.metrics import make_metrics
+    from vllm_hust_vspec.host.engine.trace import TraceWriter
 
     registry = CollectorRegistry()
     sched = FakeScheduler(running=2, waiting=0)
@@ -390,7 +390,7 @@ def test_no_lengths_asked_while_a_sticky_cohort_is_pinned() -> None:
 def test_the_verify_length_histogram_counts_request_steps_by_drafts_verified() -> None:
     from prometheus_client import CollectorRegistry
 
-    from vllm_hust_vspec.host.metrics import make_metrics
+    from vllm_hust_vspec.host.engine.metrics import make_metrics
 
     registry = CollectorRegistry()
     metrics = make_metrics(registry)
@@ -445,7 +445,7 @@ class FakeCore:
 
 def test_after_a_step_that_skipped_the_drafter_no_worker_is_asked_for_drafts() -> None:
     pytest.importorskip("vllm")
-    from vllm_hust_vspec.host.vllm import _make_post_step_wrapper
+    from vllm_hust_vspec.host.engine.scheduler import _make_post_step_wrapper
 
     sched = FakeScheduler(running=2, waiting=0)
     ctrl = Ctrl(gamma=0)
@@ -491,7 +491,7 @@ def test_after_a_step_that_skipped_the_drafter_no_worker_is_asked_for_drafts() -
 
 def test_a_speculating_step_still_fetches_its_drafts_from_the_worker() -> None:
     pytest.importorskip("vllm")
-    from vllm_hust_vspec.host.vllm import _make_post_step_wrapper
+    from vllm_hust_vspec.host.engine.scheduler import _make_post_step_wrapper
 
     sched = FakeScheduler(running=2, waiting=0)
     hook = _hook(sched, Ctrl(gamma=2), adaptive_gamma0_mode="sticky")
@@ -509,7 +509,7 @@ def test_a_speculating_step_still_fetches_its_drafts_from_the_worker() -> None:
 
 @pytest.mark.parametrize("method", ["ngram_gpu", "suffix"])
 def test_a_proposer_that_drafts_only_its_configured_k_is_refused(method: str) -> None:
-    from vllm_hust_vspec.host.vllm import VSpecHostError, attach
+    from vllm_hust_vspec.host.engine.scheduler import VSpecHostError, attach
 
     spec = SimpleNamespace(method=method, num_speculative_tokens=3)
     sched = SimpleNamespace(vllm_config=SimpleNamespace(speculative_config=spec),

@@ -24,10 +24,11 @@ torch = pytest.importorskip("torch")
 
 import _hust_sdist  # noqa: E402
 
-from vllm_hust_vspec.host import abi, k_backport  # noqa: E402
+from vllm_hust_vspec.host import abi  # noqa: E402
 from vllm_hust_vspec.host.abi.requirements import OWN_K  # noqa: E402
-from vllm_hust_vspec.host.hook import K_FIELD, SchedulerHook  # noqa: E402
-from vllm_hust_vspec.host.vllm import HOOK_ATTR, _make_schedule_wrapper  # noqa: E402
+from vllm_hust_vspec.host.engine.hook import K_FIELD, SchedulerHook  # noqa: E402
+from vllm_hust_vspec.host.engine.scheduler import HOOK_ATTR, _make_schedule_wrapper  # noqa: E402
+from vllm_hust_vspec.host.worker import k_channel as k_backport  # noqa: E402
 from vllm_hust_vspec.settings import Settings  # noqa: E402
 
 
@@ -322,7 +323,7 @@ class HustAscendProposer(HustShapedProposer):
 
 @pytest.mark.parametrize("runner_shape", ["k-less call", "k-native call"])
 def test_the_ascend_backport_drafts_gamma_steps_on_both_runner_shapes(runner_shape: str) -> None:
-    from vllm_hust_vspec.host.ascend.proposer import make_propose_backport
+    from vllm_hust_vspec.host.worker.ascend.proposer import make_propose_backport
 
     backport = make_propose_backport(HustAscendProposer._propose, lambda: "sync")
     for gamma in (2, 1, 0, 3):

@@ -56,7 +56,7 @@ def test_a_logger_the_user_configured_is_left_alone(fresh_logger: logging.Logger
 def test_controller_failure_is_one_error_line(caplog: pytest.LogCaptureFixture) -> None:
     from types import SimpleNamespace
 
-    from vllm_hust_vspec.host.vllm import SchedulerHook
+    from vllm_hust_vspec.host.engine.scheduler import SchedulerHook
     from vllm_hust_vspec.settings import Settings
 
     class Boom:

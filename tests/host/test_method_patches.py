@@ -13,9 +13,9 @@ import torch  # noqa: E402
 
 from vllm_hust_vspec import host  # noqa: E402
 from vllm_hust_vspec.backends.acceptance import AcceptanceParams, greedy_accept  # noqa: E402
-from vllm_hust_vspec.host import acceptance as host_acc  # noqa: E402
 from vllm_hust_vspec.host import models  # noqa: E402
 from vllm_hust_vspec.host.patching import is_patched  # noqa: E402
+from vllm_hust_vspec.host.worker.v1 import acceptance as host_acc  # noqa: E402
 from vllm_hust_vspec.settings import Settings  # noqa: E402
 
 pytestmark = pytest.mark.vllm

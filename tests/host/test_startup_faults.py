@@ -1,6 +1,6 @@
 """Start-up faults of vSpec's engine-side work: one line each, the exception unchanged, the
 test-only fault hook off by default; the engine clients' dead path fails waiting utility
-calls (host/engine_dead.py) instead of leaving them waiting forever."""
+calls (host/frontend/engine_dead.py) instead of leaving them waiting forever."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from vllm_hust_vspec.host import engine_dead, startup
-from vllm_hust_vspec.host.metrics import make_metrics
-from vllm_hust_vspec.host.trace import TraceWriter
+from vllm_hust_vspec.host.engine import startup_faults as startup
+from vllm_hust_vspec.host.engine.metrics import make_metrics
+from vllm_hust_vspec.host.engine.trace import TraceWriter
+from vllm_hust_vspec.host.frontend import engine_dead
 
 
 def test_a_stage_prints_one_line_and_reraises(capsys: pytest.CaptureFixture[str]) -> None:

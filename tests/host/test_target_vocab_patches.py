@@ -15,8 +15,8 @@ pytest.importorskip("vllm")
 import torch  # noqa: E402
 
 from vllm_hust_vspec import host  # noqa: E402
-from vllm_hust_vspec.host import target_vocab as tv  # noqa: E402
 from vllm_hust_vspec.host.patching import is_patched  # noqa: E402
+from vllm_hust_vspec.host.worker.v1 import target_vocab as tv  # noqa: E402
 from vllm_hust_vspec.settings import Settings  # noqa: E402
 
 pytestmark = pytest.mark.vllm

@@ -6,7 +6,7 @@ import json
 import threading
 from pathlib import Path
 
-from vllm_hust_vspec.host.trace import TraceWriter
+from vllm_hust_vspec.host.engine.trace import TraceWriter
 
 
 def _lines(path: Path) -> list[dict[str, int]]:
@@ -54,7 +54,7 @@ def test_a_full_queue_drops_whole_batches_and_counts_them(tmp_path: Path) -> Non
 
 
 def test_each_run_opens_with_its_header_on_a_fresh_line(tmp_path: Path) -> None:
-    from vllm_hust_vspec.host.trace import run_header
+    from vllm_hust_vspec.host.engine.trace import run_header
     from vllm_hust_vspec.sim.replay import read_trace_runs
 
     path = tmp_path / "t.jsonl"
@@ -79,7 +79,7 @@ def test_each_run_opens_with_its_header_on_a_fresh_line(tmp_path: Path) -> None:
 def test_the_header_names_the_engine_facts_a_recalibration_reads() -> None:
     from types import SimpleNamespace
 
-    from vllm_hust_vspec.host.trace import host_facts
+    from vllm_hust_vspec.host.engine.trace import host_facts
 
     def scheduler(mode: str) -> SimpleNamespace:
         config = SimpleNamespace(

@@ -1,4 +1,4 @@
-"""Acceptance modes (issue 5) on hand-made logits: per-mode limits, protected ids, edge cases,
+"""Acceptance modes on hand-made logits: per-mode limits, protected ids, edge cases,
 and the upstream ``rejection_sample`` wrapper with a stand-in original."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from vllm_hust_vspec.backends.acceptance import (  # noqa: E402
     greedy_accept,
     params_from_settings,
 )
-from vllm_hust_vspec.host import acceptance as host_acc  # noqa: E402
+from vllm_hust_vspec.host.worker.v1 import acceptance as host_acc  # noqa: E402
 from vllm_hust_vspec.settings import Settings  # noqa: E402
 
 V = 8

@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from vllm_hust_vspec.host.ascend import graphs, proposer  # noqa: E402
 from vllm_hust_vspec.host.patching import Patcher, PatchError  # noqa: E402
+from vllm_hust_vspec.host.worker.ascend import graphs, proposer  # noqa: E402
 
 
 class FakeProposer:

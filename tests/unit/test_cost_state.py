@@ -11,7 +11,12 @@ import pytest
 from vllm_hust_vspec.adaptive.cost_prior import CostPrior, CostSample
 from vllm_hust_vspec.adaptive.feedback import StepFeedback
 from vllm_hust_vspec.cli.launch import main
-from vllm_hust_vspec.host.cost_state import SCHEMA, CostState, CostStateError, read_state
+from vllm_hust_vspec.host.engine.cost_prior.persisted import (
+    SCHEMA,
+    CostState,
+    CostStateError,
+    read_state,
+)
 
 FP = {"model": "/m/target", "device": "cpu", "max_num_seqs": "8"}
 

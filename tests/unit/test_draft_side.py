@@ -1,4 +1,4 @@
-"""Draft-side pure parts (issue 5): confidence-stop adapter, active-vocabulary / int8 draft
+"""Draft-side pure parts: confidence-stop adapter, active-vocabulary / int8 draft
 head, vocabulary check, active-vocab tool, the new settings."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from vllm_hust_vspec.backends.draft_head import (  # noqa: E402
     read_ids_file,
 )
 from vllm_hust_vspec.cli import active_vocab  # noqa: E402
-from vllm_hust_vspec.host.drafting import draft_config  # noqa: E402
+from vllm_hust_vspec.host.worker.v1.drafting import draft_config  # noqa: E402
 from vllm_hust_vspec.settings import Settings, SettingsError, load_settings  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -213,7 +213,7 @@ def test_draft_config_defaults_and_labels() -> None:
 
 
 def test_the_draft_config_reader_rebuilds_only_for_new_settings() -> None:
-    from vllm_hust_vspec.host.drafting import draft_config_reader
+    from vllm_hust_vspec.host.worker.v1.drafting import draft_config_reader
     from vllm_hust_vspec.settings import Settings
 
     current = {"s": Settings(method="draft")}
@@ -231,7 +231,7 @@ def test_draft_head_options_leave_a_shared_target_head_untouched() -> None:
     predecessor's draft/target shared-module isolation holds by construction."""
     from types import SimpleNamespace
 
-    from vllm_hust_vspec.host.drafting import DraftSideConfig, _build_state
+    from vllm_hust_vspec.host.worker.v1.drafting import DraftSideConfig, _build_state
 
     g = torch.Generator().manual_seed(3)
     shared = torch.nn.Linear(16, 300, bias=False)

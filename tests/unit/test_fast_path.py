@@ -1,4 +1,5 @@
-"""Zero-draft fast path (host/fast_path.py): which steps qualify, and the swap is undone."""
+"""Zero-draft fast path (host/worker/v1/fast_path.py): which steps qualify, and the swap is
+undone."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from vllm_hust_vspec.host import fast_path
+from vllm_hust_vspec.host.worker.v1 import fast_path
 
 SKIP = "vspec_skip_draft"
 

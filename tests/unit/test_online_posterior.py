@@ -18,6 +18,7 @@ from vllm_hust_vspec.adaptive import (
     StepFeedback,
     build_controller,
 )
+from vllm_hust_vspec.adaptive.step_loop import StickyCohort
 from vllm_hust_vspec.sim import load_scenario, make_controller, simulate
 
 CostFn = Callable[[int, int, bool], float]  # (batch, gamma, drafter ran) -> seconds
@@ -44,14 +45,15 @@ def drive(ctrl: OnlineController, cost: CostFn, alpha: Callable[[int], float], s
           *, batch: int = 8, sticky: bool = False, jitter: float = 0.02,
           seed: int = 1) -> list[int]:
     """A closed host loop: decide, verify last step's drafts, time, observe. On a ``sticky``
-    host a settled zero skips the drafter (it is not pinned here: the next decision is
-    asked). Returns the gamma decided at each step."""
+    host the requests turn over every step (each step its own cohort, so a pin never
+    outlives it and every decision is asked): the host's sticky rule then skips the drafter
+    after a settled zero. Returns the gamma decided at each step."""
     rng = random.Random(seed)
     g_prev = ctrl.gamma
     out: list[int] = []
     for t in range(steps):
         g = ctrl.decide(batch, 8192)
-        skip = sticky and g == 0 and ctrl.settled()
+        skip = sticky and StickyCohort[int]().resolve(g, range(batch), ctrl.settled)[1]
         a = alpha(t)
         accepted = []
         for _ in range(batch):

@@ -66,7 +66,7 @@ def test_renamed_options_are_aliases_in_every_spelling(
                                   "--eagle-spec-metadata-cache", "--graph-event-ordering",
                                   "--eagle-zero-draft-kv-first-step", "--merged-full"])
 def test_host_switches_this_host_lacks_fail_closed(flag: str) -> None:
-    from vllm_hust_vspec.host import compat
+    from vllm_hust_vspec.host.abi import compat
 
     argv = [flag, "2"] if flag == "--eagle-tree-width" else [flag]
     ns = build_parser().parse_args(["--method", "eagle", *argv])
@@ -124,7 +124,7 @@ def test_contradicting_graph_switches_are_refused() -> None:
 
 
 def test_merged_full_is_vllm_ascends_own_graph_under_full_graph_modes() -> None:
-    from vllm_hust_vspec.host import compat
+    from vllm_hust_vspec.host.abi import compat
 
     full = _settings("--method", "eagle", "--graph-mode", "full-decode-only", "--merged-full")
     assert compat.unsupported(full, ascend=True) == []  # the host's merged draft graph
@@ -137,7 +137,7 @@ def test_merged_full_is_vllm_ascends_own_graph_under_full_graph_modes() -> None:
 
 
 def test_merged_full_under_combined_full_is_the_hosts_merged_draft_graph() -> None:
-    from vllm_hust_vspec.host import compat
+    from vllm_hust_vspec.host.abi import compat
 
     combined = _settings("--method", "mtp", "--graph-mode", "full", "--merged-full")
     assert compat.unsupported(combined, ascend=True) == []

@@ -26,7 +26,7 @@ from vllm_hust_vspec.adaptive import (
 )
 from vllm_hust_vspec.adaptive.acceptance import halflife_from_ewma_weight
 from vllm_hust_vspec.adaptive.confidence import confidence_keep, scaled_threshold
-from vllm_hust_vspec.host.controller_factory import controller_kwargs, make_controller
+from vllm_hust_vspec.host.engine.controller_factory import controller_kwargs, make_controller
 from vllm_hust_vspec.settings import Settings, SettingsError, load_settings
 
 BATCH = 32
@@ -235,7 +235,7 @@ def test_entropy_scale_keeps_the_predecessors_direction() -> None:
     """The predecessor stopped where entropy * scale > threshold ** 2 (top-k renormalized):
     a larger scale stops earlier, the threshold counts squared."""
     pytest.importorskip("torch")  # the draft-side config reads the backend's defaults
-    from vllm_hust_vspec.host.drafting import draft_config
+    from vllm_hust_vspec.host.worker.v1.drafting import draft_config
 
     base = draft_config(Settings(adaptive_entropy_stop=True))
     eager = draft_config(Settings(adaptive_entropy_stop=True, adaptive_entropy_scale=0.6))

@@ -49,7 +49,7 @@ def test_protected_token_ids_take_the_predecessors_spelling() -> None:
 
 
 def test_bare_adaptive_trace_logs_to_the_server_log(caplog: pytest.LogCaptureFixture) -> None:
-    from vllm_hust_vspec.host.trace import LOG_SINK, TraceWriter
+    from vllm_hust_vspec.host.engine.trace import LOG_SINK, TraceWriter
 
     assert _settings("--adaptive-trace").adaptive_trace == LOG_SINK
     assert load_settings({"HUST_VSPEC_ADAPTIVE_TRACE": "1"}).adaptive_trace == LOG_SINK
@@ -108,7 +108,7 @@ def test_mtp_strict_graph_is_on_for_a_bare_mtp_run() -> None:
 
 
 def test_online_exploration_zero_explores_nothing() -> None:
-    from vllm_hust_vspec.host.controller_factory import controller_kwargs
+    from vllm_hust_vspec.host.engine.controller_factory import controller_kwargs
 
     assert controller_kwargs(_settings("--adaptive-online-exploration", "0"), 4)[
         "exploration"] == 0.0

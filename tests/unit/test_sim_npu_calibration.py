@@ -184,7 +184,7 @@ def test_trace_calibration_recovers_the_step_cost(tmp_path: Path) -> None:
 
 
 def test_trace_calibration_reads_the_engine_facts_of_its_header(tmp_path: Path) -> None:
-    """A vSpec trace names its engine (host/trace.py host_facts): one command, no flags."""
+    """A vSpec trace names its engine (host/engine/trace.py host_facts): one command, no flags."""
     from vllm_hust_vspec.adaptive.trace_record import TraceHeader
 
     truth = HostCost(target_base_ms=20.0, target_per_token_ms=0.15, spec_overhead_ms=15.0,

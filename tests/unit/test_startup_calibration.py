@@ -1,4 +1,5 @@
-"""The start-up calibration's script (host/startup_calibration.py) driven by the feedback a
+"""The start-up calibration's script (host/engine/cost_prior/calibration.py) driven by the feedback
+a
 host gives it: which arms it plays, which steps it keeps, the prior it makes."""
 
 from __future__ import annotations
@@ -11,7 +12,12 @@ import pytest
 from vllm_hust_vspec.adaptive._limits import bucket_index, calibration_batches
 from vllm_hust_vspec.adaptive.cost_prior import CostPrior, CostSample
 from vllm_hust_vspec.adaptive.feedback import StepFeedback
-from vllm_hust_vspec.host.startup_calibration import CalibrationScript, blocker, scaled_verify
+from vllm_hust_vspec.adaptive.step_loop import StickyCohort
+from vllm_hust_vspec.host.engine.cost_prior.calibration import (
+    CalibrationScript,
+    blocker,
+    scaled_verify,
+)
 from vllm_hust_vspec.settings import Settings
 
 K = 4
@@ -25,17 +31,20 @@ def _cost(batch: int, gamma: int, ran: bool) -> float:
 def _drive(script: CalibrationScript, batch: int, *, sticky: bool = True,
            limit: int = 200, load: Callable[[int], float] = lambda gamma: 1.0) -> list[int]:
     """Run one cohort the way the hook does: decide, then the feedback of the step that
-    verified the previous decision (a sticky zero is pinned and no longer asks decide)."""
+    verified the previous decision (the host's sticky cohort: a pinned zero no longer asks
+    decide)."""
     script.start(batch, BUDGET)
     played: list[int] = []
     verified = K  # drafts made before the first decision use max K
-    pinned = False
+    cohort: StickyCohort[int] = StickyCohort()
+    ids = range(batch)
     for _ in range(limit):
         if script.done():
             break
-        decided = 0 if pinned else script.decide(batch, BUDGET)
-        skip = sticky and decided == 0 and (pinned or script.settled())
-        pinned = pinned or skip
+        decided = 0 if cohort.pinned() else script.decide(batch, BUDGET)
+        skip = False
+        if sticky:
+            decided, skip = cohort.resolve(decided, ids, script.settled)
         played.append(decided)
         script.observe(StepFeedback(
             batch_size=batch, gamma=verified, drafted=(verified,) * batch,

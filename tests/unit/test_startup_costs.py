@@ -1,4 +1,5 @@
-"""The start-up cost profile's arithmetic (host/startup_costs.py) and how controllers take a
+"""The start-up cost profile's arithmetic (host/engine/cost_prior/dummy_batches.py) and how
+controllers take a
 prior of dummy batches (CostPrior.needs_anchor)."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import pytest
 from vllm_hust_vspec.adaptive import OnlineConfig, OnlineController
 from vllm_hust_vspec.adaptive.cost_prior import CostPrior, CostSample
 from vllm_hust_vspec.adaptive.feedback import StepFeedback
-from vllm_hust_vspec.host import startup_costs
+from vllm_hust_vspec.host.engine.cost_prior import dummy_batches as startup_costs
 from vllm_hust_vspec.settings import Settings
 from vllm_hust_vspec.sim.noise import TimingNoise
 

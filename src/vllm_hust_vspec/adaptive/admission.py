@@ -26,6 +26,8 @@ from typing import Any
 _HALFLIFE = 64.0  # observations: the memory of both fits
 _MIN_MIXED = 4  # admitting steps (with a steady reference) before any verdict
 _CONFIDENCE = 2.0  # standard errors the fixed cost must clear
+# A hold never lasts longer than this many consecutive steps (no starvation): vSpec's bound.
+REFILL_MAX_HOLD_STEPS = 16
 
 
 class _Line:
@@ -137,7 +139,7 @@ class AdmissionCost:
 
 class RefillHold:
     """When cohort refill holds the waiting queue: one rule for the host
-    (host/hook_parts.py RefillAdmission) and the simulator.
+    (host/engine/admission.py) and the simulator.
 
     The queue is held while fewer than ``min(batch, waiting)`` slots are free and:
 
@@ -154,7 +156,8 @@ class RefillHold:
 
     __slots__ = ("batch", "cost", "max_hold_steps", "held_steps", "_loss")
 
-    def __init__(self, batch: int, mode: str, max_hold_steps: int) -> None:
+    def __init__(self, batch: int, mode: str,
+                 max_hold_steps: int = REFILL_MAX_HOLD_STEPS) -> None:
         if mode not in ("auto", "speculating"):
             raise ValueError(f"refill hold mode must be 'auto' or 'speculating', not {mode!r}")
         self.batch = batch
@@ -195,4 +198,4 @@ class RefillHold:
             self.cost.observe(batch, gamma, interval_s, prefill_tokens)
 
 
-__all__ = ["AdmissionCost", "RefillHold"]
+__all__ = ["REFILL_MAX_HOLD_STEPS", "AdmissionCost", "RefillHold"]

@@ -66,9 +66,8 @@ _REAL_SAMPLE_SD = 0.03
 # The sampling factor of a bucket's covariance is refreshed every this many updates, and the
 # coefficients' drift is added in lumps of this many steps (the mean is always current). A
 # bucket's first factor is normally its prior's (or its neighbour's), so its first 16
-# samples draw at that width: that is part of how a new bucket is explored. Refreshing as
-# the posterior narrows (after 1, 2, 4, 8 samples) explored less and re-opened a
-# switched-off drafter less often (docs/benchmarks.md, eleventh session).
+# samples draw at that width: that is part of how a new bucket is explored (refreshing as
+# the posterior narrows explores less and re-opens a switched-off drafter less often).
 _CHOL_EVERY = 16
 _DRIFT_EVERY = 8
 # Draws of an infeasible machine are redrawn this many times before being projected. Only

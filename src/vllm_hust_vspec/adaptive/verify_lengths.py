@@ -237,7 +237,8 @@ class PerRequestLengths:
 
     def __init__(self, max_gamma: int, config: LengthsConfig | None = None,
                  cost_prior: CostPrior | None = None) -> None:
-        """``cost_prior``: start-up step times (host/startup_costs.py) that identify a
+        """``cost_prior``: start-up step times (host/engine/cost_prior/dummy_batches.py) that
+        identify a
         verified token's cost before the real steps can (see :class:`_StepCost`)."""
         self.config = cfg = config or LengthsConfig()
         self.margin = cfg.margin

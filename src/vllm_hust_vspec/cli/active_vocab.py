@@ -27,7 +27,8 @@ exit status: 0 written, 1 inputs could not be read, 2 bad arguments.
 """
 
 TRACE_KEYS = ("token_ids", "output_token_ids", "prompt_token_ids")
-ARGMAX_FORMAT = "vspec_target_argmax"  # host/diagnostics.py writes it; kept in sync by a test
+# host/worker/v1/diagnostics.py writes it; a test keeps the two in sync
+ARGMAX_FORMAT = "vspec_target_argmax"
 ARGMAX_VERSIONS = (1,)
 
 

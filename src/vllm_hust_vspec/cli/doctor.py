@@ -15,7 +15,6 @@ import json
 import sys
 from collections.abc import Sequence
 
-from vllm_hust_vspec.host import compat, runners
 from vllm_hust_vspec.host.abi import (
     FEATURES,
     METHODS,
@@ -23,8 +22,10 @@ from vllm_hust_vspec.host.abi import (
     SourceError,
     check_live,
     check_static,
+    compat,
     merge,
     render_text,
+    runners,
 )
 
 EXIT_OK = 0

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from vllm_hust_vspec._version import __version__
 from vllm_hust_vspec.cli.options import add_settings_arguments, cli_values
-from vllm_hust_vspec.host import compat
+from vllm_hust_vspec.host.abi import compat
 from vllm_hust_vspec.launch.command import build_serve_command
 from vllm_hust_vspec.launch.models import ModelNotFoundError
 from vllm_hust_vspec.launch.ownership import (

@@ -63,14 +63,14 @@ def apply(settings: Settings) -> None:
     """
     global _state
     with _LOCK:
-        from vllm_hust_vspec.host import ascend, compat
+        from vllm_hust_vspec.host.abi import compat
+        from vllm_hust_vspec.host.worker import ascend
 
         compat.require_supported(settings, ascend=ascend.is_ascend_platform())
         if _state is not None:
             _state.ref.settings = settings
             return
-        from vllm_hust_vspec.host import capabilities
-        from vllm_hust_vspec.host import vllm as upstream
+        from vllm_hust_vspec.host.abi import capabilities
 
         caps = capabilities.detect()
         capabilities.require_upstream(caps)
@@ -78,7 +78,7 @@ def apply(settings: Settings) -> None:
         ref = SettingsRef(settings)
         registered: list[str] = []
         try:
-            upstream.install(patcher, ref.get)
+            _apply_core(patcher, ref)
             _apply_methods(patcher, ref, registered)
             _apply_ascend(patcher, ref)
         except BaseException:
@@ -91,20 +91,38 @@ def apply(settings: Settings) -> None:
         )
 
 
+def _apply_core(patcher: Patcher, ref: SettingsRef) -> None:
+    """The per-step gamma, process by process: the front end declares the gamma range and
+    ends the server when the engine dies, the EngineCore's scheduler decides every step, and
+    each runner's workers honour the decision (V1 here, Model Runner V2 next; vLLM-Ascend's in
+    :func:`_apply_ascend`)."""
+    from vllm_hust_vspec.host.engine import scheduler
+    from vllm_hust_vspec.host.frontend import declared_schedule, engine_dead
+    from vllm_hust_vspec.host.worker.v1 import runner as v1_runner
+    from vllm_hust_vspec.host.worker.v2 import runner as v2_runner
+
+    declared_schedule.install(patcher, ref.get)
+    engine_dead.install(patcher)
+    scheduler.install(patcher, ref.get)
+    v1_runner.install(patcher, ref.get)
+    v2_runner.install(patcher, ref.get)
+
+
 def _apply_methods(patcher: Patcher, ref: SettingsRef, registered: list[str]) -> None:
     """Method features on the upstream worker/config path (the one list of them):
     drafter registrations, the CPU expand fix, draft/target vocabulary rule, draft-side
     features (confidence stop, draft LM head, padded-vocab guards) and, on non-NPU hosts,
     relaxed acceptance. ``registered`` receives the model architectures registered first, so
     a later failure can unregister them."""
-    from vllm_hust_vspec.host import ascend, models
-    from vllm_hust_vspec.host.acceptance import install_acceptance
-    from vllm_hust_vspec.host.acceptance_v2 import install_acceptance_v2
-    from vllm_hust_vspec.host.cpu_expand import install_cpu_expand_fix
-    from vllm_hust_vspec.host.diagnostics import install_diagnostics
-    from vllm_hust_vspec.host.drafting import install_drafting
-    from vllm_hust_vspec.host.target_vocab import install_target_vocab
+    from vllm_hust_vspec.host import models
     from vllm_hust_vspec.host.vocab import install_vocab_check
+    from vllm_hust_vspec.host.worker import ascend
+    from vllm_hust_vspec.host.worker.v1.acceptance import install_acceptance
+    from vllm_hust_vspec.host.worker.v1.cpu_expand import install_cpu_expand_fix
+    from vllm_hust_vspec.host.worker.v1.diagnostics import install_diagnostics
+    from vllm_hust_vspec.host.worker.v1.drafting import install_drafting
+    from vllm_hust_vspec.host.worker.v1.target_vocab import install_target_vocab
+    from vllm_hust_vspec.host.worker.v2.acceptance import install_acceptance_v2
 
     registered.extend(models.register_models())
     install_cpu_expand_fix(patcher)  # strict acceptance needs it too
@@ -119,7 +137,7 @@ def _apply_methods(patcher: Patcher, ref: SettingsRef, registered: list[str]) ->
 
 def _apply_ascend(patcher: Patcher, ref: SettingsRef) -> None:
     """On the NPU platform: check vllm-ascend's ABI live (fail closed), then patch it."""
-    from vllm_hust_vspec.host import ascend
+    from vllm_hust_vspec.host.worker import ascend
 
     if not ascend.is_ascend_platform():
         return

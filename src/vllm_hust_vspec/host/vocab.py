@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from vllm_hust_vspec.host.capabilities import SPEC_CONFIG
+from vllm_hust_vspec.host.abi.capabilities import SPEC_CONFIG
 from vllm_hust_vspec.host.patching import Patcher, resolve
 
 if TYPE_CHECKING:

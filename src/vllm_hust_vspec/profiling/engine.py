@@ -128,7 +128,7 @@ def measure(
     from vllm import LLM, SamplingParams
 
     from vllm_hust_vspec import host
-    from vllm_hust_vspec.host import controller_factory
+    from vllm_hust_vspec.host.engine import controller_factory
 
     ctrl = ConstantGamma(grid.max_gamma)
 

@@ -41,7 +41,7 @@ def build_ours(name: str, scenario: Scenario, seed: int = 0, sampler_seed: int =
 
 def build_online(scenario: Scenario, prior: CostPrior | None, sampler_seed: int = 0
                  ) -> Controller:
-    """The online controller as host/controller_factory.py builds it for ``scenario``, from
+    """The online controller as host/engine/controller_factory.py builds it for ``scenario``, from
     ``prior``: on a sticky host arm 0 skips the drafter. The host's sampler seed is 0."""
     return build_controller("online", min_gamma=scenario.min_gamma,
                             max_gamma=scenario.max_gamma, cost_prior=prior,
@@ -64,7 +64,8 @@ _DUMMY_LEVEL = 0.5
 
 
 def startup_prior(scenario: Scenario, seed: int) -> CostPrior:
-    """What host/startup_costs.py gives a fresh controller: every power-of-two batch up to
+    """What host/engine/cost_prior/dummy_batches.py gives a fresh controller: every power-of-two
+    batch up to
     ``max_num_seqs`` and every gamma, the drafter skipped and sync zeros included, priced by
     the cost model over empty contexts (dummy batches have none), at half the real level,
     the drafter-skipping zero ``scenario.startup_zero_bias`` times dearer, and each off by up
@@ -94,7 +95,7 @@ _CALIBRATION_CONTEXT = 84
 
 
 def calibration_prior(scenario: Scenario, seed: int, profile: CostPrior | None) -> CostPrior:
-    """What host/startup_calibration.py gives a fresh controller: real steps at the middle
+    """What host/engine/cost_prior/calibration.py gives a fresh controller: real steps at the middle
     of every batch bucket up to ``max_num_seqs`` (``calibration_batches``), every gamma from 1
     up, and gamma 0 as the host plays a settled zero (reported as drafter-skipping on a
     sticky host; its first pass run on a sync one), priced by the cost model at the

@@ -13,7 +13,7 @@ Each loop iteration is one engine step:
 
 The scenario's ``gamma0`` says what a gamma-0 step is: ``free`` (no drafter cost, an ideal
 host), ``sync`` (the drafter still runs its first pass, as vLLM does at K=0) or ``sticky``
-(vSpec's host, host/hook.py: a settled zero pins the running cohort at 0 without asking the
+(vSpec's host, host/engine/hook.py: a settled zero pins the running cohort at 0 without asking the
 controller until the cohort has finished, skips the drafter meanwhile, and the requests
 scheduled in a skipped step never draft again). ``refill_batch`` holds admissions as the
 host's cohort refill does, and ``path_warmup`` slows the first steps after the drafter is
@@ -30,10 +30,10 @@ from typing import Any, Protocol
 
 from ..adaptive.admission import RefillHold
 from ..adaptive.feedback import Controller, StepFeedback, VerifyQuery
+from ..adaptive.step_loop import StickyCohort
 from .acceptance import StationaryModel, expected_accept_prefix
 from .cost import CostModel
 from .noise import NoiseSource
-from .scenario import REFILL_MAX_HOLD_STEPS as REFILL_MAX_HOLD_STEPS  # the host's, re-exported
 from .scenario import Scenario
 from .workload import RequestSpec, make_requests
 
@@ -67,6 +67,10 @@ class _Req:
         self.decoding = False
         self.finished = False
         self.conf: tuple[float, ...] = ()
+
+
+def _never() -> bool:
+    return False
 
 
 @dataclass(slots=True)
@@ -198,8 +202,9 @@ class Simulation:
         sticky = mode == "sticky"
         zero_pass = mode != "free"
         settled = getattr(controller, "settled", None)
-        pinned: set[int] = set()  # the cohort a sticky zero holds at 0
-        tainted: set[int] = set()  # requests whose drafter was skipped: never draft again
+        if not callable(settled):
+            settled = _never
+        cohort: StickyCohort[int] = StickyCohort()  # the host's sticky zero (adaptive/step_loop)
         skip = False
         holder = RefillHold(sc.refill_batch, sc.refill_hold, sc.refill_max_hold_steps)
         warmup = sc.path_warmup if sticky else ()
@@ -274,9 +279,7 @@ class Simulation:
                     ctx += r.prefilled + chunk
             hold = holder.decide(
                 occupied=len(running), free=max_seqs - len(running), waiting=len(waiting),
-                speculating=not pinned and not (
-                    tainted and all(r.rid in tainted for r in running)),
-                gamma=g_prev)
+                speculating=cohort.speculating(r.rid for r in running), gamma=g_prev)
             admitted_now = 0
             while not hold and waiting and len(running) < max_seqs and budget > 0:
                 admitted_now += 1
@@ -291,20 +294,15 @@ class Simulation:
             # 2. decide (for drafts made after this step)
             self.batch = decode + [p[0] for p in prefill]
             self.batch_context = ctx
-            if sticky and pinned:
+            if sticky and cohort.pinned():
                 g = 0  # the host does not ask the controller while a cohort is pinned
             else:
                 g = int(decide(len(self.batch), max_tokens))
                 g = min_g if g < min_g else (max_g if g > max_g else g)
-            skip = sticky and g == 0 and (bool(pinned) or (callable(settled) and settled()))
-            if skip:
-                ids = {r.rid for r in self.batch}
-                tainted |= ids
-                if not pinned:
-                    pinned = ids
-            elif sticky and g > 0 and tainted and all(r.rid in tainted for r in self.batch):
-                # as the host: nobody could use a draft, the drafter stays off, no new pin
-                skip, g = True, 0
+            skip = False
+            if sticky:
+                g, skip = cohort.resolve(g, [r.rid for r in self.batch], settled)
+            tainted = cohort.tainted
 
             # 3. verify
             committed = 0
@@ -380,8 +378,7 @@ class Simulation:
                         finished.append(r)
                         self.live.pop(r.rid, None)
                         released += 1
-                        pinned.discard(r.rid)
-                        tainted.discard(r.rid)
+                        cohort.forget((r.rid,))
                     else:
                         keep.append(r)
                 running = keep

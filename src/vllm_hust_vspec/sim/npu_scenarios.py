@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from ..adaptive._limits import bucket_batches
+from ..adaptive.admission import REFILL_MAX_HOLD_STEPS
 from ..adaptive.fitting import FitSample, fit_profile
 from .npu_calibration import METHODS, Calibration, FitOptions, Prediction, predict
 from .npu_data import Measurements
 from .npu_sim import AcceptParams
-from .scenario import REFILL_MAX_HOLD_STEPS, Scenario, parse_scenario
+from .scenario import Scenario, parse_scenario
 
 SCENARIO_DIR = "scenarios_npu"
 RECORD_NAME = "npu_calibration.json"

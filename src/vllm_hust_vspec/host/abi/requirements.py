@@ -128,7 +128,7 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                     "_initialize_kv_caches")),
         Check.of("vllm.startup_calibration", VLLM,
                  "the start-up calibration runs real steps of its own requests through the "
-                 "built engine before it serves (host/startup_calibration.py)",
+                 "built engine before it serves (host/engine/cost_prior/calibration.py)",
                  _p(METHOD, ENGINE_CORE_MOD, "EngineCore", "__init__"),
                  _p(METHOD, ENGINE_CORE_MOD, "EngineCoreProc", "run_busy_loop"),
                  _p(METHOD, ENGINE_CORE_MOD, "EngineCore", "step"),
@@ -188,7 +188,7 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                 Check(id="vllm.proposer_k", host=VLLM,
                       why="the proposer drafts the step's gamma: it takes "
                           "num_speculative_tokens, or vSpec sets the attribute its draft "
-                          "loop reads for the call (host/k_backport.py)",
+                          "loop reads for the call (host/worker/k_channel.py)",
                       alternatives=(
                           (_p(METHOD, BASE_PROPOSER_MOD, "SpecDecodeBaseProposer", "propose",
                               K_PARAM),),
@@ -266,12 +266,12 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
 
 # vLLM builds Model Runner V2 by itself (its CUDA default since 0.32) where VllmConfig decides
 # the runner; where V2 is only an opt-in environment switch (the vLLM-HUST core) vSpec does
-# not drive it, and a worker that builds it stops before its model loads (host/runners.py).
+# not drive it, and a worker that builds it stops before its model loads (host/abi/runners.py).
 V2_BUILT = _p(METHOD, "vllm.config.vllm", "VllmConfig", "use_v2_model_runner")
 
 
 def v2_checks() -> list[Check]:
-    """What host/runner_v2.py patches (Model Runner V2 hosts only)."""
+    """What host/worker/v2/runner.py patches (Model Runner V2 hosts only)."""
     propose = ("propose", K_PARAM, "dummy_run")
     return [
         Check.of("vllm.v2_runner", VLLM,
@@ -369,7 +369,7 @@ def ascend_checks(method: str, adaptive: bool, features: tuple[str, ...] = ()) -
             _p(CALL_KW, A_RUNNER_MOD, A_RUNNER, "propose_draft_token_ids",
                "common_attn_metadata", callee="_propose"),
         ))
-        # The K backport's padding rule (host/k_backport.py reads_stride_max_k): under async
+        # The K backport's padding rule (host/worker/k_channel.py reads_stride_max_k): under async
         # scheduling the next frame reads this frame's drafts in _prepare_input_ids with row
         # stride num_spec_tokens (max K; vLLM 0.23), unless the runner keeps the last draft
         # width in prev_num_spec_tokens (vLLM >= 0.31; vllm-ascend 0.30 sets it too). vSpec

@@ -70,7 +70,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_hust_vspec.host.ascend.graph_params import (
+from vllm_hust_vspec.host.patching import Patcher
+from vllm_hust_vspec.host.worker.ascend.graph_params import (
     GammaDraftGraphs,
     GraphWidthsError,
     RoutedGraphParams,
@@ -79,18 +80,17 @@ from vllm_hust_vspec.host.ascend.graph_params import (
     sizes_for_width,
     width_of,
 )
-from vllm_hust_vspec.host.ascend.graphs import (
+from vllm_hust_vspec.host.worker.ascend.graphs import (
     BatchShape,
     _all_decode,
     check_strict,
     make_strict_dispatch_wrapper,
     mode_name,
 )
-from vllm_hust_vspec.host.ascend.proposer import GAMMA_RUNNABLES_ATTR
-from vllm_hust_vspec.host.k_backport import drafting_steps
-from vllm_hust_vspec.host.patching import Patcher
+from vllm_hust_vspec.host.worker.ascend.proposer import GAMMA_RUNNABLES_ATTR
+from vllm_hust_vspec.host.worker.k_channel import drafting_steps
 
-logger = logging.getLogger("vllm_hust_vspec.host.ascend")
+logger = logging.getLogger("vllm_hust_vspec.host.worker.ascend")
 
 STATE_ATTR = "_vspec_graph_widths"  # on the runner and on its cudagraph dispatcher
 

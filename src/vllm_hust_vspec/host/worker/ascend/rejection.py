@@ -17,7 +17,7 @@ from typing import Any
 from vllm_hust_vspec.backends.acceptance import AcceptanceParams, greedy_accept
 from vllm_hust_vspec.host.patching import Patcher
 
-logger = logging.getLogger("vllm_hust_vspec.host.ascend")
+logger = logging.getLogger("vllm_hust_vspec.host.worker.ascend")
 
 
 def _output_lens(sampling_metadata: Any, batch: int) -> list[int] | None:

@@ -1,4 +1,4 @@
-"""Per-key ACL graph bookkeeping for graph-per-gamma (host/ascend/graph_widths.py).
+"""Per-key ACL graph bookkeeping for graph-per-gamma (host/worker/ascend/graph_widths.py).
 
 Sizing helpers, the merged draft graph per gamma (:class:`GammaDraftGraphs`), and vllm-ascend's
 graph params (``acl_graph.GraphParams``) kept apart per key.
@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
-from vllm_hust_vspec.host.ascend.graphs import mode_name
+from vllm_hust_vspec.host.worker.ascend.graphs import mode_name
 
 
 class GraphWidthsError(RuntimeError):

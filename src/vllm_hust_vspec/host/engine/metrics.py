@@ -133,11 +133,11 @@ def make_metrics(registry: Any = None) -> VSpecMetrics:
     registry, which is what vLLM's /metrics reads). In multiprocess mode prometheus_client
     opens its sample files in ``PROMETHEUS_MULTIPROC_DIR`` as the metrics are created; a
     folder that cannot take them raises an OSError naming it."""
-    from vllm_hust_vspec.host import startup
+    from vllm_hust_vspec.host.engine import startup_faults
 
     folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     try:
-        startup.inject("metrics")
+        startup_faults.inject("metrics")
         metrics = _create(registry)
     except OSError as exc:
         raise OSError(f"vSpec metrics: cannot create the vspec_ metrics (their sample files "

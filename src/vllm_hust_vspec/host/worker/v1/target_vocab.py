@@ -30,7 +30,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from vllm_hust_vspec.host.capabilities import MODEL_RUNNER
+from vllm_hust_vspec.host.abi.capabilities import MODEL_RUNNER
 from vllm_hust_vspec.host.patching import Patcher, resolve
 
 if TYPE_CHECKING:
@@ -241,7 +241,7 @@ def install_target_vocab(patcher: Patcher, get_settings: Callable[[], Settings])
     ``eagle_target_active_vocab_ids``, only when the option is set (nothing is added to the
     per-request and per-step paths otherwise). Fails closed on vLLM-Ascend, whose runner
     computes logits on its own path."""
-    from vllm_hust_vspec.host import ascend
+    from vllm_hust_vspec.host.worker import ascend
 
     if _active_path(get_settings) is None:
         return

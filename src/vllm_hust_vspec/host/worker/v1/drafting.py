@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from vllm_hust_vspec.host.capabilities import BASE_PROPOSER, MODEL_RUNNER
+from vllm_hust_vspec.host.abi.capabilities import BASE_PROPOSER, MODEL_RUNNER
 from vllm_hust_vspec.host.patching import Patcher, resolve, resolve_any
 
 if TYPE_CHECKING:

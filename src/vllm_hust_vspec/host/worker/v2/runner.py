@@ -9,7 +9,7 @@ stores the drafts per request in ``req_states.draft_tokens`` and hands the first
 the scheduler. So:
 
 * **Sticky gamma 0.** The scheduler hook marks a pinned step on its output
-  (:data:`~vllm_hust_vspec.host.hook.SKIP_ATTR`); the wrapped ``execute_model`` remembers the
+  (:data:`~vllm_hust_vspec.host.engine.hook.SKIP_ATTR`); the wrapped ``execute_model`` remembers the
   mark, the wrapped ``sample_tokens`` arms the speculator for that one call, and the wrapped
   ``propose`` returns all -1 drafts without running the drafter (the same value the
   speculators return for K = 0). Dummy runs (profiling, graph capture, DP padding) always run.
@@ -54,11 +54,11 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from vllm_hust_vspec.host.hook import SKIP_ATTR
+from vllm_hust_vspec.host.engine.hook import SKIP_ATTR
 from vllm_hust_vspec.host.patching import Patcher, resolve
 
 if TYPE_CHECKING:
-    from vllm_hust_vspec.host.drafting import DraftSideConfig
+    from vllm_hust_vspec.host.worker.v1.drafting import DraftSideConfig
     from vllm_hust_vspec.settings import Settings
 
 logger = logging.getLogger("vllm_hust_vspec.host")
@@ -91,7 +91,7 @@ PENDING_STEPS_ATTR = "_vspec_conf_pending"
 def available() -> bool:
     """True when this vLLM has the Model Runner V2 vSpec drives: the runner and every
     speculator it patches import (an early V2 without them, such as the vLLM-HUST core's
-    opt-in one, is not driven, and a worker that builds it stops: host/runners.py)."""
+    opt-in one, is not driven, and a worker that builds it stops: host/abi/runners.py)."""
     try:
         for target in (V2_RUNNER, V2_BASE_SPECULATOR, *V2_SPECULATORS):
             resolve(*target)
@@ -197,7 +197,7 @@ def draft_head(speculator: Any, config: DraftSideConfig) -> Any:
     head = None
     if config.head_changed:
         from vllm_hust_vspec.backends.draft_head import DraftHead, active_ids
-        from vllm_hust_vspec.host.drafting import lm_head_weight
+        from vllm_hust_vspec.host.worker.v1.drafting import lm_head_weight
 
         weight = lm_head_weight(speculator)
         vocab = int(weight.shape[0])
@@ -287,7 +287,7 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> bool:
     """Patch Model Runner V2 when this vLLM has it; returns whether it did."""
     if not available():
         return False
-    from vllm_hust_vspec.host.drafting import draft_config_reader
+    from vllm_hust_vspec.host.worker.v1.drafting import draft_config_reader
 
     get_config = draft_config_reader(get_settings)
 

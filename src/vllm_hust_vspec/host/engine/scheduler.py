@@ -1,7 +1,6 @@
-"""Upstream vLLM (>= 0.31, V1 runner) host: the per-step gamma hook in the scheduler.
+"""The per-step gamma hook in vLLM's Scheduler and EngineCore (EngineCore process).
 
-Everything here runs in the EngineCore process except :func:`_make_propose_wrapper`, which
-runs on every worker (TP rank) and only reads a flag the scheduler put in its output.
+The workers' side (the drafter skip, the K channel) is host/worker/v1/runner.py.
 
 How gamma reaches the drafter (vLLM 0.32 ``vllm/v1/core/sched/scheduler.py``):
 
@@ -27,35 +26,24 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from vllm_hust_vspec.host import (
-    controller_factory,
-    engine_dead,
-    fast_path,
-    k_backport,
-    runner_v2,
-    runners,
-    schedule,
-    startup,
-    startup_calibration,
-    startup_costs,
-)
-from vllm_hust_vspec.host.capabilities import (
+from vllm_hust_vspec.adaptive.admission import REFILL_MAX_HOLD_STEPS
+from vllm_hust_vspec.host.abi import runners
+from vllm_hust_vspec.host.abi.capabilities import (
     ENGINE_CORE,
     ENGINE_CORE_PROC,
-    MODEL_RUNNER,
     SCHEDULER,
-    WORKER,
 )
-from vllm_hust_vspec.host.cost_state import CostState, fingerprint_of
-from vllm_hust_vspec.host.hook import (
-    K_FIELD,
+from vllm_hust_vspec.host.engine import controller_factory, startup_faults
+from vllm_hust_vspec.host.engine.cost_prior import calibration, dummy_batches
+from vllm_hust_vspec.host.engine.cost_prior.persisted import CostState, fingerprint_of
+from vllm_hust_vspec.host.engine.hook import (
     SKIP_ATTR,
     GammaLookup,
     SchedulerHook,
     VSpecHostError,
 )
-from vllm_hust_vspec.host.hook_parts import REFILL_MAX_HOLD_STEPS
-from vllm_hust_vspec.host.metrics import get_metrics
+from vllm_hust_vspec.host.engine.metrics import get_metrics
+from vllm_hust_vspec.host.frontend import declared_schedule
 from vllm_hust_vspec.host.patching import Patcher, resolve
 
 if TYPE_CHECKING:
@@ -75,7 +63,7 @@ def attach(scheduler: Any, settings: Settings) -> SchedulerHook | None:
     """Attach a hook to a freshly built Scheduler when speculation is configured.
 
     What the hook reads of the scheduler is checked once per process by the requirement
-    table (host/capabilities.py, the doctor's checks), not here."""
+    table (host/abi/capabilities.py, the doctor's checks), not here."""
     spec = scheduler.vllm_config.speculative_config
     max_gamma = int(getattr(scheduler, "num_spec_tokens", 0) or 0)
     if spec is None or max_gamma <= 0:
@@ -95,7 +83,7 @@ def attach(scheduler: Any, settings: Settings) -> SchedulerHook | None:
         logger.warning("vSpec: %s", warning)
     settings = runner_plan.settings
     state = prior = None
-    profiled = startup_costs.take(scheduler.vllm_config)
+    profiled = dummy_batches.take(scheduler.vllm_config)
     if settings.adaptive_speculation and settings.adaptive_state_path:
         state = CostState(settings.adaptive_state_path,
                           fingerprint_of(scheduler.vllm_config, max_gamma))
@@ -104,14 +92,14 @@ def attach(scheduler: Any, settings: Settings) -> SchedulerHook | None:
     # dummy batches of this one
     calibrate = (settings.adaptive_startup_calibration and prior is None
                  and controller_factory.takes_cost_prior(settings))
-    if calibrate and (why := startup_calibration.blocker(settings, scheduler)) is not None:
+    if calibrate and (why := calibration.blocker(settings, scheduler)) is not None:
         logger.warning("vSpec: no start-up calibration: %s; the controller starts from the "
                        "dummy-batch profile", why)
         calibrate = False
     if prior is None and settings.adaptive_speculation:
         prior = profiled
     controller = controller_factory.make_controller(settings, max_gamma, cost_prior=prior)
-    with startup.stage("vspec_ metrics"):
+    with startup_faults.stage("vspec_ metrics"):
         metrics = get_metrics()
     hook = SchedulerHook(
         scheduler, settings, controller, max_gamma, metrics=metrics, cost_state=state,
@@ -119,7 +107,7 @@ def attach(scheduler: Any, settings: Settings) -> SchedulerHook | None:
     )
     # with a calibration to come, the trace opens after it, naming the prior served from
     if not calibrate:
-        with startup.stage("adaptive trace"):
+        with startup_faults.stage("adaptive trace"):
             hook.telemetry.trace = hook.open_trace(prior)
     hook.calibration_pending = calibrate
     hook.startup_profile = profiled
@@ -127,7 +115,7 @@ def attach(scheduler: Any, settings: Settings) -> SchedulerHook | None:
         # No per-step K channel in this host (the vLLM-HUST core): the hook carries its own.
         hook.own_channel = True
     elif hook.adaptive:
-        if scheduler.dynamic_sd_lookup is not None and not schedule.is_declared(spec):
+        if scheduler.dynamic_sd_lookup is not None and not declared_schedule.is_declared(spec):
             logger.warning(
                 "vSpec: replacing the configured num_speculative_tokens_per_batch_size "
                 "schedule with the adaptive controller"
@@ -155,15 +143,15 @@ def calibrate_engine(core: Any) -> None:
     if hook is None or not hook.calibration_pending:
         return
     hook.calibration_pending = False
-    with startup.stage("start-up calibration"):
-        prior = startup_calibration.calibrate(core, hook, dummy=hook.startup_profile)
+    with startup_faults.stage("start-up calibration"):
+        prior = calibration.calibrate(core, hook, dummy=hook.startup_profile)
         controller = hook.controller
         if prior is not None:
             controller = controller_factory.make_controller(hook.settings, hook.max_gamma,
                                                             cost_prior=prior)
         else:
             prior = hook.cost_prior
-    with startup.stage("adaptive trace"):
+    with startup_faults.stage("adaptive trace"):
         trace = hook.open_trace(prior)
     hook.restart(controller, prior, trace)
 
@@ -180,7 +168,7 @@ def _make_init_wrapper(
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             orig(self, *args, **kwargs)
-            with startup.stage("scheduler hook"):
+            with startup_faults.stage("scheduler hook"):
                 attach(self, get_settings())
 
         return __init__
@@ -326,8 +314,8 @@ def _make_kv_init_wrapper(
         def _initialize_kv_caches(self: Any, vllm_config: Any, *args: Any, **kwargs: Any) -> Any:
             out = orig(self, vllm_config, *args, **kwargs)
             # The model is warm and the KV cache allocated; the scheduler is built next.
-            with startup.stage("start-up cost profile"):
-                startup_costs.profile_engine(self.model_executor, vllm_config, get_settings())
+            with startup_faults.stage("start-up cost profile"):
+                dummy_batches.profile_engine(self.model_executor, vllm_config, get_settings())
             return out
 
         return _initialize_kv_caches
@@ -335,88 +323,12 @@ def _make_kv_init_wrapper(
     return make
 
 
-def _make_load_model_wrapper(
-    get_settings: Callable[[], Settings],
-) -> Callable[[Callable[..., Any]], Any]:
-    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def load_model(self: Any, *args: Any, **kwargs: Any) -> Any:
-            # Before the weights load: a feature this runner cannot apply stops the worker.
-            with startup.stage("worker check before the model loads"):
-                runners.check_worker(get_settings(), self.vllm_config)
-            return orig(self, *args, **kwargs)
-
-        return load_model
-
-    return make
-
-
-def _skipped_drafts(runner: Any, sampled_token_ids: Any) -> Any:
-    """What ``propose_draft_token_ids`` returns when the drafter is skipped: no drafts.
-
-    Mirrors the runner's own "input does not fit in the drafter" branch so async bookkeeping
-    (valid sampled-token counts) and data-parallel lockstep stay intact.
-    """
-    if isinstance(sampled_token_ids, list):
-        return [[] for _ in sampled_token_ids]
-    import torch
-
-    drafter = runner.drafter
-    spec_config = runner.speculative_config
-    if (
-        getattr(runner, "valid_sampled_token_count_event", None) is not None
-        and not spec_config.disable_padded_drafter_batch
-        and hasattr(drafter, "prepare_next_token_ids_padded")
-    ):
-        next_ids, counts = drafter.prepare_next_token_ids_padded(
-            sampled_token_ids, runner.requests, runner.input_batch,
-            runner.discard_request_mask.gpu,
-        )
-        runner._copy_valid_sampled_token_count(next_ids, counts)
-    if runner.parallel_config.data_parallel_size > 1 and hasattr(drafter, "dummy_run"):
-        drafter.dummy_run(num_tokens=1)
-    return torch.empty(
-        (sampled_token_ids.shape[0], 0), dtype=torch.int64, device=sampled_token_ids.device
-    )
-
-
-def _make_propose_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
-    def propose_draft_token_ids(
-        self: Any, scheduler_output: Any, sampled_token_ids: Any, *args: Any, **kwargs: Any
-    ) -> Any:
-        if getattr(scheduler_output, SKIP_ATTR, False):
-            return _skipped_drafts(self, sampled_token_ids)
-        drafter = self.drafter
-        if k_backport.propose_takes_k(drafter) or getattr(scheduler_output, K_FIELD,
-                                                           None) is None:
-            return orig(self, scheduler_output, sampled_token_ids, *args, **kwargs)
-        # A host whose runner does not hand the scheduler's gamma to the proposer (the
-        # vLLM-HUST core): vSpec's own channel, host/k_backport.py.
-        return _draft_gamma(self, lambda: orig(self, scheduler_output, sampled_token_ids,
-                                               *args, **kwargs), scheduler_output)
-
-    return propose_draft_token_ids
-
-
-def _draft_gamma(runner: Any, call: Callable[[], Any], scheduler_output: Any) -> Any:
-    """Run the runner's K-less drafting so the step drafts the scheduler's gamma."""
-    drafter = runner.drafter
-    max_k = int(runner.speculative_config.num_speculative_tokens)
-    width = max_k if k_backport.reads_stride_max_k(runner) else None
-    if not hasattr(drafter, "num_speculative_tokens"):
-        # n-gram / suffix proposers have no step loop to shorten: their drafts are cut.
-        gamma = k_backport.requested_gamma(scheduler_output, max_k)
-        out = call()
-        return out if gamma >= max_k else k_backport.keep_first(out, gamma, width)
-    gamma = k_backport.requested_gamma(scheduler_output, k_backport.max_k_of(drafter))
-    return k_backport.run_at_gamma(drafter, gamma, call, sync_zero=True, width=width)
-
-
 def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
-    """Apply every upstream-vLLM patch (the one list of them)."""
+    """Patch the EngineCore side: the Scheduler's per-step hook and the engine's start-up
+    cost profile, calibration and shutdown."""
     global _patcher
     _patcher = patcher
     scheduler_cls = resolve(*SCHEDULER)
-    runner_cls = resolve(*MODEL_RUNNER)
     patcher.wrap(scheduler_cls, "__init__", _make_init_wrapper(get_settings))
     patcher.wrap(scheduler_cls, "schedule", _make_schedule_wrapper)
     patcher.wrap(scheduler_cls, "update_from_output", _make_update_wrapper)
@@ -427,21 +339,6 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
     patcher.wrap(resolve(*ENGINE_CORE), "post_step", _make_post_step_wrapper)
     patcher.wrap(resolve(*ENGINE_CORE), "_initialize_kv_caches",
                  _make_kv_init_wrapper(get_settings))
-    patcher.wrap(runner_cls, "propose_draft_token_ids", _make_propose_wrapper)
-    if hasattr(runner_cls, "_copy_draft_token_ids_to_cpu"):
-        patcher.wrap(runner_cls, "_copy_draft_token_ids_to_cpu",
-                     k_backport.make_draft_copy_wrapper)
-    patcher.wrap(resolve(*WORKER), "load_model", _make_load_model_wrapper(get_settings))
-    schedule.install(patcher, get_settings)
-    runner_v2.install(patcher, get_settings)
-    # the front end: an EngineCore dying after READY (start-up calibration) ends the server
-    engine_dead.install(patcher)
-
-    def fast_on() -> bool:
-        return get_settings().adaptive_zero_fast_path
-
-    patcher.wrap(runner_cls, "execute_model", fast_path.make_execute_wrapper(SKIP_ATTR, fast_on))
-    patcher.wrap(runner_cls, "sample_tokens", fast_path.make_sample_wrapper)
 
 
 __all__ = [

@@ -6,8 +6,10 @@ default since 0.32 (``VllmConfig.use_v2_model_runner``: V2 unless ``VLLM_USE_V2_
 no Triton, or an unsupported feature). vLLM-Ascend has its own ``NPUModelRunner``. Most of
 vSpec's worker-side patches target the V1 classes; on V2 it patches gamma for the draft model,
 the sticky drafter skip, the padded-vocabulary guard, the draft LM-head options and the
-confidence stop (host/runner_v2.py) and relaxed acceptance (host/acceptance_v2.py), and it declares
-its gamma range to vLLM so V2 captures graphs per verify width (host/schedule.py). Each
+confidence stop (host/worker/v2/runner.py) and relaxed acceptance (host/worker/v2/acceptance.py),
+and it declares
+its gamma range to vLLM so V2 captures graphs per verify width
+(host/frontend/declared_schedule.py). Each
 feature below says, per runner, why it cannot apply there. One table, read in two places: the
 worker checks it before the model loads (failing closed) and the scheduler hook at attach
 (applying the safe downgrades), so a feature is either applied on the runner in use or the
@@ -24,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from vllm_hust_vspec.host import k_backport
+from vllm_hust_vspec.host.worker import k_channel
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.settings import Settings
@@ -63,12 +65,12 @@ FEATURES: tuple[RunnerFeature, ...] = (
     RunnerFeature(
         "adaptive gamma with a draft model (--method draft)",
         lambda s: s.adaptive_speculation and s.method == "draft",
-        {},  # V2: host/runner_v2.py runs StandaloneARSpeculator's decode loop to K only
+        {},  # V2: host/worker/v2/runner.py runs StandaloneARSpeculator's decode loop to K only
     ),
     RunnerFeature(
         "sticky gamma 0 (the drafter skipped while speculation is off)",
         lambda s: s.adaptive_speculation and s.adaptive_gamma0_mode == "sticky",
-        {},  # V2: host/runner_v2.py skips the speculator's propose on pinned steps
+        {},  # V2: host/worker/v2/runner.py skips the speculator's propose on pinned steps
     ),
     RunnerFeature(
         "the zero-draft fast path (--adaptive-zero-fast-path)",
@@ -84,13 +86,13 @@ FEATURES: tuple[RunnerFeature, ...] = (
     RunnerFeature(
         "the confidence stop (--adaptive-entropy-stop)",
         lambda s: s.adaptive_entropy_stop,
-        # V2: host/runner_v2.py records in compute_draft_logits (eager drafting only)
+        # V2: host/worker/v2/runner.py records in compute_draft_logits (eager drafting only)
         {ASCEND: _NPU_DRAFT_PATH},
     ),
     RunnerFeature(
         "the draft LM-head options (--eagle-draft-active-vocab-*, --eagle-draft-lm-head-quant)",
         lambda s: s.draft_head_changed(),
-        # V2: host/runner_v2.py computes DraftModelSpeculator.compute_draft_logits
+        # V2: host/worker/v2/runner.py computes DraftModelSpeculator.compute_draft_logits
         {ASCEND: _NPU_DRAFT_PATH},
     ),
     RunnerFeature(
@@ -129,7 +131,7 @@ FEATURES: tuple[RunnerFeature, ...] = (
     RunnerFeature(
         "relaxed acceptance (--confidence-accept-margin, --eagle-relaxed-accept-topk)",
         lambda s: s.relaxed_acceptance(),
-        {},  # V2: host/acceptance_v2.py relaxes the greedy rows of V2's rejection_sample
+        {},  # V2: host/worker/v2/acceptance.py relaxes the greedy rows of V2's rejection_sample
     ),
 )
 
@@ -160,7 +162,7 @@ class RunnerPlan:
 
 def runner_of(vllm_config: Any) -> str:
     """The runner this engine builds, read from the host's own config."""
-    from vllm_hust_vspec.host import ascend
+    from vllm_hust_vspec.host.worker import ascend
 
     if ascend.is_ascend_platform():
         return ASCEND
@@ -215,7 +217,7 @@ def _async_scheduling(settings: Settings, vllm_config: Any, warnings: list[str],
             "async scheduling skips; use --no-async-scheduling or drop the option"
         )
     if (settings.adaptive_speculation and settings.adaptive_gamma0_mode == "sticky"
-            and not k_backport.host_has_k_channel()):
+            and not k_channel.host_has_k_channel()):
         warnings.append(
             "sticky gamma 0 with async scheduling on a host without vLLM's K channel (the "
             "vLLM-HUST core): the drafter keeps its first pass at gamma 0 (sync mode), as "
@@ -236,7 +238,7 @@ def _async_scheduling(settings: Settings, vllm_config: Any, warnings: list[str],
 def _engine_errors(settings: Settings, runner: str, vllm_config: Any) -> list[str]:
     out: list[str] = []
     if runner == V2:
-        from vllm_hust_vspec.host import runner_v2
+        from vllm_hust_vspec.host.worker.v2 import runner as runner_v2
 
         if not runner_v2.available():
             out.append(

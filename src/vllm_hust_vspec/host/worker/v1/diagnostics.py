@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vllm_hust_vspec.host.capabilities import MODEL_RUNNER
+from vllm_hust_vspec.host.abi.capabilities import MODEL_RUNNER
 from vllm_hust_vspec.host.patching import Patcher, resolve
 
 if TYPE_CHECKING:
@@ -529,7 +529,7 @@ def install_diagnostics(patcher: Patcher, get_settings: Callable[[], Settings]) 
     """Patch the runner (and the model-based proposers) for the diagnostics options set now;
     returns whether anything was patched. Fails closed (:class:`DiagnosticsError`, naming the
     option) where a requested trace cannot run."""
-    from vllm_hust_vspec.host import ascend
+    from vllm_hust_vspec.host.worker import ascend
 
     options = check_settings(get_settings(), ascend=ascend.is_ascend_platform())
     if not options:

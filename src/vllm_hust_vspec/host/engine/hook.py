@@ -8,8 +8,9 @@ scheduler: where vLLM has its per-step K channel, ``schedule()`` asks
 its own (:attr:`SchedulerHook.own_channel`): it decides once ``schedule()`` has returned, sets
 the field on the output itself and sizes the async scheduler's draft placeholders to the
 step's gamma. ``update_from_output()`` goes through :meth:`SchedulerHook.on_update`. The
-jobs are split (host/hook_parts.py): the guarded controller, the sticky cohort, refill
-admission and telemetry.
+pure parts of the loop (the guarded controller, the sticky cohort) are adaptive/step_loop.py,
+shared with the simulator; refill admission is host/engine/admission.py and telemetry
+host/engine/telemetry.py.
 """
 
 from __future__ import annotations
@@ -22,17 +23,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vllm_hust_vspec.adaptive.feedback import Controller, StepFeedback, VerifyQuery
+from vllm_hust_vspec.adaptive.step_loop import GuardedController, StickyCohort
 from vllm_hust_vspec.adaptive.trace_record import TraceRecord
-from vllm_hust_vspec.host.cost_state import CostState
-from vllm_hust_vspec.host.hook_parts import (
-    GuardedController,
-    RefillAdmission,
-    StickyCohort,
-    Telemetry,
-)
-from vllm_hust_vspec.host.k_backport import K_FIELD
-from vllm_hust_vspec.host.metrics import VSpecMetrics
-from vllm_hust_vspec.host.trace import TraceWriter, host_facts, open_trace
+from vllm_hust_vspec.host.engine.admission import RefillAdmission
+from vllm_hust_vspec.host.engine.cost_prior.persisted import CostState
+from vllm_hust_vspec.host.engine.metrics import VSpecMetrics
+from vllm_hust_vspec.host.engine.telemetry import Telemetry
+from vllm_hust_vspec.host.engine.trace import TraceWriter, host_facts, open_trace
+from vllm_hust_vspec.host.worker.k_channel import K_FIELD
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.adaptive.cost_prior import CostPrior
@@ -109,7 +107,7 @@ class SchedulerHook:
         self.mode = settings.adaptive_gamma0_mode
         self.token_budget = int(scheduler.max_num_scheduled_tokens)
         self._metrics = metrics
-        self.guard = GuardedController(controller, max_gamma, metrics)
+        self.guard = GuardedController(controller, max_gamma, self._fallback)
         self.refill = self._refill(metrics)
         self.telemetry = Telemetry(metrics, trace)
         self.cost_state = cost_state
@@ -121,9 +119,14 @@ class SchedulerHook:
         self._placeholders: dict[int, list[int]] = {}
         self._records: dict[int, _StepRecord] = {}
         self._reset_steps()
-        # the engine runs its start-up calibration once built (host/startup_calibration.py)
+        # the engine runs its start-up calibration once built
+        # (host/engine/cost_prior/calibration.py)
         self.calibration_pending = False
         self.startup_profile: CostPrior | None = None  # this engine's dummy batches, if timed
+
+    def _fallback(self) -> None:
+        if self._metrics is not None:
+            self._metrics.fallbacks.inc()
 
     def take_skipped_step(self) -> tuple[str, ...] | None:
         """The requests of the step just run if it skipped the drafter on a runner that then
@@ -145,11 +148,11 @@ class SchedulerHook:
     @controller.setter
     def controller(self, controller: Controller) -> None:
         # Benchmarks swap controllers between repetitions; each gets a fresh fallback guard.
-        self.guard = GuardedController(controller, self.max_gamma, self._metrics)
+        self.guard = GuardedController(controller, self.max_gamma, self._fallback)
 
     def _reset_steps(self) -> None:
         """The per-step state of an engine that has served nothing yet."""
-        self.sticky = StickyCohort()
+        self.sticky: StickyCohort[str] = StickyCohort()
         self.step = 0
         self.last_decided = self.max_gamma  # drafts made before the first decision use max K
         self._decided: int | None = None
@@ -162,7 +165,8 @@ class SchedulerHook:
     # ---- start-up calibration ----------------------------------------------------------
     @contextmanager
     def calibrating(self, controller: Controller) -> Iterator[None]:
-        """Steps run inside are vSpec's own start-up calibration (host/startup_calibration.py):
+        """Steps run inside are vSpec's own start-up calibration
+        (host/engine/cost_prior/calibration.py):
         ``controller`` decides them, nothing of them reaches the metrics, the trace or the
         persisted state, and the per-step state starts afresh after (its requests are gone)."""
         telemetry, state, refill = self.telemetry, self.cost_state, self.refill
@@ -192,7 +196,7 @@ class SchedulerHook:
 
     def open_trace(self, prior: CostPrior | None) -> TraceWriter | None:
         """The trace the settings ask for, its header naming ``prior`` and this engine's
-        facts a re-calibration reads (host/trace.py ``host_facts``)."""
+        facts a re-calibration reads (host/engine/trace.py ``host_facts``)."""
         return open_trace(self.settings, prior,
                           host_facts(self.scheduler, self.max_gamma, self.refill.batch))
 
@@ -200,11 +204,9 @@ class SchedulerHook:
     def decide(self, batch_size: int) -> int:
         """The gamma for this step (called by the scheduler through :class:`GammaLookup`)."""
         if self.mode == "sticky" and self.sticky.pinned():
-            # A sticky zero holds for the cohort's lifetime whatever the controller would
-            # say, so it is not asked (its feedback still arrives, with next_gamma=0).
-            self._decided = 0
-            return 0
-        gamma = self.guard.decide(batch_size, self.token_budget)
+            gamma = 0  # the controller is not asked while a cohort is pinned
+        else:
+            gamma = self.guard.decide(batch_size, self.token_budget)
         self._decided = gamma
         return gamma
 
@@ -221,7 +223,15 @@ class SchedulerHook:
                            self.cost_prior.source if self.cost_prior else "no cost prior")
             self.telemetry.trace = self.open_trace(self.cost_prior)
         sched = self.scheduler
-        self.sticky.before_schedule(sched.finished_req_ids, sched.requests)
+        sticky = self.sticky
+        if sticky.tainted:
+            sticky.forget(sched.finished_req_ids)
+            # a tainted request's drafts are void (holes in its draft KV)
+            requests = sched.requests
+            for rid in sticky.tainted:
+                request = requests.get(rid)
+                if request is not None and request.spec_token_ids:
+                    request.spec_token_ids = []
 
     def trim_drafts(self) -> None:
         """Per-request verify lengths: cut each running request's drafts to the length the
@@ -249,7 +259,7 @@ class SchedulerHook:
         self.before_schedule()
         self.trim_drafts()
         running = (getattr(r, "request_id", None) for r in self.scheduler.running)
-        speculating = not (self.sticky.pinned() or self.sticky.covers(running))
+        speculating = self.sticky.speculating(running)
         with self.refill.admission(self.scheduler, speculating=speculating,
                                    gamma=self.last_decided):
             yield
@@ -276,14 +286,7 @@ class SchedulerHook:
             out, K_FIELD, self.max_gamma)
         skip = False
         if self.adaptive and self.mode == "sticky":
-            if decided == 0 and (self.sticky.pinned() or self.guard.settled()):
-                skip = True
-                self.sticky.skip(num_sched)
-            elif decided > 0 and self.sticky.covers(num_sched):
-                # Every scheduled request's draft KV has holes (admitted while the drafter was
-                # off): their drafts would be void, so the drafter stays off and the step runs
-                # gamma 0. No new cohort is pinned: requests admitted from now on may draft.
-                skip, decided = True, 0
+            decided, skip = self.sticky.resolve(decided, num_sched.keys(), self.guard.settled)
         if skip:
             setattr(out, SKIP_ATTR, True)
             self._skipped = tuple(num_sched)

@@ -17,7 +17,7 @@ vLLM sizes its graphs and picks its graph modes from
 A vSpec launch with adaptive gamma changes K every step, so it declares a schedule listing
 every K from 0 to the upper bound, and vLLM's own rules apply to it as to any dynamic
 schedule. The scheduler hook then replaces the schedule's lookup with the controller
-(host/vllm.py), so the batch-size mapping itself never decides anything. It is declared
+(host/engine/scheduler.py), so the batch-size mapping itself never decides anything. It is declared
 where vLLM builds the speculative config (``EngineArgs.create_speculative_config``), before
 ``VllmConfig`` runs those rules; a schedule the user configured is kept (and replaced at the
 scheduler with a warning, as before).
@@ -81,7 +81,7 @@ def is_declared(spec_config: Any) -> bool:
 def wants_declaration(settings: Settings) -> bool:
     """Only adaptive gamma changes K per step (a fixed gamma keeps vLLM's static graphs), and
     only upstream runners read the schedule: vLLM-Ascend's graphs per gamma are its own."""
-    from vllm_hust_vspec.host import ascend
+    from vllm_hust_vspec.host.worker import ascend
 
     return bool(settings.adaptive_speculation) and not ascend.is_ascend_platform()
 
@@ -121,7 +121,7 @@ def _make_dp_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
         # different K in lockstep. A dense model's ranks are independent engines (data
         # parallel 1 inside each; one vSpec controller per engine), so vSpec's declared
         # schedule stays and graphs keep every verify width. MoE ranks step in lockstep:
-        # vLLM's rule applies (and vSpec refuses adaptive gamma there, host/runners.py).
+        # vLLM's rule applies (and vSpec refuses adaptive gamma there, host/abi/runners.py).
         spec = self.speculative_config
         model = getattr(self, "model_config", None)
         if spec is not None and is_declared(spec) and model is not None \

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from vllm_hust_vspec.host.abi.requirements import K_PARAM, SCHED_OUT_PARAM
-from vllm_hust_vspec.host.k_backport import (
+from vllm_hust_vspec.host.patching import Patcher, PatchError
+from vllm_hust_vspec.host.worker.k_channel import (
     MAX_K_ATTR,
     clamp_gamma,
     drafting_steps,
@@ -28,12 +29,11 @@ from vllm_hust_vspec.host.k_backport import (
     takes_k,
     to_width,
 )
-from vllm_hust_vspec.host.patching import Patcher, PatchError
 
-logger = logging.getLogger("vllm_hust_vspec.host.ascend")
+logger = logging.getLogger("vllm_hust_vspec.host.worker.ascend")
 
 # Set on a SchedulerOutput when the drafter must not run after this step (sticky gamma 0);
-# the same name the upstream hook uses (host/vllm.py SKIP_ATTR).
+# the same name the upstream hook uses (host/engine/scheduler.py SKIP_ATTR).
 SKIP_ATTR = "vspec_skip_draft"
 # Per-instance: {gamma: runnable} draft graphs captured for that gamma (see graphs.py).
 GAMMA_RUNNABLES_ATTR = "_vspec_gamma_runnables"
@@ -82,7 +82,7 @@ def make_propose_backport(
       drafting; ``sync`` drafts one token to keep the draft KV cache in step, then drops it.
     * async scheduling on a runner that reads drafts with row stride max K (vLLM 0.23): the
       ``[B, gamma]`` drafts are zero-padded to ``[B, max K]``
-      (:func:`~vllm_hust_vspec.host.k_backport.reads_stride_max_k`).
+      (:func:`~vllm_hust_vspec.host.worker.k_channel.reads_stride_max_k`).
     """
 
     def _propose(self: Any, *args: Any, **kwargs: Any) -> Any:

@@ -6,7 +6,7 @@ profile, the scheduler hook with its metrics and trace, the start-up calibration
 :func:`stage`. An exception leaving it prints one line to stderr,
 ``vllm-hust-vspec: error: engine start-up failed (<stage>): <Type>: <message>``, and
 propagates unchanged: vLLM then ends the process and the front end sees the engine die
-(host/engine_dead.py makes sure it does after the READY handshake too), so ``vllm serve``
+(host/frontend/engine_dead.py makes sure it does after the READY handshake too), so ``vllm serve``
 exits non-zero instead of serving without the engine it announced.
 
 :func:`inject` is a test-only fault hook, off unless :data:`TEST_FAULT_ENV` names its place:

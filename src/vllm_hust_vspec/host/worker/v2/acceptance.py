@@ -9,7 +9,8 @@ kernel: request ``r`` owns logits rows ``cu[r] .. cu[r+1]-1`` (its drafts plus t
 the draft verified by row ``cu[r] + i`` is ``draft_sampled[cu[r] + i + 1]``; -1 marks a draft
 that must be rejected; a greedy row stores the kept drafts, then the target argmax.
 
-As on the V1 runner (host/acceptance.py), strict mode patches nothing. With a relaxed mode:
+As on the V1 runner (host/worker/v1/acceptance.py), strict mode patches nothing. With a relaxed
+mode:
 
 * ``GPUModelRunner.sample`` publishes, for the duration of the call, the acceptance parameters
   (the target's EOS ids when protected) and each request's prompt length, from which the
@@ -30,9 +31,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vllm_hust_vspec.backends.acceptance import AcceptanceParams, greedy_accept
-from vllm_hust_vspec.host.acceptance import acceptance_params, describe, eos_token_ids
 from vllm_hust_vspec.host.patching import Patcher, resolve
-from vllm_hust_vspec.host.runner_v2 import V2_RUNNER, available
+from vllm_hust_vspec.host.worker.v1.acceptance import acceptance_params, describe, eos_token_ids
+from vllm_hust_vspec.host.worker.v2.runner import V2_RUNNER, available
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.settings import Settings

@@ -17,7 +17,7 @@ on top (``CostPrior.anchored``). Ranks run the same dummy batches in step (tenso
 stays in lockstep); a step waits for its slowest rank, so the slowest rank's time is kept.
 
 Only on the V1 runner: Model Runner V2 and vLLM-Ascend's NPU runner have other dummy-run
-paths, and there the runner table (host/runners.py) turns the profile off with a warning.
+paths, and there the runner table (host/abi/runners.py) turns the profile off with a warning.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def _slowest(results: list[WorkerTimes]) -> WorkerTimes:
 def wanted(settings: Settings, vllm_config: Any) -> bool:
     """True when this engine should be profiled: adaptive gamma with a drafter to time on a
     runner that can (the runner table turns the option off elsewhere, with a warning)."""
-    from vllm_hust_vspec.host import runners
+    from vllm_hust_vspec.host.abi import runners
 
     spec = getattr(vllm_config, "speculative_config", None)
     if spec is None or not settings.adaptive_speculation:

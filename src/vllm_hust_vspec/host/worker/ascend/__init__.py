@@ -32,7 +32,7 @@ from vllm_hust_vspec.host.patching import Patcher, resolve
 if TYPE_CHECKING:
     from vllm_hust_vspec.settings import Settings
 
-logger = logging.getLogger("vllm_hust_vspec.host.ascend")
+logger = logging.getLogger("vllm_hust_vspec.host.worker.ascend")
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> AscendPla
 
     k_channel = "off"
     if adaptive:
-        from vllm_hust_vspec.host.ascend.proposer import install_proposer
+        from vllm_hust_vspec.host.worker.ascend.proposer import install_proposer
 
         base = resolve(req.A_BASE_MOD, req.A_BASE)
         extra: tuple[type, ...] = ()
@@ -94,7 +94,7 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> AscendPla
 
     graph_widths: tuple[int, ...] = ()
     if "graph_per_gamma" in features_for(settings):
-        from vllm_hust_vspec.host.ascend.graph_widths import (
+        from vllm_hust_vspec.host.worker.ascend.graph_widths import (
             GraphWidthsError,
             install_graph_widths,
             plan_from_settings,
@@ -117,7 +117,7 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> AscendPla
         )
         graph_widths = plan.widths
     elif strict_graph:
-        from vllm_hust_vspec.host.ascend.graphs import install_strict_graph
+        from vllm_hust_vspec.host.worker.ascend.graphs import install_strict_graph
 
         runner = resolve(req.A_RUNNER_MOD, req.A_RUNNER)
         install_strict_graph(patcher, runner, strict_on)
@@ -126,7 +126,7 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> AscendPla
     if not _acceptance(settings).strict:
         import importlib
 
-        from vllm_hust_vspec.host.ascend.rejection import install_rejection
+        from vllm_hust_vspec.host.worker.ascend.rejection import install_rejection
 
         module = importlib.import_module(req.A_REJ_MOD)
         relaxed = install_rejection(patcher, module, lambda: _acceptance(get_settings()))
@@ -139,11 +139,11 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> AscendPla
 
 def _install_draft_copy(patcher: Patcher) -> None:
     """The NPU runner's own sync copy of the drafts fills a ``[max_num_reqs, max K]`` buffer
-    without a column slice: narrowed to the drafts' width (host/k_backport.py). A runner
+    without a column slice: narrowed to the drafts' width (host/worker/k_channel.py). A runner
     module that cannot import here cannot build a runner either (vLLM fails on it), so
     there is nothing to patch then."""
-    from vllm_hust_vspec.host.k_backport import make_draft_copy_wrapper
     from vllm_hust_vspec.host.patching import PatchError
+    from vllm_hust_vspec.host.worker.k_channel import make_draft_copy_wrapper
 
     try:
         npu_runner = resolve(req.A_RUNNER_MOD, req.A_RUNNER)

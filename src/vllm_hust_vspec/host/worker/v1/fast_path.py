@@ -12,7 +12,8 @@ the drafter will not run after it) and the step verifies no drafts, there is not
 speculative left to do, so the runner sees no speculative config for ``execute_model`` and
 the matching ``sample_tokens``: the plain sampler, plain decode attention metadata, no
 drafting block. The swap is per runner, restored in ``finally``, and the two calls are paired
-by a flag on the runner. (The engine side of the same path is in host/vllm.py: after such a
+by a flag on the runner. (The engine side of the same path is in host/engine/scheduler.py: after
+such a
 step ``EngineCore.post_step`` records the empty drafts itself instead of asking the worker
 for them, a round trip to the worker process when serving.) Steps that are not eligible are
 untouched:

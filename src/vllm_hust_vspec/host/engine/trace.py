@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_hust_vspec.adaptive.trace_record import TraceHeader
-from vllm_hust_vspec.host import startup
+from vllm_hust_vspec.host.engine import startup_faults
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.adaptive.cost_prior import CostPrior
@@ -131,7 +131,7 @@ class TraceWriter:
             if str(path) == LOG_SINK:
                 self._file: Any = _LogLines()
             else:
-                startup.inject("trace")  # test-only, off by default
+                startup_faults.inject("trace")  # test-only, off by default
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 cut_off = _ends_mid_line(self.path)
                 self._file = self.path.open("a", encoding="utf-8")

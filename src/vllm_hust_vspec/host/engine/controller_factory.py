@@ -103,7 +103,8 @@ def controller_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
 def make_controller(settings: Settings, max_gamma: int,
                     cost_prior: CostPrior | None = None) -> Controller:
     """The controller for one scheduler, with upper bound ``max_gamma``; ``cost_prior``
-    (step times from a persisted state, host/cost_state.py) seeds its cost model when the
+    (step times from a persisted state, host/engine/cost_prior/persisted.py) seeds its cost model
+    when the
     policy learns step costs (:func:`takes_cost_prior`; the profile policy has its own)."""
     if _factory_override is not None:
         return _factory_override(settings, max_gamma)

@@ -1,0 +1,1 @@
+"""EngineCore process: the per-step scheduler hook, its cost priors and telemetry."""

@@ -1,0 +1,1 @@
+"""Where a cold controller's step-cost prior comes from (EngineCore process)."""

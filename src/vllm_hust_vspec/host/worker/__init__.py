@@ -1,0 +1,1 @@
+"""Worker processes (one per rank): patches of the model runner, one folder per runner."""

@@ -1,0 +1,1 @@
+"""vLLM's Model Runner V2 (``vllm/v1/worker/gpu/``)."""
