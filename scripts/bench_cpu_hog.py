@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Stuck runs under a toggling CPU hog (the online controller's bar): invocations of bench_cpu_e2e.py, each
-beside scripts/cpu_hog.py with its own seed, and the adaptive runs that spent at least half
-their steps at a losing arm.
+"""Stuck runs under a toggling CPU hog (the online controller's bar): invocations of
+bench_cpu_e2e.py, each beside scripts/cpu_hog.py with its own seed, and the adaptive runs that
+spent at least half their steps at a losing arm.
 
 An arm is losing when its fixed-gamma median, pooled over every invocation's repetitions, is
 below 0.9 x the best fixed one's (one invocation's medians under the hog are too noisy to tell

@@ -1,10 +1,26 @@
 #!/usr/bin/env bash
 # Set up (cached) and run every check: ruff, mypy --strict on the pure layers, then pytest.
-# Extra arguments go to pytest, e.g. ./scripts/test.sh tests/unit -k settings
+#   ./scripts/test.sh                 everything (CI; under 20 minutes on 2 cores)
+#   ./scripts/test.sh --fast          the edit-test loop: no vLLM engine or server, no wheel or
+#                                     venv build, no host pair to build (under 3 minutes)
+#   ./scripts/test.sh [--fast] ARGS   extra arguments go to pytest, e.g. tests/unit -k settings
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+fast=0
+if [[ "${1:-}" == "--fast" ]]; then
+    fast=1
+    shift
+fi
 ./scripts/setup.sh
+if [[ $fast -eq 1 ]]; then
+    echo "== ruff"
+    .venv/bin/ruff check src tests scripts
+    echo "== mypy --strict (adaptive/, sim/)"
+    .venv/bin/mypy --strict src/vllm_hust_vspec/adaptive src/vllm_hust_vspec/sim
+    echo "== pytest (fast tier: -m 'not engine and not build')"
+    exec .venv/bin/python -m pytest -m "not engine and not build" "${@:-tests}"
+fi
 # The vllm-ascend 0.23 / vLLM 0.23 pair for tests/ascend_pair (docs/ascend-pair.md): cached
 # under .cache/ascend023; bounded in time, and when it cannot be built those tests skip and
 # say so (the rest of the suite does not depend on it).

@@ -14,6 +14,8 @@ from _lifecycle import RELEASE, Artefacts, built_artefacts, run_script
 
 from vllm_hust_vspec import __version__
 
+pytestmark = pytest.mark.build
+
 
 @pytest.fixture(scope="module")
 def artefacts(tmp_path_factory: pytest.TempPathFactory) -> Artefacts:

@@ -24,6 +24,8 @@ from _lifecycle import (
 
 from vllm_hust_vspec import __version__
 
+pytestmark = pytest.mark.build
+
 # The test venvs have no pip of their own (saves ensurepip); manage.sh uses this one via --python.
 PIP_ENV = {"VSPEC_PIP_ARGS": "--no-index", "VSPEC_PIP": f"{sys.executable} -m pip"}
 

@@ -11,6 +11,7 @@ import pytest
 from _lifecycle import built_artefacts
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.build
 
 PROBE = """
 import json
