@@ -209,8 +209,8 @@ def test_combined_full_dispatch_keeps_the_host_target_and_gates_the_drafts() -> 
 
 def test_backport_pads_drafts_to_k_on_a_stride_k_async_runner() -> None:
     """Async scheduling on vLLM 0.23 reads the previous frame's drafts with row stride K
-    (gpu_model_runner.py:1756): the backport hands back gamma drafts zero-padded to K there;
-    with sync scheduling, or a runner that keeps the last draft width (prev_num_spec_tokens,
+    (the V1 runner's async draft copy): the backport hands back gamma drafts zero-padded to K
+    there; with sync scheduling, or a runner that keeps the last draft width (prev_num_spec_tokens,
     vLLM >= 0.31), the drafts stay [B, gamma]."""
     import torch
 

@@ -12,8 +12,8 @@ same way instead of exploring.
 From those times a step is modelled as the target over its verified tokens plus the drafter's
 passes: the first over the verified tokens, each further one over ``B`` tokens (one pass in
 all for parallel drafting). A dummy batch has no scheduling, sampling or output processing,
-so the prior is marked ``needs_anchor``: the controller adds what its first real step shows
-on top (``CostPrior.anchored``). Ranks run the same dummy batches in step (tensor parallel
+so the prior is marked ``needs_anchor``: the controller re-anchors its level on the first
+real steps. Ranks run the same dummy batches in step (tensor parallel
 stays in lockstep); a step waits for its slowest rank, so the slowest rank's time is kept.
 
 Only on the V1 runner: Model Runner V2 and vLLM-Ascend's NPU runner have other dummy-run
