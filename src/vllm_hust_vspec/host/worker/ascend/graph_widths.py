@@ -31,33 +31,32 @@ drafter. With graph-per-gamma on, this module makes every candidate width a firs
 * ``mtp_strict_graph`` is checked in the same wrapper (a decode batch that misses its graph
   stops with the batch descriptor in the message).
 
-**Combined FULL** (``cudagraph_mode=FULL``: no separate decode routine; paths below are in the
-0.23 pair's site-packages). The host's keys carry no query width: ``initialize_cudagraph_keys``
-adds one FULL key per capture size through ``_create_padded_batch_descriptor(bs, False, ...)``
-(in ``vllm/v1/cudagraph_dispatcher.py``: ``num_reqs = min(size, max_num_seqs)``,
-``uniform=False``) and ``dispatch`` drops the uniform flag (``normalized_uniform =
-uniform_decode and separate_routine()``), so every batch up to the largest size (decode of any width,
-mixed, prefill) replays the graph of its padded token count. The capture does not bake the
-``1 + K`` layout: ``_dummy_run`` captures ``min(size, max_num_seqs)`` evenly split requests
-(``NPUModelRunner._dummy_run``); at replay ``_pad_query_start_loc_for_fia`` keeps the real
-request count and appends one dummy request for the padding, and
-``update_graph_params`` re-launches every FIA kernel with the step's ``actual_seq_lengths_q``,
-KV lengths and block table (``vllm_ascend/attention/attention_v1.py``). A uniform
-decode of width ``w != 1 + K`` (the target-only width 1 included) is therefore served by the
-shared graph correctly, and vSpec keeps the host's dispatch for the target: no per-width keys,
-no per-width routing, **one shared target** ``GraphParams`` (rebuilt for the added sizes). It
-only adds the plan's per-width sizes (multiples of each width, which vLLM's rounding to
-multiples of ``1 + K`` removed in ``CompilationConfig``) to the shared sizes and
-pads on one table. The merged draft graph does bake its shape: ``dummy_run`` captures it with
-``batch_size = num_tokens // (K + 1)`` rows and ``range(K - 1)`` steps (the proposer's
-``dummy_run`` and ``_propose``, ``vllm_ascend/spec_decode/llm_base_proposer.py``). So the draft graphs stay **per gamma**, each with its own
-draft ``GraphParams``: at every shared key the runner's one ``drafter.dummy_run`` call is run
-once per gamma that has a graph there (gamma K at every key, as the host; gamma ``g < K`` at
-the sizes a steady width-``1 + g`` batch pads to, so its ``size // (1 + g)`` rows cover the
-batch). The drafter replays gamma ``g``'s graph only in a steady uniform frame of width
-``1 + g`` (the width comes from the step's batch decision, the key has none); switching
-frames, and gamma ``< K`` after a mixed/prefill step (its request count is not bounded by the
-graph's rows), draft eager; gamma K after a mixed step does what the host does.
+**Combined FULL** (``cudagraph_mode=FULL``: no separate decode routine; paths below are in the 0.23
+pair's site-packages). The host's keys carry no query width: ``initialize_cudagraph_keys`` adds one
+FULL key per capture size through ``_create_padded_batch_descriptor(bs, False, ...)`` (in
+``vllm/v1/cudagraph_dispatcher.py``: ``num_reqs = min(size, max_num_seqs)``, ``uniform=False``) and
+``dispatch`` drops the uniform flag (``normalized_uniform = uniform_decode and
+separate_routine()``), so every batch up to the largest size (decode of any width, mixed, prefill)
+replays the graph of its padded token count. The capture does not bake the ``1 + K`` layout:
+``_dummy_run`` captures ``min(size, max_num_seqs)`` evenly split requests
+(``NPUModelRunner._dummy_run``); at replay ``_pad_query_start_loc_for_fia`` keeps the real request
+count and appends one dummy request for the padding, and ``update_graph_params`` re-launches every
+FIA kernel with the step's ``actual_seq_lengths_q``, KV lengths and block table
+(``vllm_ascend/attention/attention_v1.py``). A uniform decode of width ``w != 1 + K`` (the
+target-only width 1 included) is therefore served by the shared graph correctly, and vSpec keeps the
+host's dispatch for the target: no per-width keys, no per-width routing, **one shared target**
+``GraphParams`` (rebuilt for the added sizes). It only adds the plan's per-width sizes (multiples of
+each width, which vLLM's rounding to multiples of ``1 + K`` removed in ``CompilationConfig``) to the
+shared sizes and pads on one table. The merged draft graph does bake its shape: ``dummy_run``
+captures it with ``batch_size = num_tokens // (K + 1)`` rows and ``range(K - 1)`` steps (the
+proposer's ``dummy_run`` and ``_propose``, ``vllm_ascend/spec_decode/llm_base_proposer.py``). So the
+draft graphs stay **per gamma**, each with its own draft ``GraphParams``: at every shared key the
+runner's one ``drafter.dummy_run`` call is run once per gamma that has a graph there (gamma K at
+every key, as the host; gamma ``g < K`` at the sizes a steady width-``1 + g`` batch pads to, so its
+``size // (1 + g)`` rows cover the batch). The drafter replays gamma ``g``'s graph only in a steady
+uniform frame of width ``1 + g`` (the width comes from the step's batch decision, the key has none);
+switching frames, and gamma ``< K`` after a mixed/prefill step (its request count is not bounded by
+the graph's rows), draft eager; gamma K after a mixed step does what the host does.
 """
 
 from __future__ import annotations

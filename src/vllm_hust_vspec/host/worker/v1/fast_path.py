@@ -7,16 +7,14 @@ rejection sampler, and ``sample_tokens`` enters the drafting block. On the CPU t
 costs a quarter of a tiny model's step, which is what kept a speculative engine whose
 controller had switched speculation off (gamma 0, drafter skipped) below target-only speed.
 
-When the scheduler hook has decided a sticky zero for this step (``SKIP_ATTR`` on the output:
-the drafter will not run after it) and the step verifies no drafts, there is nothing
-speculative left to do, so the runner sees no speculative config for ``execute_model`` and
-the matching ``sample_tokens``: the plain sampler, plain decode attention metadata, no
-drafting block. The swap is per runner, restored in ``finally``, and the two calls are paired
-by a flag on the runner. (The engine side of the same path is in host/engine/scheduler.py: after
-such a
-step ``EngineCore.post_step`` records the empty drafts itself instead of asking the worker
-for them, a round trip to the worker process when serving.) Steps that are not eligible are
-untouched:
+When the scheduler hook has decided a sticky zero for this step (``SKIP_ATTR`` on the output: the
+drafter will not run after it) and the step verifies no drafts, there is nothing speculative left to
+do, so the runner sees no speculative config for ``execute_model`` and the matching
+``sample_tokens``: the plain sampler, plain decode attention metadata, no drafting block. The swap
+is per runner, restored in ``finally``, and the two calls are paired by a flag on the runner. (The
+engine side of the same path is in host/engine/scheduler.py: after such a step
+``EngineCore.post_step`` records the empty drafts itself instead of asking the worker for them, a
+round trip to the worker process when serving.) Steps that are not eligible are untouched:
 
 * async scheduling (draft placeholders are in flight) or pipeline parallelism;
 * hybrid / recurrent models (vLLM keeps zero-draft decode rows on the speculative path for
