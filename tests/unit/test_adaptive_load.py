@@ -11,12 +11,14 @@ import pytest
 from _adaptive_env import SynthEnv, run
 
 from vllm_hust_vspec.adaptive import OnlineConfig, OnlineController
+from vllm_hust_vspec.adaptive import online as online_module
 from vllm_hust_vspec.adaptive.cost_posterior import CostPosterior, features
 
 
 def _posterior() -> CostPosterior:
-    cfg = OnlineConfig()  # the controller's defaults
-    return CostPosterior(cfg.overhead_sd, cfg.load_drift, cfg.cost_drift)
+    # the controller's own constants
+    return CostPosterior(online_module._OVERHEAD_SD, online_module._LOAD_DRIFT,
+                         online_module._COST_DRIFT)
 
 
 _ARMS = {g: object() for g in range(5)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from dataclasses import fields
 from typing import Any
 
 import pytest
@@ -182,7 +183,7 @@ def test_speculation_resumes_when_acceptance_returns() -> None:
 def test_drafting_reopens_after_acceptance_shifts_back() -> None:
     # Acceptance jumps between the extremes every 300 steps; a low phase is spent at a gamma 0
     # that observes nothing (no cohort ends in this environment). Only the acceptance
-    # posterior's drift (a slow random walk, acceptance_drift) re-opens the drafter, ~200-300
+    # posterior's drift (a slow random walk, _ACCEPTANCE_DRIFT) re-opens the drafter, ~200-300
     # steps after it was last measured, so it often lands in the next low phase: about even
     # with the best fixed gamma here. (The simulator's shifts, where a sticky zero ends with
     # its cohort and position 0 sees a jump at once, are where the controller gains.) Without
@@ -289,6 +290,16 @@ def test_snapshot_is_json_serialisable() -> None:
 def test_config_rejects_bad_values_naming_the_field(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=field):
         OnlineConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_config_has_few_knobs_with_todays_defaults() -> None:
+    """At most twelve public knobs; the posterior's tuning constants are private."""
+    assert {f.name: f.default for f in fields(OnlineConfig)} == {
+        "min_gamma": 0, "max_gamma": 4, "control_interval": 1, "hysteresis": 0.02,
+        "max_gamma_step": 2, "gamma_stride": 1, "acceptance_halflife_requests": 256.0,
+        "warmup_samples": 3, "exploration": 1.0, "window": 32, "zero_skips_drafter": False,
+        "seed": 0,
+    }
 
 
 def test_config_rejects_max_below_min() -> None:

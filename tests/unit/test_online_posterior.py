@@ -96,7 +96,7 @@ def test_follows_an_acceptance_shift() -> None:
 
 def test_speculation_comes_back_after_gamma_0() -> None:
     """At gamma 0 nothing is drafted, so nothing is measured: the acceptance posterior
-    widens with time (acceptance_drift) until a draw says drafting pays, and the drafter is
+    widens with time (_ACCEPTANCE_DRIFT) until a draw says drafting pays, and the drafter is
     tried again and kept once acceptance has come back."""
     cost = linear_cost(0.010, 0.0015, 0.001)
     ctrl = OnlineController(OnlineConfig(max_gamma=4))
@@ -290,14 +290,12 @@ def test_budget_cap_and_step_limit() -> None:
 
 
 def test_validation_names_the_knob() -> None:
-    with pytest.raises(ValueError, match="settle_probability"):
-        OnlineConfig(settle_probability=0.2)
-    with pytest.raises(ValueError, match="overhead_sd"):
-        OnlineConfig(overhead_sd=-1.0)
-    with pytest.raises(ValueError, match="acceptance_drift"):
-        OnlineConfig(acceptance_drift=-1e-5)
     with pytest.raises(ValueError, match="initial_gamma"):
-        OnlineConfig(max_gamma=3, initial_gamma=5)
+        OnlineController(OnlineConfig(max_gamma=3), initial_gamma=5)
+    with pytest.raises(ValueError, match="initial_gamma"):
+        OnlineController(OnlineConfig(min_gamma=1, max_gamma=3), initial_gamma=0)
+    with pytest.raises(ValueError, match="acceptance_halflife_requests"):
+        OnlineConfig(acceptance_halflife_requests=0.0)
     with pytest.raises(ValueError, match="zero_skips_drafter"):
         OnlineConfig(zero_skips_drafter=1)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="hysteresis"):
@@ -307,12 +305,18 @@ def test_validation_names_the_knob() -> None:
 def test_factory_builds_online_with_a_prior() -> None:
     prior = _startup_prior(linear_cost(0.01, 0.001, 0.001))
     ctrl = build_controller("online", min_gamma=0, max_gamma=4, cost_prior=prior,
-                            settle_probability=0.95, hysteresis=None)
+                            window=5, warmup_return="incumbent", hysteresis=None)
     assert isinstance(ctrl, OnlineController)
-    assert ctrl.config.settle_probability == 0.95 and ctrl.config.hysteresis == 0.02
+    assert ctrl.config.window == 5 and ctrl.config.hysteresis == 0.02
+    assert ctrl.warmup_return == "incumbent"
     assert ctrl.snapshot()["cost_prior"] == "startup-dummy-steps"
     with pytest.raises(ValueError, match="windoww"):
         build_controller("online", min_gamma=0, max_gamma=4, windoww=3)
+    with pytest.raises(ValueError, match="warmup_return"):
+        build_controller("online", min_gamma=0, max_gamma=4, warmup_return="first")
+    for private in ("settle_probability", "ewma_weight", "initial_gamma"):
+        with pytest.raises(ValueError, match=private):
+            build_controller("online", min_gamma=0, max_gamma=4, **{private: 1})
     with pytest.raises(ValueError, match="cost prior"):
         build_controller("fixed", min_gamma=0, max_gamma=4, cost_prior=prior)
 
@@ -352,18 +356,18 @@ def test_incumbent_is_kept_until_the_posterior_is_sure_it_is_not_best() -> None:
     """'incumbent' (the predecessor's --adaptive-online-warmup-return incumbent): a draw alone
     does not move the controller off its initial gamma; a clear loser is still left."""
     cost = linear_cost(0.010, 0.0015, 0.001)
-    near = drive(OnlineController(OnlineConfig(max_gamma=4, initial_gamma=3)), cost,
+    near = drive(OnlineController(OnlineConfig(max_gamma=4), initial_gamma=3), cost,
                  lambda t: 0.6, 60)  # gamma 2 and 3 within ~2% of each other
-    kept = drive(OnlineController(OnlineConfig(max_gamma=4, initial_gamma=3,
-                                               warmup_return="incumbent")),
+    kept = drive(OnlineController(OnlineConfig(max_gamma=4), initial_gamma=3,
+                                  warmup_return="incumbent"),
                  cost, lambda t: 0.6, 60)
     assert kept.count(3) > near.count(3)
     assert kept.count(3) >= 55
-    lost = drive(OnlineController(OnlineConfig(max_gamma=4, warmup_return="incumbent")), cost,
+    lost = drive(OnlineController(OnlineConfig(max_gamma=4), warmup_return="incumbent"), cost,
                  lambda t: 0.1, 300)
     assert share(lost[-100:], 0) > 0.8
     with pytest.raises(ValueError, match="warmup_return"):
-        OnlineConfig(warmup_return="first")
+        OnlineController(warmup_return="first")
 
 
 def test_a_skipping_zero_is_never_estimated_dearer_than_a_speculative_arm() -> None:

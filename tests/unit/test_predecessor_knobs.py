@@ -50,6 +50,13 @@ def profile_path(tmp_path: Path) -> str:
     return str(path)
 
 
+def _profile_config(**fields: Any) -> ProfileConfig:
+    kwargs = controller_kwargs(Settings(adaptive_speculation=True, adaptive_policy="profile",
+                                        **fields), 4)
+    kwargs.pop("profile_path")
+    return ProfileConfig(**kwargs)
+
+
 def _profile(path: str, **fields: Any) -> ProfilePolicy:
     ctrl = make_controller(Settings(adaptive_speculation=True, adaptive_policy="profile",
                                     adaptive_profile=path, **fields), 4)
@@ -93,7 +100,7 @@ def test_min_observations_is_a_profile_policy_knob_only() -> None:
     recorded adaptive_min_observations = 32 under online changes nothing."""
     default = _online()
     knob = _online(adaptive_min_observations=32)
-    assert knob.config.min_observations is None
+    assert knob.config == default.config
     for ctrl in (default, knob):
         for _ in range(10):
             ctrl.decide(BATCH, 8192)
@@ -125,9 +132,11 @@ def test_min_observations_delays_an_arms_own_calibration(profile_path: str) -> N
 def test_ewma_weight_sets_the_acceptance_half_life() -> None:
     assert halflife_from_ewma_weight(0.5) == pytest.approx(1.0)
     assert halflife_from_ewma_weight(0.001) == pytest.approx(math.log(0.5) / math.log(0.999))
-    assert _online(adaptive_ewma_weight=0.01).config.halflife_requests == pytest.approx(
+    assert _online(adaptive_ewma_weight=0.01).config.acceptance_halflife_requests == (
+        pytest.approx(math.log(0.5) / math.log(0.99)))
+    assert _online().config.acceptance_halflife_requests == 256.0  # unset: today's half-life
+    assert _profile_config(adaptive_ewma_weight=0.01).halflife_requests == pytest.approx(
         math.log(0.5) / math.log(0.99))
-    assert _online().config.halflife_requests == 256.0  # unset: today's half-life
 
 
 @pytest.mark.parametrize("policy", ["online", "profile"])
@@ -192,9 +201,8 @@ def test_latency_knobs_are_ignored_by_the_online_policy() -> None:
 
 
 def test_warmup_return_incumbent_keeps_the_initial_gamma_against_near_ties() -> None:
-    assert _online(adaptive_online_warmup_return="incumbent").config.warmup_return == (
-        "incumbent")
-    assert _online().config.warmup_return == "best"
+    assert _online(adaptive_online_warmup_return="incumbent").warmup_return == "incumbent"
+    assert _online().warmup_return == "best"
 
     def run(**fields: Any) -> list[int]:
         ctrl = _online(**fields)
@@ -276,11 +284,7 @@ def test_settings_refuse_out_of_range_knobs(name: str, value: str) -> None:
 @pytest.mark.parametrize(
     ("cls", "field", "value"),
     [
-        (OnlineConfig, "min_observations", 0),
-        (OnlineConfig, "min_observations", 1.5),
-        (OnlineConfig, "ewma_weight", 0.0),
-        (OnlineConfig, "ewma_weight", 1.01),
-        (OnlineConfig, "warmup_return", "worst"),
+        (OnlineController, "warmup_return", "worst"),
         (OnlineConfig, "exploration", math.nan),
         (OnlineConfig, "window", 0),
         (ProfileConfig, "min_observations", 0),

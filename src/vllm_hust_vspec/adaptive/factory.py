@@ -14,6 +14,8 @@ from .profile import load_profile
 from .profile_policy import ProfileConfig, ProfilePolicy
 
 POLICIES: tuple[str, ...] = ("online", "profile", "fixed")
+# Keywords of the OnlineController itself (not OnlineConfig fields) an override may set.
+_ONLINE_KEYWORDS: tuple[str, ...] = ("warmup_return",)
 
 
 def build_controller(
@@ -29,12 +31,12 @@ def build_controller(
 
     ``profile_path`` is read only by 'profile' (the settings layer rejects a profile given
     with another policy). ``overrides`` set fields of :class:`OnlineConfig` /
-    :class:`ProfileConfig` (e.g. ``hysteresis=0.1``); ``None`` values are skipped so unset
-    settings keep the controller's defaults. Unknown policies, unknown override names and bad
-    values raise ValueError naming them; a bad profile raises ProfileError naming the file
-    and key. ``cost_prior`` (step times measured before, e.g. a persisted state or start-up
-    timings) is the 'online' policy's cold-start cost prior; the other policies take none
-    (ValueError).
+    :class:`ProfileConfig` (e.g. ``hysteresis=0.1``), and for 'online' the controller's
+    ``warmup_return``; ``None`` values are skipped so unset settings keep the controller's
+    defaults. Unknown policies, unknown override names and bad values raise ValueError naming
+    them; a bad profile raises ProfileError naming the file and key. ``cost_prior`` (step
+    times measured before, e.g. a persisted state or start-up timings) is the 'online'
+    policy's cold-start cost prior; the other policies take none (ValueError).
     """
     given = {k: v for k, v in overrides.items() if v is not None}
     if cost_prior is not None and policy != "online":
@@ -45,9 +47,10 @@ def build_controller(
             raise ValueError(f"policy 'fixed' takes no overrides, got: {', '.join(sorted(given))}")
         return FixedController(min_gamma, max_gamma)
     if policy == "online":
-        _check_overrides(policy, OnlineConfig, given)
+        _check_overrides(policy, OnlineConfig, given, _ONLINE_KEYWORDS)
+        keywords = {k: given.pop(k) for k in _ONLINE_KEYWORDS if k in given}
         return OnlineController(OnlineConfig(min_gamma=min_gamma, max_gamma=max_gamma, **given),
-                                cost_prior=cost_prior)
+                                cost_prior=cost_prior, **keywords)
     if policy == "profile":
         _check_overrides(policy, ProfileConfig, given)
         if not profile_path:
@@ -59,8 +62,10 @@ def build_controller(
     raise ValueError(f"unknown controller policy {policy!r}; allowed: {', '.join(POLICIES)}")
 
 
-def _check_overrides(policy: str, cls: type, given: dict[str, Any]) -> None:
+def _check_overrides(policy: str, cls: type, given: dict[str, Any],
+                     extra: tuple[str, ...] = ()) -> None:
     allowed = [n for n in config_field_names(cls) if n not in ("min_gamma", "max_gamma")]
+    allowed += extra
     unknown = sorted(k for k in given if k not in allowed)
     if unknown:
         raise ValueError(f"unknown override(s) for policy {policy!r}: {', '.join(unknown)}; "

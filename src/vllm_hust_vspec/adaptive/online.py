@@ -9,7 +9,7 @@ p[k]``. Both factors are posteriors:
   speculative step also teaches what skipping costs; nothing about gamma 0 is special-cased.
 * ``p[k]`` from the discounted per-position counts of :class:`~.acceptance.AcceptanceModel`,
   read as a posterior: ``p[k]`` with the variance of a Beta of the counts it had when last
-  measured, growing with the steps since (``acceptance_drift``).
+  measured, growing with the steps since (``_ACCEPTANCE_DRIFT``).
 
 Each decision draws one sample of both (Thompson sampling, seeded; ``exploration`` scales its
 width) and moves toward the sampled best arm, subject to hysteresis, ``max_gamma_step``, the
@@ -20,9 +20,12 @@ apart, no sweep), narrow once the arms are known, widening again while acceptanc
 unobserved at gamma 0 or the load drifts (no periodic re-checks, no acceptance probe). On a
 host whose settled gamma 0 skips the drafter and pins the cohort (``zero_skips_drafter``),
 gamma 0 is played only when the posterior says it is the best arm with probability
-``settle_probability``; only then is it settled. The same test decides
+``_SETTLE_PROBABILITY``; only then is it settled. The same test decides
 ``warmup_return='incumbent'``: the initial gamma is left only for an arm the posterior says
 beats it with that probability.
+
+The posterior's tuning constants below are private: each was measured on the simulator suite
+and none is a deployment choice (the public knobs are :class:`~.online_config.OnlineConfig`).
 """
 
 from __future__ import annotations
@@ -38,41 +41,69 @@ from .cadence import CadencedPolicy
 from .cost_posterior import CostPosterior, features
 from .cost_prior import CostPrior
 from .feedback import ControllerSnapshot, StepFeedback
-from .online_config import OnlineConfig
+from .online_config import WARMUP_RETURNS, OnlineConfig
 
 _INF = math.inf
 _ACC_PRIOR_WEIGHT = 8.0  # AcceptanceModel's default prior weight for positions >= 1
 _WIN_DRAWS = 64  # posterior draws behind P(an arm is best): +-0.04 at 0.9
+# P(gamma 0 is best) to play a drafter-skipping zero: a pinned cohort cannot speculate again.
+_SETTLE_PROBABILITY = 0.9
+# Prior sd of the drafter's fixed overhead (first-step units): prices skipping until it is timed.
+_OVERHEAD_SD = 0.05
+# Per-step variance growth of a cost coefficient (share of its square): re-checks unplayed arms.
+_COST_DRIFT = 1e-6
+# Prior per-step variance growth of the load level (noise units), until the variogram has it.
+_LOAD_DRIFT = 1.0
+# Undrafted acceptance variance growth per step (sd 0.1 after 1,000): re-opens gamma 0 slowly.
+_ACCEPTANCE_DRIFT = 1e-5
+# p[0] before any verify feedback (deeper positions geometric): a middling drafter, soon replaced.
+_PRIOR_ACCEPTANCE = 0.6
+# Acceptance half-life clamp in steps: big batches may forget fast, small ones need the steps.
+_ACC_MIN_HALFLIFE_STEPS = 4.0
+_ACC_MAX_HALFLIFE_STEPS = 64.0
 
 
 class OnlineController(CadencedPolicy):
-    """Thompson sampling over a structured cost and acceptance posterior. ``Controller``."""
+    """Thompson sampling over a structured cost and acceptance posterior. ``Controller``.
+
+    ``initial_gamma`` is the first gamma (None: ``max_gamma``). ``warmup_return`` (the
+    predecessor's ``--adaptive-online-warmup-return``) says how readily it is left: 'best' on
+    the first draw that favours another arm, 'incumbent' only for an arm the posterior says
+    beats it with probability ``_SETTLE_PROBABILITY`` (until the first such move).
+    """
 
     def __init__(self, config: OnlineConfig | None = None, *,
-                 cost_prior: CostPrior | None = None) -> None:
+                 cost_prior: CostPrior | None = None, initial_gamma: int | None = None,
+                 warmup_return: str = "best") -> None:
         cfg = config or OnlineConfig()
         self.config = cfg
         lo, hi = cfg.min_gamma, cfg.max_gamma
-        initial = hi if cfg.initial_gamma is None else cfg.initial_gamma
+        if warmup_return not in WARMUP_RETURNS:
+            raise ValueError(f"OnlineController warmup_return must be one of "
+                             f"{', '.join(WARMUP_RETURNS)}, got {warmup_return!r}")
+        if initial_gamma is not None and (
+                isinstance(initial_gamma, bool) or not isinstance(initial_gamma, int)
+                or not lo <= initial_gamma <= hi):
+            raise ValueError(f"OnlineController initial_gamma must be an int in "
+                             f"[min_gamma={lo}, max_gamma={hi}], got {initial_gamma!r}")
+        self.warmup_return = warmup_return
+        initial = hi if initial_gamma is None else initial_gamma
         super().__init__(lo, hi, cfg.control_interval, initial, cfg.gamma_stride)
         self._skip_zero = cfg.zero_skips_drafter and lo == 0
         self._rng = random.Random(cfg.seed)
         self._width = cfg.exploration
-        self._incumbent = cfg.warmup_return == "incumbent"  # until the first chosen switch
+        self._incumbent = warmup_return == "incumbent"  # until the first chosen switch
         self._measured: dict[tuple[int, int], deque[float]] = {}  # (bucket, gamma): tok/s/req
-        self._cost = CostPosterior(cfg.overhead_sd, cfg.load_drift, cfg.cost_drift)
+        self._cost = CostPosterior(_OVERHEAD_SD, _LOAD_DRIFT, _COST_DRIFT)
         self._acc = AcceptanceModel(
             hi,
-            prior=(cfg.prior_acceptance,),
+            prior=(_PRIOR_ACCEPTANCE,),
             prior_weight=_ACC_PRIOR_WEIGHT,
-            halflife_requests=cfg.halflife_requests,
-            min_halflife_steps=cfg.acceptance_min_halflife_steps,
-            max_halflife_steps=cfg.acceptance_max_halflife_steps,
+            halflife_requests=cfg.acceptance_halflife_requests,
+            min_halflife_steps=_ACC_MIN_HALFLIFE_STEPS,
+            max_halflife_steps=_ACC_MAX_HALFLIFE_STEPS,
         )
-        warm = cfg.warmup_samples
-        if cfg.min_observations is not None and cfg.min_observations > warm:
-            warm = cfg.min_observations
-        self._warmup_left = warm
+        self._warmup_left = cfg.warmup_samples
         self._arm_ids = [object() for _ in range(hi + 2)]  # variogram keys (arm, path)
         self._prior_source = "none"
         self._prior_samples = 0
@@ -142,7 +173,7 @@ class OnlineController(CadencedPolicy):
 
     def settled(self) -> bool:
         """True when the last decision was a gamma 0 the posterior says is best with
-        probability ``settle_probability``: only then may a host pin a cohort on it."""
+        probability ``_SETTLE_PROBABILITY``: only then may a host pin a cohort on it."""
         if self._gamma != 0:
             return False
         if not self._skip_zero:
@@ -285,13 +316,13 @@ class OnlineController(CadencedPolicy):
     def _sample_expected(self, width: float = 1.0) -> list[float]:
         """One draw of ``E[g]`` for g = 0..max. Position ``k``'s rate has the variance of a
         Beta of the (discounted) counts it had when last measured, grown by
-        ``acceptance_drift`` per step since (times ``p[k-1]`` squared for the steps the
+        ``_ACCEPTANCE_DRIFT`` per step since (times ``p[k-1]`` squared for the steps the
         position below was measured and this one not; on top of the drift of the position
         below); every position moves by the same normal draw (sd ``width``) times its sd (a
         drafter that agrees more agrees more at every depth)."""
         p = self._acc.probabilities()
         z = self._rng.gauss(0.0, width)
-        drift = self.config.acceptance_drift
+        drift = _ACCEPTANCE_DRIFT
         now = self._observations
         seen_n, seen_t = self._seen_n, self._seen_t
         out = [1.0]
@@ -302,7 +333,7 @@ class OnlineController(CadencedPolicy):
         # below still was, which moves it by the rate of reaching it: at gamma 0 every
         # position drifts alike, at gamma 1 position 1 only by p[0]^2 as much.
         below = 0  # steps since the position below was measured
-        steps = 0.0  # the drift of the position below, in steps of acceptance_drift
+        steps = 0.0  # the drift of the position below, in steps of _ACCEPTANCE_DRIFT
         reach = 1.0
         for k, pk in enumerate(p):
             w = seen_n[k] + (_ACC_PRIOR_WEIGHT if k else 1.0)
@@ -319,12 +350,12 @@ class OnlineController(CadencedPolicy):
 
     def _zero_is_best(self) -> tuple[bool, float]:
         """Whether gamma 0 beats every other eligible arm with probability
-        ``settle_probability`` under the posterior, and the share of draws it won."""
+        ``_SETTLE_PROBABILITY`` under the posterior, and the share of draws it won."""
         return self._wins(0) if self._lo == 0 else (False, 0.0)
 
     def _wins(self, arm: int, rival: int | None = None) -> tuple[bool, float]:
         """Whether arm index ``arm`` (gamma ``lo + arm``) beats arm ``rival`` (every other
-        eligible arm when None) with probability ``settle_probability`` under the posterior,
+        eligible arm when None) with probability ``_SETTLE_PROBABILITY`` under the posterior,
         and the share of the draws made that it won. Monte Carlo over at most ``_WIN_DRAWS``
         joint draws of costs and acceptance (the arms' errors are strongly correlated,
         through the shared coefficients and acceptance, so no bound on pairwise probabilities
@@ -336,7 +367,7 @@ class OnlineController(CadencedPolicy):
             return False, 0.0
         if cap == self._lo:
             return True, 1.0
-        need = math.ceil(self.config.settle_probability * _WIN_DRAWS - 1e-9)
+        need = math.ceil(_SETTLE_PROBABILITY * _WIN_DRAWS - 1e-9)
         idx = bucket_index(batch)
         rows = self._rows(batch, cap)
         wins = losses = 0

@@ -1,9 +1,7 @@
 """The knobs every gamma policy shares (the online and the profile policy's configs extend it).
 
 Decision cadence and movement (``control_interval``, ``hysteresis``, ``max_gamma_step``), the
-gamma range, the discounted acceptance estimate (half-life in requests, clamped in steps, or
-the predecessor's EWMA weight) and the predecessor's
-``min_observations``. Each policy documents what ``min_observations`` means for it.
+gamma range and the half-life of the discounted acceptance estimate, in requests.
 """
 
 from __future__ import annotations
@@ -12,7 +10,6 @@ import math
 from dataclasses import dataclass
 
 from ._validate import require_float, require_int
-from .acceptance import halflife_from_ewma_weight
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,15 +27,10 @@ class PolicyConfig:
     # Only gammas min_gamma + k * gamma_stride are played (the predecessor's MTP budgets
     # 2/4/6 are stride 2); a budget cap may still force one in between.
     gamma_stride: int = 1
-    # Acceptance discount half-life in requests, clamped to the step range below.
+    # Acceptance discount half-life in requests (divided by the batch size, then clamped to
+    # a range of steps; the predecessor's adaptive_ewma_weight sets it through
+    # acceptance.halflife_from_ewma_weight).
     acceptance_halflife_requests: float = 256.0
-    acceptance_min_halflife_steps: float = 4.0
-    acceptance_max_halflife_steps: float = 64.0
-    # The predecessor's knob: steady samples an arm needs (each policy says for what).
-    min_observations: int | None = None
-    # Weight of the newest request in the acceptance estimate: replaces
-    # acceptance_halflife_requests by ln(0.5) / ln(1 - ewma_weight) (still step-clamped).
-    ewma_weight: float | None = None
 
     def validate_shared(self) -> None:
         """Range checks of the shared knobs (called by each config's ``__post_init__``)."""
@@ -55,20 +47,6 @@ class PolicyConfig:
                              f" gamma_stride={self.gamma_stride}")
         require_float(self, "hysteresis", 0.0, 10.0)
         require_float(self, "acceptance_halflife_requests", 1e-9, math.inf)
-        require_float(self, "acceptance_min_halflife_steps", 1e-9, math.inf)
-        require_float(self, "acceptance_max_halflife_steps", self.acceptance_min_halflife_steps,
-                      math.inf)
-        if self.min_observations is not None:
-            require_int(self, "min_observations", 1)
-        if self.ewma_weight is not None:
-            require_float(self, "ewma_weight", 1e-9, 1.0)
-
-    @property
-    def halflife_requests(self) -> float:
-        """Acceptance discount half-life in requests actually used."""
-        if self.ewma_weight is None:
-            return self.acceptance_halflife_requests
-        return halflife_from_ewma_weight(self.ewma_weight)
 
 
 __all__ = ["PolicyConfig"]

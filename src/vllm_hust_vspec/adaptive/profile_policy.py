@@ -24,7 +24,7 @@ from typing import Any
 
 from ._limits import ZeroProbe, budget_cap, should_switch, step_toward
 from ._validate import require_float, require_int
-from .acceptance import AcceptanceModel
+from .acceptance import AcceptanceModel, halflife_from_ewma_weight
 from .cadence import CadencedPolicy
 from .feedback import ControllerSnapshot, StepFeedback
 from .policy_config import PolicyConfig
@@ -33,10 +33,18 @@ from .profile import Profile
 
 @dataclass(frozen=True, slots=True)
 class ProfileConfig(PolicyConfig):
-    """Knobs of :class:`ProfilePolicy`: the shared ones (:class:`PolicyConfig`; there
-    ``min_observations`` is the steady samples an arm needs before its own calibration factor
-    replaces the all-arms one, None: 1) and these."""
+    """Knobs of :class:`ProfilePolicy`: the shared ones (:class:`PolicyConfig`) and these."""
 
+    # The acceptance half-life in steps (acceptance_halflife_requests / batch) is clamped to
+    # this range.
+    acceptance_min_halflife_steps: float = 4.0
+    acceptance_max_halflife_steps: float = 64.0
+    # The predecessor's knob: the steady samples an arm needs before its own calibration
+    # factor replaces the all-arms one (None: 1).
+    min_observations: int | None = None
+    # The predecessor's knob: weight of the newest request in the acceptance estimate;
+    # replaces acceptance_halflife_requests by ln(0.5) / ln(1 - ewma_weight) (still clamped).
+    ewma_weight: float | None = None
     # How many request-observations the profile's default acceptance is worth.
     acceptance_prior_weight: float = 64.0
     # EWMA rate of observed/predicted step time, and the clamp of the resulting factor.
@@ -57,6 +65,13 @@ class ProfileConfig(PolicyConfig):
 
     def __post_init__(self) -> None:
         self.validate_shared()
+        require_float(self, "acceptance_min_halflife_steps", 1e-9, math.inf)
+        require_float(self, "acceptance_max_halflife_steps", self.acceptance_min_halflife_steps,
+                      math.inf)
+        if self.min_observations is not None:
+            require_int(self, "min_observations", 1)
+        if self.ewma_weight is not None:
+            require_float(self, "ewma_weight", 1e-9, 1.0)
         require_int(self, "table_steps", 0)
         require_int(self, "probe_interval", 0)
         require_int(self, "max_probe_interval", self.probe_interval)
@@ -67,6 +82,13 @@ class ProfileConfig(PolicyConfig):
         if not isinstance(self.latency_calibration, bool):
             raise ValueError(f"ProfileConfig.latency_calibration must be a bool, got "
                              f"{self.latency_calibration!r}")
+
+    @property
+    def halflife_requests(self) -> float:
+        """Acceptance discount half-life in requests actually used."""
+        if self.ewma_weight is None:
+            return self.acceptance_halflife_requests
+        return halflife_from_ewma_weight(self.ewma_weight)
 
 
 class ProfilePolicy(CadencedPolicy):

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from vllm_hust_vspec.adaptive.acceptance import halflife_from_ewma_weight
 from vllm_hust_vspec.adaptive.feedback import Controller
 from vllm_hust_vspec.adaptive.fixed import FixedController
 
@@ -30,8 +31,6 @@ _OVERRIDES = {
     "adaptive_hysteresis": "hysteresis",
     "adaptive_control_interval": "control_interval",
     "adaptive_max_gamma_step": "max_gamma_step",
-    # The predecessor's knob, read by both policies in their own terms (docs/controller.md).
-    "adaptive_ewma_weight": "ewma_weight",
 }
 # Knobs only the profile policy has (ProfileConfig field names).
 _PROFILE_OVERRIDES = {
@@ -74,6 +73,14 @@ def controller_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
         if value is not None:
             kwargs[keyword] = value
     policy = settings.adaptive_policy
+    ewma_weight = settings.adaptive_ewma_weight
+    if ewma_weight is not None:
+        # The predecessor's knob, read by both policies in their own terms (docs/controller.md):
+        # the online policy takes the acceptance half-life it means (same step clamp).
+        if policy == "online":
+            kwargs["acceptance_halflife_requests"] = halflife_from_ewma_weight(ewma_weight)
+        else:
+            kwargs["ewma_weight"] = ewma_weight
     profile_only = {k: getattr(settings, f, None) for f, k in _PROFILE_OVERRIDES.items()}
     calibrate = bool(settings.adaptive_latency_calibration)
     warmup_return = settings.adaptive_online_warmup_return or "best"
@@ -102,9 +109,8 @@ def controller_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
 
 def make_controller(settings: Settings, max_gamma: int,
                     cost_prior: CostPrior | None = None) -> Controller:
-    """The controller for one scheduler, with upper bound ``max_gamma``; ``cost_prior``
-    (step times from a persisted state, host/engine/cost_prior/persisted.py) seeds its cost model
-    when the
+    """The controller for one scheduler, with upper bound ``max_gamma``; ``cost_prior`` (step times
+    from a persisted state, host/engine/cost_prior/persisted.py) seeds its cost model when the
     policy learns step costs (:func:`takes_cost_prior`; the profile policy has its own)."""
     if _factory_override is not None:
         return _factory_override(settings, max_gamma)
