@@ -78,7 +78,7 @@ class ZeroProbe:
     back. Every ``interval`` decisions at gamma 0 it drafts one token once; the interval
     doubles (up to ``max_interval``) each time speculation stays off, and resets when the
     controller turns speculation back on by itself. ``interval == 0`` disables probing.
-    The online policy uses the same doubling cadence to re-measure an untried gamma-0 prior.
+    (The profile policy's; the online policy re-opens speculation through its acceptance drift.)
     """
 
     __slots__ = ("_base", "_max", "interval", "probes", "run")
