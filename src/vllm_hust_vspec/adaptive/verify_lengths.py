@@ -238,8 +238,7 @@ class PerRequestLengths:
     def __init__(self, max_gamma: int, config: LengthsConfig | None = None,
                  cost_prior: CostPrior | None = None) -> None:
         """``cost_prior``: start-up step times (host/engine/cost_prior/dummy_batches.py) that
-        identify a
-        verified token's cost before the real steps can (see :class:`_StepCost`)."""
+        identify a verified token's cost before the real steps can (see :class:`_StepCost`)."""
         self.config = cfg = config or LengthsConfig()
         self.margin = cfg.margin
         self.max_gamma = max_gamma
