@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# What vSpec does, side by side: set up (cached), then for two bundled tiny model pairs start a
-# target-only `vllm serve` and a vSpec one (preset cpu-tiny, adaptive gamma 0..4) on 127.0.0.1,
-# send both the same closed-loop load (same prompts, 8 in flight, arms alternating, warm-up
-# excluded), stop them, and print a table: tokens/s of each arm, the ratio, the gamma the
-# controller settled on; plus the path of a figure (throughput per round, gamma per step).
-#   pair 1, where speculation pays: --target-model vspec-tiny/target-deep
-#           --draft-model vspec-tiny/draft-cheap-agree (expected vSpec >= 1.3x target-only)
-#   pair 2, where it does not: cpu-tiny as is (the controller settles on gamma 0; >= 0.9x)
-# Results, server logs and controller traces go to .cache/demo/. A few minutes on 2 cores.
-#   ./scripts/demo.sh [--rounds N] [--num-prompts N] [--output-len N] [-- vllm-hust-vspec flags]
+# What vSpec does, side by side: set up (cached), then, for two bundled tiny model pairs, serve
+# target-only and vSpec (`vllm serve`, preset cpu-tiny, adaptive gamma 0..4) on 127.0.0.1, send
+# each arm the same closed-loop load (same prompts, 8 requests in flight, arms alternating,
+# warm-up excluded), stop the servers, and print a table: tokens/s of each arm, the ratio, the
+# gamma the controller settled on, and the path of a figure (tokens/s and gamma per round).
+#   the pair where speculation pays: --target-model vspec-tiny/target-deep
+#       --draft-model vspec-tiny/draft-cheap-agree (expected: vSpec >= 1.3x target-only)
+#   the pair where it does not: the preset's target + draft (gamma settles on 0; >= 0.9x)
+# Both arms' workers run one OpenMP thread (--omp-threads). Results, server logs and
+# summary.json go to .cache/demo/. About 2.5-3 minutes on 2 cores once set up.
+#   ./scripts/demo.sh [--rounds N] [--num-prompts N] [--output-len N] [--strict] [-- pair flags]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

@@ -1,5 +1,12 @@
 #!/usr/bin/env python3
-"""Client half of scripts/demo.sh: wait for the server, chat, summarise what vSpec did."""
+"""Chat with a running vSpec server and summarise what it did: the answers, the controller's
+gamma choices (from its trace) and the vspec_ metrics.
+
+    ./run.sh cpu-tiny --port 8765 --adaptive-trace .cache/trace.jsonl &
+    .venv/bin/python scripts/demo_client.py --port 8765 --trace .cache/trace.jsonl
+
+(scripts/demo.sh measures instead: target-only against vSpec, side by side.)
+"""
 
 from __future__ import annotations
 
@@ -24,8 +31,8 @@ PROMPTS = [
 ]
 
 
-def wait_ready(base: str, pid: int, log: str, timeout_s: float) -> None:
-    """Poll /health, showing progress; fail early if the server process died."""
+def wait_ready(base: str, pid: int | None, log: str | None, timeout_s: float) -> None:
+    """Poll /health, showing progress; fail early if the server process (when given) died."""
     start = time.monotonic()
     while time.monotonic() - start < timeout_s:
         try:
@@ -36,9 +43,11 @@ def wait_ready(base: str, pid: int, log: str, timeout_s: float) -> None:
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
         try:
-            os.kill(pid, 0)
+            if pid is not None:
+                os.kill(pid, 0)
         except ProcessLookupError:
-            tail = "".join(Path(log).read_text().splitlines(keepends=True)[-30:])
+            tail = ("".join(Path(log).read_text().splitlines(keepends=True)[-30:])
+                    if log else "")
             sys.exit(f"\ndemo: the server exited during start-up; last lines of {log}:\n{tail}")
         print(".", end="", flush=True)
         time.sleep(2)
@@ -58,11 +67,12 @@ def chat(base: str, model: str, prompt: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--server-pid", type=int, required=True)
-    parser.add_argument("--log", required=True)
-    parser.add_argument("--trace", required=True)
+    parser.add_argument("--server-pid", type=int, help="stop waiting if this process exits")
+    parser.add_argument("--log", help="the server's log (its tail is shown if it exits)")
+    parser.add_argument("--trace", default="", help="the server's --adaptive-trace file")
     parser.add_argument("--model", default="vspec-tiny")
     parser.add_argument("--timeout", type=float, default=300.0)
     args = parser.parse_args()
@@ -81,7 +91,7 @@ def main() -> int:
     print("\ndemo: speculative-decoding metrics")
     print("\n".join(metrics) if metrics else "  (no vspec_ metrics found)")
     trace = Path(args.trace)
-    if trace.is_file():
+    if args.trace and trace.is_file():
         lines = [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
         records = [r for r in lines if "step" in r]  # run headers left out
         counts = collections.Counter(r.get("gamma") for r in records)

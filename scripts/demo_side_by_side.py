@@ -1,15 +1,27 @@
 #!/usr/bin/env python3
 """Side-by-side half of scripts/demo.sh: target-only against vSpec on two tiny model pairs.
 
-For each pair it takes both server commands from ``vllm-hust-vspec-bench pair --dry-run
---json`` (so the two arms differ only in speculation, as in the project's pair bench), starts
-the target-only server, then the vSpec server once the first is ready (so vSpec's start-up
-calibration times its steps on a quiet machine), and keeps both up. Every round sends the same
-closed-loop load to each (``vllm-hust-vspec-bench run``: same seeded prompts, fixed output
-length, concurrency 8), the arms alternating A B B A ...; one unmeasured warm-up round per arm
-comes first. It prints a table (median tokens/s of each arm, their ratio, the gamma the
-controller played most in the measured rounds) and writes a figure (throughput per round,
-gamma over time from the controller trace).
+Both arms' server commands come from ``vllm-hust-vspec-bench pair --dry-run --json``, so they
+differ only in speculation, as in the project's pair bench. The target-only servers start
+together, then the vSpec servers one at a time (each one's start-up calibration times its
+steps while the others sit idle); all stay up until the end. Every round sends the same
+closed-loop load to both arms of a pair back to back (``vllm-hust-vspec-bench run``: the same
+seeded prompts, a fixed output length, 8 requests in flight), the order alternating
+A B B A ...; one unmeasured warm-up round per server comes first.
+
+Two things keep the comparison fair on a small CPU host, and apply to both arms alike:
+
+* the servers stay in this script's session, so the kernel's per-session scheduling groups
+  (autogroup) do not set the load client against the server as two equal halves of the CPUs;
+* each worker runs one OpenMP thread (``--omp-threads``; the overlay goes to both arms through
+  the pair bench's ``--config``): with two cores the API server, the engine core and the client
+  need CPU besides the worker; a worker with a thread on every core made identical runs spread
+  by up to 2x and slowed both arms.
+
+The table shows the median tokens/s of each arm over the measured rounds, their ratio (as
+``vllm-hust-vspec-bench pair`` reports it) and the gamma the controller played on most steps
+of the measured rounds (from the vspec_ metrics of each round). The figure shows tokens/s per
+round and the share of steps at each gamma per round, the warm-up round included.
 """
 
 from __future__ import annotations
@@ -32,26 +44,25 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
-BENCH = str(BIN / "vllm-hust-vspec-bench")
+BENCH = str(Path(sys.executable).parent / "vllm-hust-vspec-bench")
 ARMS = ("baseline", "vspec")
 LABEL = {"baseline": "target-only", "vspec": "vSpec"}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Pair:
     key: str
     title: str
-    flags: list[str]
-    bar: float  # the ratio vSpec / target-only the demo expects at least
+    flags: tuple[str, ...]
+    expected: float  # the least vSpec / target-only ratio the demo expects
 
 
-PAIRS = [
+PAIRS = (
     Pair("pays", "target-deep + draft-cheap-agree (speculation pays)",
-         ["--target-model", "vspec-tiny/target-deep",
-          "--draft-model", "vspec-tiny/draft-cheap-agree"], 1.3),
-    Pair("no-pay", "target + draft, cpu-tiny as is (it does not)", [], 0.9),
-]
+         ("--target-model", "vspec-tiny/target-deep",
+          "--draft-model", "vspec-tiny/draft-cheap-agree"), 1.3),
+    Pair("no-pay", "target + draft, the preset's pair (it does not)", (), 0.9),
+)
 
 
 @dataclass
@@ -71,9 +82,9 @@ class Server:
     def start(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("wb") as out:
+            # its own process group (stop() reaches the EngineCore too), but this session
             self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT,
-                                         env={**os.environ, **self.env},
-                                         start_new_session=True)
+                                         env={**os.environ, **self.env}, process_group=0)
 
     def wait_ready(self, timeout_s: float) -> None:
         assert self.proc is not None
@@ -81,8 +92,8 @@ class Server:
         while time.monotonic() - t0 < timeout_s:
             if self.proc.poll() is not None:
                 tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
-                sys.exit(f"demo: the {self.name} server exited during start-up; last lines of "
-                         f"{self.log}:\n{tail}")
+                raise SystemExit(f"demo: the {self.name} server exited during start-up; last "
+                                 f"lines of {self.log}:\n{tail}")
             try:
                 with urllib.request.urlopen(f"{self.url}/health", timeout=2) as resp:
                     if resp.status == 200:
@@ -91,33 +102,34 @@ class Server:
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
                 pass
             time.sleep(1)
-        sys.exit(f"demo: the {self.name} server was not ready after {timeout_s:.0f} s; "
-                 f"see {self.log}")
+        raise SystemExit(f"demo: the {self.name} server was not ready after {timeout_s:.0f} s;"
+                         f" see {self.log}")
+
+    def interrupt(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGINT)
 
     def stop(self) -> None:
-        """SIGINT the server's process group (EngineCore included), SIGKILL if it lingers."""
+        """SIGINT the server's process group, SIGKILL it if it lingers."""
         proc = self.proc
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
-        for sig, wait in ((signal.SIGINT, 20.0), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(timeout=wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        if proc.poll() is None:
+            self.interrupt()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=20)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
 
 
 @dataclass
 class PairResult:
     pair: Pair
     runs: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {a: [] for a in ARMS})
-    trace: Path | None = None
+    warmup: dict[str, dict[str, Any]] = field(default_factory=dict)
     ready_s: dict[str, float] = field(default_factory=dict)
 
     def tps(self, arm: str) -> list[float]:
@@ -126,24 +138,54 @@ class PairResult:
     def median(self, arm: str) -> float:
         return statistics.median(self.tps(arm))
 
+    def round_ratios(self) -> list[float]:
+        """vSpec / target-only of each round (its two runs ran back to back)."""
+        return [v / b for b, v in zip(self.tps("baseline"), self.tps("vspec"), strict=True)]
+
     def ratio(self) -> float:
+        """Median vSpec / median target-only (what ``vllm-hust-vspec-bench pair`` reports)."""
         return self.median("vspec") / self.median("baseline")
 
-    def gamma_steps(self) -> dict[int, float]:
-        """Steps per gamma over the measured vSpec rounds (vspec_ metrics windows)."""
+    def gamma_steps(self, runs: list[dict[str, Any]] | None = None) -> dict[int, float]:
+        """Steps per gamma over vSpec runs (default: the measured ones), from vspec_ metrics."""
         out: dict[int, float] = {}
-        for r in self.runs["vspec"]:
+        for r in self.runs["vspec"] if runs is None else runs:
             for g, n in ((r.get("spec") or {}).get("gamma_steps") or {}).items():
                 out[int(g)] = out.get(int(g), 0.0) + float(n)
         return out
 
     def settled(self) -> tuple[int | None, float]:
+        """The gamma of most measured steps and its share of them."""
         steps = self.gamma_steps()
         total = sum(steps.values())
         if not total:
             return None, 0.0
         g = max(steps, key=lambda k: steps[k])
         return g, steps[g] / total
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pair": self.pair.key, "title": self.pair.title, "flags": list(self.pair.flags),
+                "expected": self.pair.expected, "target_only_tps": self.tps("baseline"),
+                "vspec_tps": self.tps("vspec"), "round_ratios": self.round_ratios(),
+                "ratio": self.ratio(), "gamma_steps": self.gamma_steps(),
+                "warmup_gamma_steps": self.gamma_steps([self.warmup.get("vspec", {})]),
+                "ready_s": self.ready_s}
+
+
+def cpu_busy(seconds: float = 1.0) -> float | None:
+    """Share of the CPUs busy over ``seconds`` (from /proc/stat; None where there is none)."""
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as fh:
+            ticks = [int(x) for x in fh.readline().split()[1:]]
+        return sum(ticks), ticks[3] + ticks[4]  # total, idle + iowait
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(seconds)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    return 1.0 - (idle1 - idle0) / max(1, total1 - total0)
 
 
 def free_port() -> int:
@@ -161,13 +203,34 @@ def with_port(argv: list[str], port: int) -> list[str]:
     return out
 
 
-def plan_commands(preset: str, pair: Pair, extra: list[str]) -> dict[str, Any]:
+def plan_commands(args: argparse.Namespace, pair: Pair, work: Path) -> dict[str, Any]:
     """Both arms' commands and environments, as the project's pair bench would run them."""
-    argv = [BENCH, "pair", "--protocol", preset, *pair.flags, *extra, "--dry-run", "--json"]
+    argv = [BENCH, "pair", "--protocol", args.preset, *pair.flags]
+    if args.omp_threads > 0:
+        overlay = work / "demo-overlay.toml"
+        overlay.write_text(f'[env]\nOMP_NUM_THREADS = "{args.omp_threads}"\n')
+        argv += ["--config", str(overlay)]
+    argv += [*args.extra, "--dry-run", "--json"]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        sys.exit(f"demo: {' '.join(argv)} failed:\n{proc.stdout}{proc.stderr}")
+        raise SystemExit(f"demo: {' '.join(argv)} failed:\n{proc.stdout}{proc.stderr}")
     return dict(json.loads(proc.stdout)["commands"])
+
+
+def make_servers(pair: Pair, args: argparse.Namespace, work: Path) -> dict[str, Server]:
+    """Both arms' servers of a pair (not started), each on a free port with a fresh metrics
+    directory."""
+    cmds = plan_commands(args, pair, work)
+    servers: dict[str, Server] = {}
+    for arm in ARMS:
+        prom = work / "prometheus" / f"{pair.key}-{arm}"
+        shutil.rmtree(prom, ignore_errors=True)
+        prom.mkdir(parents=True)
+        port = free_port()
+        servers[arm] = Server(f"{pair.key} {LABEL[arm]}", with_port(cmds[arm]["argv"], port),
+                              {**cmds[arm]["env"], "PROMETHEUS_MULTIPROC_DIR": str(prom)},
+                              work / f"{pair.key}-{arm}.server.log", port)
+    return servers
 
 
 def measure(server: Server, args: argparse.Namespace, out: Path) -> dict[str, Any]:
@@ -182,95 +245,93 @@ def measure(server: Server, args: argparse.Namespace, out: Path) -> dict[str, An
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     result = out / "run.json"
     if proc.returncode != 0 or not result.is_file():
-        sys.exit(f"demo: the load against {server.name} failed:\n{proc.stdout}{proc.stderr}")
+        raise SystemExit(f"demo: the load against the {server.name} server failed:\n"
+                         f"{proc.stdout}{proc.stderr}")
     return dict(json.loads(result.read_text()))
 
 
-def run_pair(pair: Pair, args: argparse.Namespace, work: Path) -> PairResult:
-    cmds = plan_commands(args.preset, pair, args.extra)
-    res = PairResult(pair)
-    res.trace = work / f"{pair.key}.trace.jsonl"
-    res.trace.unlink(missing_ok=True)
-    servers: dict[str, Server] = {}
-    for arm in ARMS:
-        prom = work / "prometheus" / f"{pair.key}-{arm}"
-        shutil.rmtree(prom, ignore_errors=True)
-        prom.mkdir(parents=True)
-        env = {**cmds[arm]["env"], "PROMETHEUS_MULTIPROC_DIR": str(prom)}
-        if arm == "vspec":
-            env["HUST_VSPEC_ADAPTIVE_TRACE"] = str(res.trace)
-        port = free_port()
-        servers[arm] = Server(f"{pair.key} {LABEL[arm]}", with_port(cmds[arm]["argv"], port),
-                              env, work / f"{pair.key}-{arm}.server.log", port)
+def run_rounds(res: PairResult, servers: dict[str, Server], args: argparse.Namespace,
+               work: Path) -> None:
+    key = res.pair.key
+    for arm in ARMS:  # warm-up round, not measured
+        res.warmup[arm] = measure(servers[arm], args, work / "runs" / f"{key}-{arm}-warmup")
+    for rnd in range(1, args.rounds + 1):
+        order = ARMS if rnd % 2 else ARMS[::-1]
+        for arm in order:
+            r = measure(servers[arm], args, work / "runs" / f"{key}-{arm}-r{rnd}")
+            r["round"] = rnd
+            res.runs[arm].append(r)
+        b, v = (res.runs[a][-1]["output_throughput"] for a in ARMS)
+        print(f"demo: [{key}] round {rnd:2d}/{args.rounds} ({LABEL[order[0]]} first): "
+              f"target-only {b:5.0f}, vSpec {v:5.0f} tok/s, {v / b:.2f}x", flush=True)
+
+
+def run_demo(pairs: list[Pair], args: argparse.Namespace, work: Path) -> list[PairResult]:
+    """Start every server (target-only ones together, vSpec ones one at a time, so each vSpec
+    start-up calibration runs while the others sit idle), measure pair by pair, stop all."""
+    made = [make_servers(p, args, work) for p in pairs]
+    order = [s["baseline"] for s in made] + [s["vspec"] for s in made]
+    results = []
     try:
-        for arm in ARMS:  # one at a time: vSpec's start-up calibration sees a quiet machine
-            print(f"demo: [{pair.key}] starting the {LABEL[arm]} server ...", flush=True)
-            servers[arm].start()
-            servers[arm].wait_ready(args.server_timeout)
-            res.ready_s[arm] = servers[arm].ready_s
-            print(f"demo: [{pair.key}] {LABEL[arm]} ready after {servers[arm].ready_s:.0f} s "
-                  f"on {servers[arm].url}", flush=True)
-        for arm in ARMS:  # warm-up round, not measured
-            measure(servers[arm], args, work / "runs" / f"{pair.key}-{arm}-warmup")
-        for rnd in range(1, args.rounds + 1):
-            order = ARMS if rnd % 2 else ARMS[::-1]
-            line = []
-            for arm in order:
-                r = measure(servers[arm], args, work / "runs" / f"{pair.key}-{arm}-r{rnd}")
-                r["round"] = rnd
-                res.runs[arm].append(r)
-                line.append(f"{LABEL[arm]} {r['output_throughput']:.0f}")
-            print(f"demo: [{pair.key}] round {rnd}/{args.rounds}: {', '.join(line)} tok/s",
-                  flush=True)
+        for group in ([s["baseline"] for s in made], *([s["vspec"]] for s in made)):
+            for server in group:
+                print(f"demo: starting the {server.name} server ...", flush=True)
+                server.start()
+            for server in group:
+                server.wait_ready(args.server_timeout)
+                print(f"demo: {server.name} ready after {server.ready_s:.0f} s", flush=True)
+        for pair, servers in zip(pairs, made, strict=True):
+            res = PairResult(pair, ready_s={a: servers[a].ready_s for a in ARMS})
+            run_rounds(res, servers, args, work)
+            results.append(res)
     finally:
-        for arm in ARMS[::-1]:
-            servers[arm].stop()
-    return res
-
-
-def read_trace(path: Path | None) -> list[dict[str, Any]]:
-    if path is None or not path.is_file():
-        return []
-    out = []
-    for line in path.read_text(errors="replace").splitlines():
-        with contextlib.suppress(ValueError):
-            rec = json.loads(line)
-            if isinstance(rec, dict) and "step" in rec and "t" in rec:
-                out.append(rec)
-    return out
+        for server in order:
+            server.interrupt()
+        for server in order:
+            server.stop()
+    return results
 
 
 def plot(results: list[PairResult], path: Path) -> str | None:
-    """Throughput per round (top) and the controller's gamma over time (bottom), per pair."""
+    """Per pair: tokens/s per round (top), share of vSpec steps at each gamma (bottom)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed (pip install vllm-hust-vspec[bench])"
-    fig, axes = plt.subplots(2, len(results), figsize=(6 * len(results), 7), squeeze=False)
+    fig, axes = plt.subplots(2, len(results), figsize=(6 * len(results), 8), squeeze=False)
+    colors = plt.get_cmap("viridis")
     for col, res in enumerate(results):
         ax = axes[0][col]
         for arm, color in (("baseline", "tab:gray"), ("vspec", "tab:blue")):
-            rounds = [r["round"] for r in res.runs[arm]]
-            ax.plot(rounds, res.tps(arm), marker="o", color=color,
+            ax.plot([r["round"] for r in res.runs[arm]], res.tps(arm), marker="o", color=color,
                     label=f"{LABEL[arm]} (median {res.median(arm):.0f})")
         ax.set_ylim(bottom=0)
         ax.set_xlabel("measured round")
         ax.set_ylabel("output tokens/s")
-        ax.set_title(f"{res.pair.title}\nvSpec / target-only {res.ratio():.2f}x",
-                     fontsize="medium")
-        ax.legend(fontsize="small")
+        ax.set_title(f"{res.pair.title}\nvSpec / target-only {res.ratio():.2f}x "
+                     "(ratio of the medians)", fontsize="medium")
+        ax.legend(fontsize="small", loc="lower right")
         ax = axes[1][col]
-        recs = read_trace(res.trace)
-        if recs:
-            ax.step(range(1, len(recs) + 1),
-                    [int(r.get("decided", r.get("gamma", 0))) for r in recs],
-                    where="post", linewidth=0.8)
-        ax.set_ylim(-0.3, max([4] + [int(r.get("decided", 0)) for r in recs]) + 0.3)
-        ax.set_xlabel("controller step (warm-up round included)")
-        ax.set_ylabel("gamma decided")
-        ax.set_title("the vSpec controller's gamma", fontsize="medium")
+        runs = [res.warmup.get("vspec", {}), *res.runs["vspec"]]
+        per_round = [res.gamma_steps([r]) for r in runs]
+        top = max([4, *(g for steps in per_round for g in steps)])
+        bottom = [0.0] * len(runs)
+        for g in range(top + 1):
+            shares = [steps.get(g, 0.0) / (sum(steps.values()) or 1.0) for steps in per_round]
+            ax.bar(range(len(runs)), shares, bottom=bottom, color=colors(g / top),
+                   label=f"gamma {g}")
+            bottom = [b + s for b, s in zip(bottom, shares, strict=True)]
+        ax.set_xticks(range(len(runs)))
+        ax.set_xticklabels(["warm-up", *(str(r["round"]) for r in res.runs["vspec"])],
+                           fontsize="small")
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("round")
+        ax.set_ylabel("share of vSpec steps")
+        ax.set_title("gamma the controller played", fontsize="medium")
+        ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.2),
+                  ncol=top + 1, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -283,13 +344,11 @@ def table(results: list[PairResult]) -> str:
     rows = []
     for res in results:
         g, share = res.settled()
-        ok = res.ratio() >= res.pair.bar
+        ok = res.ratio() >= res.pair.expected
         rows.append((
-            res.pair.title,
-            f"{res.median('baseline'):.0f}", f"{res.median('vspec'):.0f}",
-            f"{res.ratio():.2f}x",
-            "?" if g is None else f"{g} ({share:.0%} of steps)",
-            f">= {res.pair.bar:.1f}x {'ok' if ok else 'MISSED'}",
+            res.pair.title, f"{res.median('baseline'):.0f}", f"{res.median('vspec'):.0f}",
+            f"{res.ratio():.2f}x", "?" if g is None else f"{g} ({share:.0%} of steps)",
+            f">= {res.pair.expected:.1f}x {'ok' if ok else 'MISSED'}",
         ))
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     fmt = "  ".join(f"{{:{'<' if i == 0 else '>'}{w}}}" for i, w in enumerate(widths))
@@ -302,43 +361,50 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="cpu-tiny")
     parser.add_argument("--model", default="vspec-tiny", help="served model name")
-    parser.add_argument("--rounds", type=int, default=5, help="measured rounds per arm")
-    parser.add_argument("--num-prompts", type=int, default=32, help="requests per round")
-    parser.add_argument("--output-len", type=int, default=128)
-    parser.add_argument("--input-len", type=int, default=64, help="words per random prompt")
+    parser.add_argument("--rounds", type=int, default=8, help="measured rounds per pair")
+    parser.add_argument("--num-prompts", type=int, default=32, help="requests per run")
+    parser.add_argument("--output-len", type=int, default=128, help="tokens per request")
+    parser.add_argument("--input-len", type=int, default=128, help="words per random prompt")
     parser.add_argument("--concurrency", type=int, default=8, help="requests in flight")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--pairs", default="pays,no-pay", help="which pairs, in order")
+    parser.add_argument("--seed", type=int, default=0, help="prompt seed")
+    parser.add_argument("--omp-threads", type=int, default=1,
+                        help="OMP_NUM_THREADS of both arms' servers; 0: leave it to the preset")
+    parser.add_argument("--pairs", default="pays,no-pay",
+                        help=f"which pairs, in order (of: {', '.join(p.key for p in PAIRS)})")
     parser.add_argument("--out", default=str(ROOT / ".cache" / "demo"))
     parser.add_argument("--server-timeout", type=float, default=300.0)
     parser.add_argument("--strict", action="store_true",
-                        help="exit 1 when a pair misses its expected ratio")
+                        help="exit 1 when a pair's ratio is below what it is expected to reach")
     parser.add_argument("extra", nargs="*",
-                        help="extra vllm-hust-vspec flags for both pairs (after --)")
+                        help="after --: more vllm-hust-vspec-bench pair flags for both pairs")
     args = parser.parse_args()
+    by_key = {p.key: p for p in PAIRS}
+    try:
+        pairs = [by_key[k] for k in args.pairs.split(",") if k]
+    except KeyError as exc:
+        parser.error(f"--pairs: unknown pair {exc}")
     work = Path(args.out).resolve()
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HUST_VSPEC_MODEL_DIR", str(ROOT / ".cache" / "models"))
-    by_key = {p.key: p for p in PAIRS}
-    pairs = [by_key[k] for k in args.pairs.split(",") if k]
-    print(f"demo: per round and arm {args.num_prompts} requests x {args.output_len} tokens, "
-          f"{args.concurrency} in flight, same prompts for both arms; 1 warm-up round + "
-          f"{args.rounds} measured rounds per arm, order A B B A ...", flush=True)
+    print(f"demo: each run {args.num_prompts} requests x {args.output_len} tokens, "
+          f"{args.concurrency} in flight, the same prompts for both arms; per pair 1 warm-up + "
+          f"{args.rounds} measured rounds, arms alternating first", flush=True)
+    busy = cpu_busy()
+    if busy is not None and busy > 0.25:
+        print(f"demo: note: other processes keep {busy:.0%} of the {os.cpu_count()} CPUs busy; "
+              "they compete with the servers, so the figures will be noisy", flush=True)
     t0 = time.monotonic()
-    results = [run_pair(p, args, work) for p in pairs]
-    (work / "summary.json").write_text(json.dumps([
-        {"pair": r.pair.key, "title": r.pair.title, "expected": r.pair.bar,
-         "target_only_tps": r.tps("baseline"), "vspec_tps": r.tps("vspec"),
-         "ratio": r.ratio(), "gamma_steps": r.gamma_steps(), "ready_s": r.ready_s}
-        for r in results], indent=1) + "\n")
+    results = run_demo(pairs, args, work)
+    (work / "summary.json").write_text(json.dumps([r.to_dict() for r in results], indent=1)
+                                       + "\n")
     fig = work / "side-by-side.png"
     why_not = plot(results, fig)
-    print(f"\ndemo: medians over {args.rounds} measured rounds per arm "
-          f"({time.monotonic() - t0:.0f} s for both pairs)\n")
+    print(f"\ndemo: {time.monotonic() - t0:.0f} s; tok/s: median over the measured rounds; "
+          "vSpec/target: their ratio\n")
     print(table(results))
     print(f"\nplot: {fig}" if why_not is None else f"\nplot: not written ({why_not})")
-    print(f"logs, per-round results, traces: {work}")
-    missed = [r for r in results if r.ratio() < r.pair.bar]
+    print(f"per-round results, server logs, summary.json: {work}")
+    missed = [r for r in results if r.ratio() < r.pair.expected]
     return 1 if args.strict and missed else 0
 
 
