@@ -162,7 +162,7 @@ def test_refill_admission_admits_cohorts_and_completes_every_request(
 ) -> None:
     from vllm import SamplingParams
 
-    from vllm_hust_vspec.host.engine.scheduler import REFILL_MAX_HOLD_STEPS
+    from vllm_hust_vspec.adaptive.admission import REFILL_MAX_HOLD_STEPS
 
     trace = tmp_path / "trace.jsonl"
     refill = 3

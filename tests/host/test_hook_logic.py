@@ -9,10 +9,10 @@ import pytest
 
 pytest.importorskip("prometheus_client")
 
+from vllm_hust_vspec.adaptive.admission import REFILL_MAX_HOLD_STEPS  # noqa: E402
 from vllm_hust_vspec.adaptive.feedback import ControllerSnapshot  # noqa: E402
 from vllm_hust_vspec.host.engine.scheduler import (  # noqa: E402
     HOOK_ATTR,
-    REFILL_MAX_HOLD_STEPS,
     SKIP_ATTR,
     GammaLookup,
     SchedulerHook,

@@ -26,7 +26,6 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from vllm_hust_vspec.adaptive.admission import REFILL_MAX_HOLD_STEPS
 from vllm_hust_vspec.host.abi import runners
 from vllm_hust_vspec.host.abi.capabilities import (
     ENGINE_CORE,
@@ -343,7 +342,6 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
 
 __all__ = [
     "HOOK_ATTR",
-    "REFILL_MAX_HOLD_STEPS",
     "SKIP_ATTR",
     "SUPPORTED_METHODS",
     "GammaLookup",
