@@ -13,10 +13,9 @@ Two things keep the comparison fair on a small CPU host, and apply to both arms 
 
 * the servers stay in this script's session, so the kernel's per-session scheduling groups
   (autogroup) do not set the load client against the server as two equal halves of the CPUs;
-* each worker runs one OpenMP thread (``--omp-threads``; the overlay goes to both arms through
-  the pair bench's ``--config``): with two cores the API server, the engine core and the client
-  need CPU besides the worker; a worker with a thread on every core made identical runs spread
-  by up to 2x and slowed both arms.
+* each worker runs one OpenMP thread (the cpu-tiny preset pins it; ``--omp-threads N`` sets
+  another count for both arms through the pair bench's ``--config``): with two cores the API
+  server, the engine core and the client need CPU besides the worker.
 
 The table shows the median tokens/s of each arm over the measured rounds, their ratio (as
 ``vllm-hust-vspec-bench pair`` reports it) and the gamma the controller played on most steps
@@ -367,8 +366,9 @@ def main() -> int:
     parser.add_argument("--input-len", type=int, default=128, help="words per random prompt")
     parser.add_argument("--concurrency", type=int, default=8, help="requests in flight")
     parser.add_argument("--seed", type=int, default=0, help="prompt seed")
-    parser.add_argument("--omp-threads", type=int, default=1,
-                        help="OMP_NUM_THREADS of both arms' servers; 0: leave it to the preset")
+    parser.add_argument("--omp-threads", type=int, default=0,
+                        help="OMP_NUM_THREADS of both arms' servers (0: the preset's, 1 for "
+                             "cpu-tiny)")
     parser.add_argument("--pairs", default="pays,no-pay",
                         help=f"which pairs, in order (of: {', '.join(p.key for p in PAIRS)})")
     parser.add_argument("--out", default=str(ROOT / ".cache" / "demo"))

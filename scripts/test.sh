@@ -45,7 +45,7 @@ echo "== mypy --strict (adaptive/, sim/)"
 .venv/bin/mypy --strict src/vllm_hust_vspec/adaptive src/vllm_hust_vspec/sim
 echo "== pytest"
 set +e
-.venv/bin/python -m pytest "${@:-tests}"
+.venv/bin/python -m pytest --durations=15 "${@:-tests}"
 rc=$?
 set -e
 if [[ $rc -eq 5 ]]; then

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from vllm_hust_vspec.bench.datasets import (
     write_custom_jsonl,
 )
 from vllm_hust_vspec.bench.pair import aggregate_acceptance
-from vllm_hust_vspec.bench.server import base_url_of, baseline_command, with_flag
+from vllm_hust_vspec.bench.server import ServerProcess, base_url_of, baseline_command, with_flag
 from vllm_hust_vspec.bench.stats import (
     RequestOutcome,
     Spread,
@@ -364,6 +366,24 @@ def test_pair_dry_run_prints_both_commands(
     assert plan["order"] == ["baseline-r1", "vspec-r1", "vspec-r2", "baseline-r2"]
     assert plan["min_speedup"] == 1.10 and plan["backend"] == "builtin"
     assert "32 prompts x 64 output tokens" in plan["load"]
+    # the preset's [env] reaches both arms alike: one OpenMP thread per worker
+    assert base["env"]["OMP_NUM_THREADS"] == vspec["env"]["OMP_NUM_THREADS"] == "1"
+
+
+def test_server_process_has_its_own_group_in_the_callers_session(tmp_path: Path) -> None:
+    # its own group: stop() signals the EngineCore too; the caller's session: a new session
+    # would be a kernel scheduling group of its own, splitting the CPUs with the load client
+    cmd = ServeCommand(argv=[sys.executable, "-c", "import time; time.sleep(60)"])
+    server = ServerProcess("sleeper", cmd, tmp_path / "sleeper.log")
+    server.start(os.environ)
+    try:
+        assert server.proc is not None
+        pid = server.proc.pid
+        assert os.getpgid(pid) == pid != os.getpgid(0)
+        assert os.getsid(pid) == os.getsid(0)
+    finally:
+        server.stop(grace_s=5.0)
+    assert server.proc.poll() is not None
 
 
 def test_pair_dry_run_text_and_passthrough(

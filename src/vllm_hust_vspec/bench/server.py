@@ -120,7 +120,10 @@ class ServerProcess:
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
                 self.command.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True,  # own process group: stop() reaches EngineCore too
+                # Own process group, so stop() reaches EngineCore too, but this session: a
+                # new session would be its own kernel scheduling group (autogroup) and share
+                # the CPUs half and half with the load client whatever either needs.
+                process_group=0,
             )
         self.started_s = time.monotonic()
 
