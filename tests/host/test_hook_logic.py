@@ -368,6 +368,30 @@ def test_per_request_lengths_trim_each_request_drafts_before_scheduling() -> Non
     assert hook._lengths == (2, 3, 3)
 
 
+class KeepAll(LengthCtrl):
+    def verify_lengths(self, query: Any) -> list[int]:
+        return list(query.drafted)
+
+
+@pytest.mark.parametrize(("ctrl_type", "trimmed"), [(LengthCtrl, True), (KeepAll, False)])
+def test_feedback_of_a_step_says_whether_its_lengths_were_trimmed(
+        ctrl_type: type[LengthCtrl], trimmed: bool) -> None:
+    # the batch controller's acceptance counts leave trimmed steps out (a biased sample)
+    sched = _drafting(2, [7, 8, 9])
+    ctrl = ctrl_type()
+    hook = _hook(sched, ctrl)
+    _before_schedule(hook)
+    hook.decide(2)
+    spec = {r.request_id: list(r.spec_token_ids) for r in sched.running}
+    out = _out({rid: 1 + len(d) for rid, d in spec.items()}, spec)
+    hook.after_schedule(out)
+    hook.on_update(out, SimpleNamespace(sampled_token_ids=[[1], [2]],
+                                        req_id_to_index={"r0": 0, "r1": 1}))()
+    (fb,) = ctrl.seen
+    assert fb.lengths_trimmed is trimmed
+    assert fb.drafted == ((3, 2) if trimmed else (3, 3))
+
+
 def test_a_failing_length_policy_falls_back_and_verifies_everything() -> None:
     sched = _drafting(2, [7, 8, 9])
     hook = _hook(sched, LengthCtrl(fail=True))

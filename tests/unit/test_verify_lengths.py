@@ -232,10 +232,39 @@ def test_per_request_controller_gains_on_a_bimodal_batch() -> None:
     hi = sc.max_gamma  # type: ignore[attr-defined]
     online = simulate(sc, build_controller("online", min_gamma=0, max_gamma=hi), 1)  # type: ignore[arg-type]
     wrapped = PerRequestController(build_controller("online", min_gamma=0, max_gamma=hi), 0, hi)
+    seen: list[StepFeedback] = []
+    observe = wrapped.observe
+
+    def recording(fb: StepFeedback) -> None:
+        seen.append(fb)
+        observe(fb)
+
+    wrapped.observe = recording  # type: ignore[method-assign]
     per_req = simulate(sc, wrapped, 1)  # type: ignore[arg-type]
     assert per_req.goodput > 1.02 * online.goodput
     snap = wrapped.snapshot()["per_request"]
     assert snap["verified_share"] < 0.9
+    # the simulator marks the steps whose lengths were trimmed (and only those)
+    trimmed = [fb for fb in seen if fb.lengths_trimmed]
+    assert trimmed and all(min(fb.drafted) < fb.gamma for fb in trimmed)
+    assert not any(fb.lengths_trimmed for fb in seen if fb.gamma == 0)
+
+
+def test_the_batch_controller_leaves_trimmed_steps_out_of_its_acceptance_counts() -> None:
+    # per-request lengths cut hard requests short: deep positions are then tried by easy
+    # requests only, a sample that would make the batch look easier than it is
+    def step(trimmed: bool) -> StepFeedback:
+        return StepFeedback(batch_size=4, gamma=4, drafted=(4, 4, 1, 1), accepted=(4, 4, 0, 0),
+                            committed=12, interval_s=0.01, token_budget=8192,
+                            lengths_trimmed=trimmed)
+
+    ctrl = build_controller("online", min_gamma=0, max_gamma=4)
+    before = ctrl.snapshot()["acceptance"]  # type: ignore[attr-defined]
+    ctrl.observe(step(True))
+    assert ctrl.snapshot()["acceptance"] == before  # type: ignore[attr-defined]
+    assert ctrl.snapshot()["observations"] == 1  # type: ignore[attr-defined]
+    ctrl.observe(step(False))
+    assert ctrl.snapshot()["acceptance"] != before  # type: ignore[attr-defined]
 
 
 def test_the_simulator_knows_the_per_request_policies_by_name() -> None:

@@ -233,7 +233,11 @@ class AcceptanceModel:
     def observe(self, feedback: StepFeedback) -> bool:
         """Fold in one step's verify data: its per-request counts, else its accept flags,
         else (no drafts verified: gamma 0) age the counts. True when drafts were verified.
-        Valid on every step: prefill mixed in pollutes only the step's timing."""
+        Valid on every step (prefill mixed in pollutes only the step's timing) except one whose
+        lengths were trimmed per request (``StepFeedback.lengths_trimmed``): its counts are a
+        sample biased toward easy requests and are left out."""
+        if feedback.lengths_trimmed:
+            return False
         g = feedback.gamma
         if g > 0 and feedback.accepted:
             self.update(g, feedback.drafted, feedback.accepted)

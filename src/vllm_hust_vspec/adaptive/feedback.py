@@ -38,6 +38,10 @@ class StepFeedback:
     # Request ids in the order of ``drafted``/``accepted`` (hashable; the host's strings, the
     # simulator's ints), for policies that learn per request. None: not reported.
     request_ids: tuple[Hashable, ...] | None = None
+    # True when per-request verify lengths left some drafts of this step unverified because
+    # their request was judged unlikely to accept them: deep positions were then tried only by
+    # the requests kept, so the step's per-position counts over-represent easy requests.
+    lengths_trimmed: bool = False
 
     @property
     def reward(self) -> float:

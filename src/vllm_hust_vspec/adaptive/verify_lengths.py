@@ -506,8 +506,10 @@ class PerRequestController:
     The batch controller decides the depth; once the cost model is identified, a depth whose
     trimmed step the model rates ``LengthsConfig.margin`` better than the batch controller's choice
     replaces it (never when the batch controller chooses gamma 0). Both learn from every
-    step. The batch controller's own exploration (a Thompson draw) is overridden the same way:
-    its arm times were measured under other lengths and cannot rank trimmed steps.
+    step, the batch controller's acceptance counts except from a trimmed step (the host marks
+    it, ``StepFeedback.lengths_trimmed``: only easy requests tried its deep positions). The
+    batch controller's own exploration (a Thompson draw) is overridden the same way: its arm
+    times were measured under other lengths and cannot rank trimmed steps.
     """
 
     def __init__(self, inner: Any, min_gamma: int, max_gamma: int,

@@ -246,6 +246,7 @@ class Simulation:
                 continue
 
             # 1. schedule (a length policy first trims each request's drafts to a prefix)
+            trimmed = False
             if lengths_fn is not None:
                 dec = [r for r in running if r.decoding and r.pending > 0]
                 if dec:
@@ -253,7 +254,9 @@ class Simulation:
                         tuple(r.rid for r in dec), tuple(r.pending for r in dec), max_tokens,
                         tuple(r.conf for r in dec) if want_conf else None)
                     for r, n in zip(dec, lengths_fn(query), strict=True):
-                        r.pending = max(0, min(r.pending, int(n)))
+                        n = max(0, min(r.pending, int(n)))
+                        trimmed |= n < r.pending
+                        r.pending = n
             budget = max_tokens
             decode: list[_Req] = []
             prefill: list[tuple[_Req, int]] = []
@@ -400,6 +403,7 @@ class Simulation:
                     drafter_ran=not skip,
                     next_gamma=g,
                     request_ids=tuple(r.rid for r in decode),
+                    lengths_trimmed=trimmed,
                 )
                 observe(fb)
                 if self.want_trace:

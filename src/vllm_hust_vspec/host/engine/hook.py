@@ -56,6 +56,7 @@ class _StepRecord:
     waiting: int
     prefill: int = 0  # prompt tokens scheduled (new requests' chunks and continued ones)
     lengths: tuple[int, ...] | None = None
+    trimmed: bool = False  # the per-request lengths left some drafts unverified
 
 
 class GammaLookup:
@@ -160,6 +161,7 @@ class SchedulerHook:
         self._last_update_t: float | None = None
         self._idle = True
         self._lengths: tuple[int, ...] | None = None  # this step's per-request lengths
+        self._trimmed = False  # ... and whether they left drafts unverified
         self._skipped: tuple[str, ...] | None = None  # the last step's requests, if skipped
 
     # ---- start-up calibration ----------------------------------------------------------
@@ -237,6 +239,7 @@ class SchedulerHook:
         """Per-request verify lengths: cut each running request's drafts to the length the
         controller gives it, before the scheduler schedules them (1 + drafts tokens)."""
         self._lengths = None
+        self._trimmed = False
         if not self.guard.sets_lengths or self.sticky.pinned():
             return
         running = [r for r in self.scheduler.running if r.spec_token_ids]
@@ -250,6 +253,7 @@ class SchedulerHook:
         for r, n in zip(running, lengths, strict=True):
             if n < len(r.spec_token_ids):
                 r.spec_token_ids = r.spec_token_ids[:n]
+                self._trimmed = True
         self._lengths = tuple(sorted(lengths))
 
     @contextmanager
@@ -312,6 +316,7 @@ class SchedulerHook:
             waiting=len(self.scheduler.waiting),
             prefill=prefill,
             lengths=self._lengths,
+            trimmed=self._trimmed,
         )
         self.last_decided = decided
         self.telemetry.decision(decided)
@@ -369,6 +374,7 @@ class SchedulerHook:
                 drafter_ran=not record.skip,
                 next_gamma=record.decided,
                 request_ids=ids,
+                lengths_trimmed=record.trimmed,
             )
 
         def finish() -> None:
