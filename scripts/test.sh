@@ -39,11 +39,11 @@ if ! timeout 600 ./scripts/setup_hust_core.sh > .cache/hust-core-setup.log 2>&1;
     tail -5 .cache/hust-core-setup.log || true
     echo "!! tests/hust_core will skip"
 fi
-echo "== ruff"
+echo "== ruff (set-up took ${SECONDS} s)"
 .venv/bin/ruff check src tests scripts
 echo "== mypy --strict (adaptive/, sim/)"
 .venv/bin/mypy --strict src/vllm_hust_vspec/adaptive src/vllm_hust_vspec/sim
-echo "== pytest"
+echo "== pytest (${SECONDS} s so far)"
 set +e
 .venv/bin/python -m pytest --durations=15 "${@:-tests}"
 rc=$?
