@@ -26,21 +26,19 @@ round and the share of steps at each gamma per round, the warm-up round included
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from vllm_hust_vspec.bench.server import ServerProcess, ServerStartError, for_run, free_port
+from vllm_hust_vspec.launch.command import ServeCommand
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = str(Path(sys.executable).parent / "vllm-hust-vspec-bench")
@@ -62,66 +60,6 @@ PAIRS = (
           "--draft-model", "vspec-tiny/draft-cheap-agree"), 1.3),
     Pair("no-pay", "target + draft, the preset's pair (it does not)", (), 0.9),
 )
-
-
-@dataclass
-class Server:
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    log: Path
-    port: int
-    proc: subprocess.Popen[bytes] | None = None
-    ready_s: float = 0.0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("wb") as out:
-            # its own process group (stop() reaches the EngineCore too), but this session
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT,
-                                         env={**os.environ, **self.env}, process_group=0)
-
-    def wait_ready(self, timeout_s: float) -> None:
-        assert self.proc is not None
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout_s:
-            if self.proc.poll() is not None:
-                tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
-                raise SystemExit(f"demo: the {self.name} server exited during start-up; last "
-                                 f"lines of {self.log}:\n{tail}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        self.ready_s = time.monotonic() - t0
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
-            time.sleep(1)
-        raise SystemExit(f"demo: the {self.name} server was not ready after {timeout_s:.0f} s;"
-                         f" see {self.log}")
-
-    def interrupt(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGINT)
-
-    def stop(self) -> None:
-        """SIGINT the server's process group, SIGKILL it if it lingers."""
-        proc = self.proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            self.interrupt()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=20)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)
 
 
 @dataclass
@@ -187,22 +125,7 @@ def cpu_busy(seconds: float = 1.0) -> float | None:
     return 1.0 - (idle1 - idle0) / max(1, total1 - total0)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def with_port(argv: list[str], port: int) -> list[str]:
-    out = list(argv)
-    if "--port" in out:
-        out[out.index("--port") + 1] = str(port)
-    else:
-        out += ["--port", str(port)]
-    return out
-
-
-def plan_commands(args: argparse.Namespace, pair: Pair, work: Path) -> dict[str, Any]:
+def plan_commands(args: argparse.Namespace, pair: Pair, work: Path) -> dict[str, ServeCommand]:
     """Both arms' commands and environments, as the project's pair bench would run them."""
     argv = [BENCH, "pair", "--protocol", args.preset, *pair.flags]
     if args.omp_threads > 0:
@@ -213,29 +136,31 @@ def plan_commands(args: argparse.Namespace, pair: Pair, work: Path) -> dict[str,
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"demo: {' '.join(argv)} failed:\n{proc.stdout}{proc.stderr}")
-    return dict(json.loads(proc.stdout)["commands"])
+    cmds = json.loads(proc.stdout)["commands"]
+    return {arm: ServeCommand(argv=cmds[arm]["argv"], env=cmds[arm]["env"]) for arm in ARMS}
 
 
-def make_servers(pair: Pair, args: argparse.Namespace, work: Path) -> dict[str, Server]:
+def make_servers(pair: Pair, args: argparse.Namespace, work: Path
+                 ) -> dict[str, ServerProcess]:
     """Both arms' servers of a pair (not started), each on a free port with a fresh metrics
     directory."""
     cmds = plan_commands(args, pair, work)
-    servers: dict[str, Server] = {}
+    servers: dict[str, ServerProcess] = {}
     for arm in ARMS:
         prom = work / "prometheus" / f"{pair.key}-{arm}"
         shutil.rmtree(prom, ignore_errors=True)
         prom.mkdir(parents=True)
-        port = free_port()
-        servers[arm] = Server(f"{pair.key} {LABEL[arm]}", with_port(cmds[arm]["argv"], port),
-                              {**cmds[arm]["env"], "PROMETHEUS_MULTIPROC_DIR": str(prom)},
-                              work / f"{pair.key}-{arm}.server.log", port)
+        servers[arm] = ServerProcess(
+            f"{pair.key} {LABEL[arm]}",
+            for_run(cmds[arm], free_port(), {"PROMETHEUS_MULTIPROC_DIR": str(prom)}),
+            work / f"{pair.key}-{arm}.server.log")
     return servers
 
 
-def measure(server: Server, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+def measure(server: ServerProcess, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     """One closed-loop load with the project's client; the run's result dict."""
     shutil.rmtree(out, ignore_errors=True)
-    argv = [BENCH, "run", "--base-url", server.url, "--model", args.model,
+    argv = [BENCH, "run", "--base-url", server.base_url, "--model", args.model,
             "--backend", "builtin", "--dataset", "random", "--seed", str(args.seed),
             "--num-prompts", str(args.num_prompts), "--output-len", str(args.output_len),
             "--random-input-len", str(args.input_len),
@@ -249,7 +174,7 @@ def measure(server: Server, args: argparse.Namespace, out: Path) -> dict[str, An
     return dict(json.loads(result.read_text()))
 
 
-def run_rounds(res: PairResult, servers: dict[str, Server], args: argparse.Namespace,
+def run_rounds(res: PairResult, servers: dict[str, ServerProcess], args: argparse.Namespace,
                work: Path) -> None:
     key = res.pair.key
     for arm in ARMS:  # warm-up round, not measured
@@ -275,12 +200,16 @@ def run_demo(pairs: list[Pair], args: argparse.Namespace, work: Path) -> list[Pa
         for group in ([s["baseline"] for s in made], *([s["vspec"]] for s in made)):
             for server in group:
                 print(f"demo: starting the {server.name} server ...", flush=True)
-                server.start()
+                server.start(os.environ)
             for server in group:
-                server.wait_ready(args.server_timeout)
-                print(f"demo: {server.name} ready after {server.ready_s:.0f} s", flush=True)
+                try:
+                    server.wait_ready(args.server_timeout)
+                except ServerStartError as exc:
+                    raise SystemExit(f"demo: {exc}") from None
+                print(f"demo: {server.name} ready after {server.ready_after_s:.0f} s",
+                      flush=True)
         for pair, servers in zip(pairs, made, strict=True):
-            res = PairResult(pair, ready_s={a: servers[a].ready_s for a in ARMS})
+            res = PairResult(pair, ready_s={a: servers[a].ready_after_s for a in ARMS})
             run_rounds(res, servers, args, work)
             results.append(res)
     finally:

@@ -381,6 +381,8 @@ def test_server_process_has_its_own_group_in_the_callers_session(tmp_path: Path)
         pid = server.proc.pid
         assert os.getpgid(pid) == pid != os.getpgid(0)
         assert os.getsid(pid) == os.getsid(0)
+        server.interrupt()  # SIGINT to the group, no wait
+        assert server.proc.wait(timeout=10) != 0
     finally:
         server.stop(grace_s=5.0)
     assert server.proc.poll() is not None

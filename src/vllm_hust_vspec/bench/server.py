@@ -154,6 +154,14 @@ class ServerProcess:
             f"--server-timeout); last log lines of {self.log_path}:\n{tail(self.log_path)}"
         )
 
+    def interrupt(self) -> None:
+        """SIGINT the process group without waiting (so several servers shut down at once;
+        :meth:`stop` then waits for each)."""
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGINT)
+
     def stop(self, grace_s: float = 30.0) -> None:
         """SIGINT the process group, then SIGKILL after ``grace_s``. Idempotent."""
         proc = self.proc
