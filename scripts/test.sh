@@ -4,6 +4,7 @@
 #   ./scripts/test.sh --fast          the edit-test loop: no vLLM engine or server, no wheel or
 #                                     venv build, no host pair to build (under 3 minutes)
 #   ./scripts/test.sh [--fast] ARGS   extra arguments go to pytest, e.g. tests/unit -k settings
+# pytest runs the test files on VSPEC_TEST_WORKERS (default 2) pytest-xdist workers.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -19,7 +20,8 @@ if [[ $fast -eq 1 ]]; then
     echo "== mypy --strict (adaptive/, sim/)"
     .venv/bin/mypy --strict src/vllm_hust_vspec/adaptive src/vllm_hust_vspec/sim
     echo "== pytest (fast tier: -m 'not engine and not build')"
-    exec .venv/bin/python -m pytest -m "not engine and not build" "${@:-tests}"
+    exec .venv/bin/python -m pytest -n "${VSPEC_TEST_WORKERS:-2}" --dist loadfile \
+        -m "not engine and not build" "${@:-tests}"
 fi
 # The vllm-ascend 0.23 / vLLM 0.23 pair for tests/ascend_pair (docs/ascend-pair.md): cached
 # under .cache/ascend023; bounded in time, and when it cannot be built those tests skip and
@@ -45,7 +47,8 @@ echo "== mypy --strict (adaptive/, sim/)"
 .venv/bin/mypy --strict src/vllm_hust_vspec/adaptive src/vllm_hust_vspec/sim
 echo "== pytest (${SECONDS} s so far)"
 set +e
-.venv/bin/python -m pytest --durations=15 "${@:-tests}"
+.venv/bin/python -m pytest -n "${VSPEC_TEST_WORKERS:-2}" --dist loadfile --durations=15 \
+    "${@:-tests}"
 rc=$?
 set -e
 if [[ $rc -eq 5 ]]; then

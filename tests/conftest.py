@@ -1,22 +1,38 @@
-"""Test tiers: ``./scripts/test.sh --fast`` deselects the ``engine`` and ``build`` groups."""
+"""Test tiers: ``./scripts/test.sh --fast`` deselects the ``engine`` and ``build`` groups.
+
+``./scripts/test.sh`` runs the files on two pytest-xdist workers (``--dist loadfile``: a
+file's module fixtures, its servers and engines, stay in one worker). Each worker then gets
+one OpenMP thread, so two in-process engines do not spin on each other's core.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 _HERE = Path(__file__).parent
-# Folders whose tests run a real vLLM engine or server (or a built host pair).
-_ENGINE_DIRS = ("e2e", "hust_core", "ascend_pair")
+# Folders whose tests run a real vLLM engine or server (or a built host pair), slowest
+# first: the workers start on the long files, so none is left running one alone at the end.
+_ENGINE_DIRS = ("hust_core", "e2e", "ascend_pair")
+
+
+def _top(item: pytest.Item) -> str:
+    try:
+        return Path(str(item.path)).relative_to(_HERE).parts[0]
+    except ValueError:
+        return ""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test under an engine folder ``engine``."""
+    """Mark every test under an engine folder ``engine``; run those folders first (in the
+    order of ``_ENGINE_DIRS``, files and tests otherwise in collection order)."""
+    rank = {name: i for i, name in enumerate(_ENGINE_DIRS)}
     for item in items:
-        try:
-            top = Path(str(item.path)).relative_to(_HERE).parts[0]
-        except ValueError:
-            continue
-        if top in _ENGINE_DIRS:
+        if _top(item) in rank:
             item.add_marker(pytest.mark.engine)
+    items.sort(key=lambda item: rank.get(_top(item), len(rank)))
