@@ -164,7 +164,8 @@ def measure(server: ServerProcess, args: argparse.Namespace, out: Path) -> dict[
             "--backend", "builtin", "--dataset", "random", "--seed", str(args.seed),
             "--num-prompts", str(args.num_prompts), "--output-len", str(args.output_len),
             "--random-input-len", str(args.input_len),
-            "--max-concurrency", str(args.concurrency), "--warmup-prompts", "0",
+            "--max-concurrency", str(args.concurrency),
+            "--warmup-prompts", str(args.warmup_prompts),
             "--result-dir", str(out), "--quiet"]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     result = out / "run.json"
@@ -295,6 +296,8 @@ def main() -> int:
     parser.add_argument("--input-len", type=int, default=128, help="words per random prompt")
     parser.add_argument("--concurrency", type=int, default=8, help="requests in flight")
     parser.add_argument("--seed", type=int, default=0, help="prompt seed")
+    parser.add_argument("--warmup-prompts", type=int, default=8,
+                        help="short unmeasured requests before every measured run")
     parser.add_argument("--omp-threads", type=int, default=0,
                         help="OMP_NUM_THREADS of both arms' servers (0: the preset's, 1 for "
                              "cpu-tiny)")
