@@ -30,20 +30,17 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _serve_pair import ARMS, LABEL, bench_run, pair_commands
 from vllm_hust_vspec.bench.server import ServerProcess, ServerStartError, for_run, free_port
 from vllm_hust_vspec.launch.command import ServeCommand
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCH = str(Path(sys.executable).parent / "vllm-hust-vspec-bench")
-ARMS = ("baseline", "vspec")
-LABEL = {"baseline": "target-only", "vspec": "vSpec"}
 
 
 @dataclass(frozen=True)
@@ -127,17 +124,12 @@ def cpu_busy(seconds: float = 1.0) -> float | None:
 
 def plan_commands(args: argparse.Namespace, pair: Pair, work: Path) -> dict[str, ServeCommand]:
     """Both arms' commands and environments, as the project's pair bench would run them."""
-    argv = [BENCH, "pair", "--protocol", args.preset, *pair.flags]
+    pair_args = ["--protocol", args.preset, *pair.flags]
     if args.omp_threads > 0:
         overlay = work / "demo-overlay.toml"
         overlay.write_text(f'[env]\nOMP_NUM_THREADS = "{args.omp_threads}"\n')
-        argv += ["--config", str(overlay)]
-    argv += [*args.extra, "--dry-run", "--json"]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise SystemExit(f"demo: {' '.join(argv)} failed:\n{proc.stdout}{proc.stderr}")
-    cmds = json.loads(proc.stdout)["commands"]
-    return {arm: ServeCommand(argv=cmds[arm]["argv"], env=cmds[arm]["env"]) for arm in ARMS}
+        pair_args += ["--config", str(overlay)]
+    return pair_commands([*pair_args, *args.extra], "demo")
 
 
 def make_servers(pair: Pair, args: argparse.Namespace, work: Path
@@ -159,20 +151,11 @@ def make_servers(pair: Pair, args: argparse.Namespace, work: Path
 
 def measure(server: ServerProcess, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     """One closed-loop load with the project's client; the run's result dict."""
-    shutil.rmtree(out, ignore_errors=True)
-    argv = [BENCH, "run", "--base-url", server.base_url, "--model", args.model,
-            "--backend", "builtin", "--dataset", "random", "--seed", str(args.seed),
-            "--num-prompts", str(args.num_prompts), "--output-len", str(args.output_len),
-            "--random-input-len", str(args.input_len),
-            "--max-concurrency", str(args.concurrency),
-            "--warmup-prompts", str(args.warmup_prompts),
-            "--result-dir", str(out), "--quiet"]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    result = out / "run.json"
-    if proc.returncode != 0 or not result.is_file():
-        raise SystemExit(f"demo: the load against the {server.name} server failed:\n"
-                         f"{proc.stdout}{proc.stderr}")
-    return dict(json.loads(result.read_text()))
+    return bench_run(server.base_url, [
+        "--model", args.model, "--seed", str(args.seed), "--num-prompts", str(args.num_prompts),
+        "--output-len", str(args.output_len), "--random-input-len", str(args.input_len),
+        "--max-concurrency", str(args.concurrency),
+        "--warmup-prompts", str(args.warmup_prompts)], out, f"demo ({server.name})")
 
 
 def run_rounds(res: PairResult, servers: dict[str, ServerProcess], args: argparse.Namespace,

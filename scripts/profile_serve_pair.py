@@ -27,22 +27,20 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+from _serve_pair import ARMS, LABEL, bench_run, pair_commands
 from vllm_hust_vspec.bench.server import ServerProcess, for_run, free_port
 from vllm_hust_vspec.launch.command import ServeCommand
 
 BIN = Path(sys.executable).parent
-ARMS = ("baseline", "vspec")
-LABEL = {"baseline": "target-only", "vspec": "vSpec"}
 PLUGIN = "vllm_hust_vspec"
 PROCESSES = ("APIServer", "EngineCore", "Worker")
 # Leaves that wait rather than work: vLLM's shared-memory queue spins (sched_yield) between
@@ -59,13 +57,7 @@ _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^():]*)(?::\d+)?\)$")
 
 def plan(args: argparse.Namespace) -> dict[str, ServeCommand]:
     """Both arms' server commands, as the pair bench builds them."""
-    argv = [str(BIN / "vllm-hust-vspec-bench"), "pair", "--protocol", args.protocol,
-            *args.server_args, "--dry-run", "--json"]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise SystemExit(f"profile: {' '.join(argv)} failed:\n{proc.stdout}{proc.stderr}")
-    cmds = json.loads(proc.stdout)["commands"]
-    return {arm: ServeCommand(argv=cmds[arm]["argv"], env=cmds[arm]["env"]) for arm in ARMS}
+    return pair_commands(["--protocol", args.protocol, *args.server_args], "profile")
 
 
 def _stat(pid: int) -> list[str]:
@@ -109,24 +101,18 @@ def wait_for_processes(group: int, timeout_s: float = 30.0) -> dict[str, int]:
     raise SystemExit(f"profile: not all of {', '.join(PROCESSES)} in process group {group}")
 
 
-def load(url: str, args: argparse.Namespace, out: Path, warmup: bool) -> dict[str, object]:
-    """One seeded load with the project's client; its result dict."""
-    shutil.rmtree(out, ignore_errors=True)
+def load(url: str, args: argparse.Namespace, out: Path, warmup: bool) -> dict[str, Any]:
+    """One seeded open-loop load with the project's client; its result dict."""
     n = args.warmup_prompts if warmup else args.num_prompts
-    argv = [str(BIN / "vllm-hust-vspec-bench"), "run", "--base-url", url, "--backend",
-            "builtin", "--dataset", "random", "--seed", str(args.seed), "--num-prompts", str(n),
-            "--output-len", str(args.output_len), "--random-input-len", str(args.input_len),
-            "--request-rate", str(args.request_rate), "--warmup-prompts", "0",
-            "--result-dir", str(out), "--quiet"]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    result = out / "run.json"
-    if proc.returncode != 0 or not result.is_file():
-        raise SystemExit(f"profile: load failed against {url}:\n{proc.stdout}{proc.stderr}")
-    return dict(json.loads(result.read_text()))
+    return bench_run(url, ["--seed", str(args.seed), "--num-prompts", str(n),
+                           "--output-len", str(args.output_len),
+                           "--random-input-len", str(args.input_len),
+                           "--request-rate", str(args.request_rate), "--warmup-prompts", "0"],
+                     out, "profile")
 
 
 def profile_arm(arm: str, cmd: ServeCommand, args: argparse.Namespace, work: Path
-                ) -> tuple[dict[str, Path], dict[str, float], dict[str, object]]:
+                ) -> tuple[dict[str, Path], dict[str, float], dict[str, Any]]:
     """Start the arm's server, warm it up, sample its processes under the load; the raw
     profile and the CPU seconds of each process, and the load's result."""
     server = ServerProcess(arm, for_run(cmd, free_port(), {}), work / f"{arm}.server.log")

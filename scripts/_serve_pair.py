@@ -1,0 +1,45 @@
+"""Shared by the scripts that serve both arms side by side (demo_side_by_side.py,
+profile_serve_pair.py): both arms' server commands as the pair bench builds them, and one
+seeded load from the project's client."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from vllm_hust_vspec.launch.command import ServeCommand
+
+BENCH = str(Path(sys.executable).parent / "vllm-hust-vspec-bench")
+ARMS = ("baseline", "vspec")
+LABEL = {"baseline": "target-only", "vspec": "vSpec"}
+
+
+def pair_commands(pair_args: Sequence[str], who: str) -> dict[str, ServeCommand]:
+    """Both arms' commands and environments from ``vllm-hust-vspec-bench pair PAIR_ARGS
+    --dry-run --json``: they differ only in speculation. ``who`` names the caller in errors."""
+    argv = [BENCH, "pair", *pair_args, "--dry-run", "--json"]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{who}: {' '.join(argv)} failed:\n{proc.stdout}{proc.stderr}")
+    cmds = json.loads(proc.stdout)["commands"]
+    return {arm: ServeCommand(argv=cmds[arm]["argv"], env=cmds[arm]["env"]) for arm in ARMS}
+
+
+def bench_run(base_url: str, load_args: Sequence[str], out: Path, who: str) -> dict[str, Any]:
+    """One load with ``vllm-hust-vspec-bench run`` (builtin client, random prompts) and
+    ``load_args`` (model, seed, sizes, concurrency or rate, warm-up); the run's result dict,
+    written under ``out`` (emptied first)."""
+    shutil.rmtree(out, ignore_errors=True)
+    argv = [BENCH, "run", "--base-url", base_url, "--backend", "builtin", "--dataset", "random",
+            *load_args, "--result-dir", str(out), "--quiet"]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    result = out / "run.json"
+    if proc.returncode != 0 or not result.is_file():
+        raise SystemExit(f"{who}: the load against {base_url} failed:\n"
+                         f"{proc.stdout}{proc.stderr}")
+    return dict(json.loads(result.read_text()))
