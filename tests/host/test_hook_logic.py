@@ -229,6 +229,21 @@ def test_feedback_counts_decoding_requests_only_and_sticky_marks_skip() -> None:
     assert hook.decide(3) == 3 and not hook.sticky.tainted
 
 
+def test_step_counts_without_drafts_match_the_general_count() -> None:
+    # a step with no drafts scheduled takes the short path; it must count as the general
+    # path counts a step whose requests all drafted nothing
+    from vllm_hust_vspec.host.engine.hook import step_counts
+
+    num = {"r0": 1, "r1": 1, "r2": 7, "r3": 1, "r4": 1}  # r2 a prefill chunk, r4 aborted
+    runner_out = SimpleNamespace(sampled_token_ids=[[1], [4], [9], [], [2]],
+                                 req_id_to_index={"r0": 0, "r1": 1, "r2": 2, "r3": 3})
+    short = step_counts(_out(num, {}), runner_out)
+    general = step_counts(_out(num, {"r0": [], "r1": [], "r3": []}), runner_out)
+    assert short == general == ((0, 0), (0, 0), 3, ("r0", "r1"))
+    assert step_counts(_out({}, {}), SimpleNamespace(sampled_token_ids=[],
+                                                     req_id_to_index={})) == ((), (), 0, ())
+
+
 def test_observe_failure_switches_to_fixed_gamma() -> None:
     sched = FakeScheduler(running=1, waiting=0)
     hook = _hook(sched, Ctrl(fail="observe"))

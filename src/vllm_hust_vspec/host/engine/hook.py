@@ -430,6 +430,21 @@ def step_counts(
     spec = out.scheduled_spec_decode_tokens
     n_sampled = len(sampled) if sampled else 0
     committed = 0
+    if not spec:
+        # No drafts scheduled (a sticky gamma 0, every step of an idle drafter): the same
+        # counts with a fraction of the work, as this runs every step.
+        decoding: list[str] = []
+        for rid, n in out.num_scheduled_tokens.items():
+            i = index.get(rid)
+            if i is None or i >= n_sampled:
+                continue
+            k = len(sampled[i])
+            if k:
+                committed += k
+                if n == 1:
+                    decoding.append(rid)
+        zeros = (0,) * len(decoding)
+        return zeros, zeros, committed, tuple(decoding)
     invalid = out.num_invalid_spec_tokens or {}
     drafted: list[int] = []
     accepted: list[int] = []
