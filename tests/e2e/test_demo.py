@@ -37,7 +37,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--out", str(out), "--rounds", "1",
          "--num-prompts", "4", "--output-len", "16", "--input-len", "16",
-         "--concurrency", "4"],
+         "--concurrency", "4", "--warmup-prompts", "2"],
         capture_output=True, text=True, timeout=900, check=False,
         env={**os.environ, "HUST_VSPEC_MODEL_DIR": str(folder)},
     )
@@ -76,6 +76,19 @@ def test_demo_summary_has_both_arms_and_the_gamma_steps(demo_run: dict[str, Any]
             run = json.loads((out / "runs" / f"{s['pair']}-{arm}-r1" / "run.json").read_text())
             assert run["completed"] == 4 and run["total_output_tokens"] == 4 * 16
             assert (out / f"{s['pair']}-{arm}.server.log").is_file()
+    # every run (the warm-up round and the measured one) was preceded by its 2 warm-up
+    # requests: each server answered 2 x (4 + 2), as its own request counter says
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    for s in summary:
+        for arm in ("baseline", "vspec"):
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry, path=str(out / "prometheus" / f"{s['pair']}-{arm}"))
+            answered = sum(sample.value for metric in registry.collect()
+                           if metric.name == "vllm:request_success"
+                           for sample in metric.samples if sample.name.endswith("_total"))
+            assert answered == 2 * (4 + 2), (s["pair"], arm, answered)
     # the target-only server ran without speculation, the vSpec one with the pair's drafter
     for key, drafter in (("pays", "draft-cheap-agree"), ("no-pay", "draft")):
         assert "speculative_config=None" in (out / f"{key}-baseline.server.log").read_text()
