@@ -25,9 +25,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _cpu_engine import ROOT, batch_prompts, hook_of, make_llm, models_ready, tokens_per_s
+from _cpu_engine import (
+    ROOT,
+    batch_prompts,
+    engine_core,
+    hook_of,
+    make_llm,
+    models_ready,
+    tokens_per_s,
+)
 
 HOOK_PARTS = ("before_schedule", "decide", "after_schedule", "on_update")
+# The EngineCore's per-step calls, timed in both engines: what a vSpec step spends beyond a
+# target-only one, and where (the model's forward is inside execute_model).
+ENGINE_PHASES = (("scheduler", "schedule"), ("scheduler", "update_from_output"),
+                 ("core", "post_step"), ("model_executor", "execute_model"),
+                 ("model_executor", "sample_tokens"))
 
 
 def _timed(acc: dict[str, float], key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -52,6 +65,23 @@ def instrument(hook: Any, acc: dict[str, float]) -> None:
         return _timed(acc, "finish", on_update(out, runner_output))
 
     hook.on_update = timed_on_update
+
+
+def instrument_engine(llm: Any, acc: dict[str, float]) -> None:
+    """Time the engine's per-step calls (:data:`ENGINE_PHASES`) into ``acc``, and count its
+    steps under ``"steps"``."""
+    core = engine_core(llm)
+    owners = {"core": core, "scheduler": core.scheduler, "model_executor": core.model_executor}
+    for owner, name in ENGINE_PHASES:
+        obj = owners[owner]
+        setattr(obj, name, _timed(acc, name, getattr(obj, name)))
+    schedule = core.scheduler.schedule
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        acc["steps"] = acc.get("steps", 0.0) + 1
+        return schedule(*args, **kwargs)
+
+    core.scheduler.schedule = counted
 
 
 def main() -> int:
@@ -87,6 +117,9 @@ def main() -> int:
         steps = dict.fromkeys(arms, 0)
         live: dict[str, float] = {}
         instrument(hook, live)
+        base_phases: dict[str, float] = {}
+        live_phases: dict[str, float] = {}
+        phases: dict[str, dict[str, float]] = {name: {} for name in arms}
         # warm-up, unmeasured: the online controller learns here that 0 is best
         for _ in range(3):
             tokens_per_s(base, prompts, args.tokens // 2)
@@ -95,6 +128,8 @@ def main() -> int:
                 tokens_per_s(spec, prompts, args.tokens // 2)
         for name in arms:
             ctrl_acc[name].clear()
+        instrument_engine(base, base_phases)
+        instrument_engine(spec, live_phases)
         rates: dict[str, list[float]] = {"target-only": [], **{name: [] for name in arms}}
         order = list(rates)
         for rep in range(args.reps):
@@ -105,11 +140,14 @@ def main() -> int:
                     continue
                 hook.controller = arms[name]
                 live.clear()
+                live_phases.clear()
                 before = hook.step
                 rates[name].append(tokens_per_s(spec, prompts, args.tokens))
                 steps[name] += hook.step - before
                 for key, value in live.items():
                     acc[name][key] = acc[name].get(key, 0.0) + value
+                for key, value in live_phases.items():
+                    phases[name][key] = phases[name].get(key, 0.0) + value
     finally:
         host.undo()
 
@@ -133,6 +171,16 @@ def main() -> int:
         for name in arms))
     print("('finish' runs after update_from_output: controller.observe, metrics, trace; the "
           "controller column is its decide + observe, already inside the hook figure)")
+    print(f"\n{'engine call, us per step':28s}{'target-only':>12s}"
+          + "".join(f"{name:>24s}" for name in arms))
+    for _, phase in ENGINE_PHASES:
+        row = [base_phases.get(phase, 0.0) / max(base_phases.get("steps", 0.0), 1.0)]
+        row += [phases[name].get(phase, 0.0) / max(phases[name].get("steps", 0.0), 1.0)
+                for name in arms]
+        print(f"{phase:28s}" + "".join(f"{v * 1e6:{12 if i == 0 else 24}.1f}"
+                                       for i, v in enumerate(row)))
+    print("(the hook runs inside schedule and update_from_output; execute_model holds the "
+          "model's forward, equal in both engines up to the machine's noise)")
     return 0
 
 

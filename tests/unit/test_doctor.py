@@ -45,9 +45,6 @@ UPSTREAM = {
         class EngineCoreProc(EngineCore):
             def run_busy_loop(self): ...
     """,
-    "vllm/v1/outputs.py": """
-        class DraftTokenIds: ...
-    """,
     "vllm/v1/request.py": """
         class Request:
             def __init__(self, request_id, prompt_token_ids, sampling_params,

@@ -31,7 +31,6 @@ SCHED_OUT_MOD = "vllm.v1.core.sched.output"
 SCHED_MOD = "vllm.v1.core.sched.scheduler"
 ASYNC_SCHED_MOD = "vllm.v1.core.sched.async_scheduler"
 ENGINE_CORE_MOD = "vllm.v1.engine.core"
-OUTPUTS_MOD = "vllm.v1.outputs"
 REQUEST_MOD = "vllm.v1.request"
 WORKER_MOD = "vllm.v1.worker.gpu_worker"
 BASE_PROPOSER_MOD = "vllm.v1.spec_decode.llm_base_proposer"
@@ -241,9 +240,9 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                       why="sticky gamma-0 steps run as plain target steps: the runner decides "
                           "the speculative path from self.speculative_config in execute_model "
                           "and sample_tokens (and _prepare_inputs reads it, or the step's "
-                          "scheduled drafts), and EngineCore.post_step fetches the drafts, none "
-                          "after such a step, from the worker (gated by check_for_draft_tokens, "
-                          "or use_spec_decode on the vLLM-HUST core)",
+                          "scheduled drafts), and EngineCore.post_step, skipped after such a "
+                          "step, fetches the drafts from the worker (gated by "
+                          "check_for_draft_tokens, or use_spec_decode on the vLLM-HUST core)",
                       alternatives=tuple(
                           (_p(SOURCE, RUNNER_MOD, "GPUModelRunner", "_prepare_inputs", spec),
                            _p(SOURCE, RUNNER_MOD, "GPUModelRunner", "execute_model",
@@ -252,8 +251,7 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                               "speculative_config"),
                            *(_p(SOURCE, ENGINE_CORE_MOD, "EngineCore", "post_step", token)
                              for token in ("take_draft_token_ids", gate, "async_scheduling")),
-                           _p(SOURCE, ENGINE_CORE_MOD, "EngineCore", "__init__", "batch_queue"),
-                           _p(CLASS, OUTPUTS_MOD, "DraftTokenIds"))
+                           _p(SOURCE, ENGINE_CORE_MOD, "EngineCore", "__init__", "batch_queue"))
                           for spec, gate in (("speculative_config", "check_for_draft_tokens"),
                                              ("scheduled_spec_decode_tokens",
                                               "use_spec_decode"))),

@@ -3,8 +3,6 @@ requests are admitted together, by the one hold rule (adaptive/admission.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from vllm_hust_vspec.adaptive.admission import RefillHold
@@ -23,13 +21,14 @@ class RefillAdmission:
     admission under both hosts' tests (``>=`` upstream, ``==`` on vLLM-HUST) and keeps the
     HUST scheduler's ``len(running) <= max_num_running_reqs`` invariant."""
 
-    __slots__ = ("rule", "held", "_metrics")
+    __slots__ = ("rule", "held", "_metrics", "_saved")
 
     def __init__(self, batch: int, metrics: VSpecMetrics | None = None,
                  mode: str = "speculating") -> None:
         self.rule = RefillHold(batch, mode)
         self.held = False
         self._metrics = metrics
+        self._saved: tuple[str, int] | None = None  # the limit a hold replaced
 
     @property
     def batch(self) -> int:
@@ -42,30 +41,31 @@ class RefillAdmission:
         return len(scheduler.running) + int(
             getattr(scheduler, "num_waiting_for_streaming_input", 0))
 
-    @contextmanager
-    def admission(self, scheduler: Any, *, speculating: bool = True,
-                  gamma: int = 0) -> Iterator[bool]:
-        """Around one ``schedule()``: admit nobody while holding (the admission limit is
-        the occupied slot count for the call). The limit is restored however the block
-        exits, and it is changed only inside the ``try``, so no exception can leave it
-        lowered. ``speculating``: no sticky zero pins the running cohort; ``gamma``: what its
-        steps verify."""
+    def begin(self, scheduler: Any, *, speculating: bool = True, gamma: int = 0) -> bool:
+        """Before one ``schedule()``: admit nobody while holding (the admission limit is set
+        to the occupied slot count for the call, as the last thing done). Call :meth:`end`
+        after the call however it exits. ``speculating``: no sticky zero pins the running
+        cohort; ``gamma``: what its steps verify. Returns whether it holds."""
         attr = admission_limit(scheduler)
+        limit = getattr(scheduler, attr)
         occupied = self._occupied(scheduler) if scheduler.running else 0
         self.held = self.rule.decide(
-            occupied=occupied, free=getattr(scheduler, attr) - occupied,
+            occupied=occupied, free=limit - occupied,
             waiting=len(scheduler.waiting), speculating=speculating, gamma=gamma)
         if not self.held:
-            yield False
-            return
+            return False
         if self._metrics is not None:
             self._metrics.refill_holds.inc()
-        saved = getattr(scheduler, attr)
-        try:
-            setattr(scheduler, attr, occupied)
-            yield True
-        finally:
-            setattr(scheduler, attr, saved)
+        self._saved = (attr, limit)
+        setattr(scheduler, attr, occupied)
+        return True
+
+    def end(self, scheduler: Any) -> None:
+        """After the ``schedule()`` call: the admission limit as it was (idempotent)."""
+        saved = self._saved
+        if saved is not None:
+            self._saved = None
+            setattr(scheduler, saved[0], saved[1])
 
 
 def admission_limit(scheduler: Any) -> str:

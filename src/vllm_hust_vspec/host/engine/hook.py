@@ -256,17 +256,27 @@ class SchedulerHook:
                 self._trimmed = True
         self._lengths = tuple(sorted(lengths))
 
-    @contextmanager
-    def scheduling(self) -> Iterator[None]:
-        """Around one ``Scheduler.schedule()`` call: sticky draft discard, per-request
-        lengths, refill hold."""
+    def begin_schedule(self) -> None:
+        """Before one ``Scheduler.schedule()`` call: sticky draft discard, per-request
+        lengths, refill hold. :meth:`end_schedule` must follow however the call exits."""
         self.before_schedule()
         self.trim_drafts()
         running = (getattr(r, "request_id", None) for r in self.scheduler.running)
-        speculating = self.sticky.speculating(running)
-        with self.refill.admission(self.scheduler, speculating=speculating,
-                                   gamma=self.last_decided):
+        self.refill.begin(self.scheduler, speculating=self.sticky.speculating(running),
+                          gamma=self.last_decided)
+
+    def end_schedule(self) -> None:
+        """After the ``schedule()`` call: undo the refill hold's admission limit."""
+        self.refill.end(self.scheduler)
+
+    @contextmanager
+    def scheduling(self) -> Iterator[None]:
+        """:meth:`begin_schedule` and :meth:`end_schedule` around a block."""
+        self.begin_schedule()
+        try:
             yield
+        finally:
+            self.end_schedule()
 
     def after_schedule(self, out: Any) -> None:
         """Record the decision, mark sticky skips, publish the chosen gamma."""

@@ -183,8 +183,11 @@ def _make_schedule_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
             return orig(self, *args, **kwargs)
         hook.inside.schedule = True
         try:
-            with hook.scheduling():
+            hook.begin_schedule()
+            try:
                 out = orig(self, *args, **kwargs)
+            finally:
+                hook.end_schedule()
         finally:
             hook.inside.schedule = False
         hook.after_schedule(out)
@@ -284,24 +287,15 @@ def _make_busy_loop_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
 def _make_post_step_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
     def post_step(self: Any, model_executed: bool, *args: Any, **kwargs: Any) -> Any:
         # After a sync step vLLM asks the worker for the drafts it made (a round trip to the
-        # worker process when serving). After a sticky gamma-0 step the drafter did not run
-        # and the answer is "none" for every request of the step: recorded here instead, as
-        # vLLM would, so a step that skips the drafter makes no round trip a target-only
-        # engine does not.
+        # worker process when serving) and stores them on the requests. After a sticky
+        # gamma-0 step the drafter did not run and every request of the step is tainted (the
+        # hook voids its drafts before each schedule()), so there is nothing to fetch or
+        # store: such a step does no work here that a target-only engine does not.
         hook = getattr(getattr(self, "scheduler", None), HOOK_ATTR, None)
-        ids = hook.take_skipped_step() if hook is not None else None
-        # vLLM's gate for the fetch: check_for_draft_tokens (use_spec_decode on the
-        # vLLM-HUST core)
-        fetches = getattr(self, "check_for_draft_tokens", None)
-        if fetches is None:
-            fetches = getattr(self, "use_spec_decode", False)
-        if (ids is None or not model_executed or self.async_scheduling
-                or self.batch_queue is not None or not fetches):
-            return orig(self, model_executed, *args, **kwargs)
-        from vllm.v1.outputs import DraftTokenIds
-
-        self.scheduler.update_draft_token_ids(DraftTokenIds(list(ids), [[] for _ in ids]))
-        return None
+        if hook is not None and hook.take_skipped_step() is not None and model_executed \
+                and not self.async_scheduling and self.batch_queue is None:
+            return None
+        return orig(self, model_executed, *args, **kwargs)
 
     return post_step
 
