@@ -9,11 +9,15 @@ head, an EAGLE-3 head and a MiMo-style MTP target. All weights are float32 safet
 
 A ``manifest.json`` in the output directory records each model (path, architecture, params,
 measured greedy agreement with its target), the script version and the seed; a rebuild is
-skipped while both are unchanged (``--force`` rebuilds).
+skipped while both are unchanged (``--force`` rebuilds). The build has two stages (``lm``: the
+target and its draft models; ``heads``: the EAGLE, EAGLE-3 and MTP drafters), and ``--only lm``
+builds the first alone (what the demo needs); a later full build adds the second, with the
+files a build of both at once makes.
 
-Usage: ``python scripts/build_tiny_models.py [--out DIR] [--seed N] [--force]``
+Usage: ``python scripts/build_tiny_models.py [--out DIR] [--seed N] [--force] [--only STAGE]``
 (``TINY_MODELS_THREADS=N`` sets torch's thread count; default: all cores, or 1 when busy).
-Importable: ``build_models(out_dir, seed=..., force=False) -> dict`` (the manifest).
+Importable: ``build_models(out_dir, seed=..., force=False, stages=...) -> dict`` (the
+manifest).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import sys
 import sysconfig
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +52,14 @@ CHAT_TEMPLATE = (
 )
 DEEP_EXTRA_LAYERS = 10
 NOISE_GOALS = {"draft-noise-medium": 0.7, "draft-noise-poor": 0.2}
+# The build in two stages, each a set of models: "lm" (the target and its draft models, all a
+# draft-model demo or test needs) and "heads" (EAGLE, EAGLE-3 and MTP drafters of the target).
+STAGES = ("lm", "heads")
+STAGE_MODELS = {
+    "lm": ("target", "draft", "draft-copy", *NOISE_GOALS, "target-deep", "draft-cheap-agree",
+           "draft-cheap-random"),
+    "heads": ("eagle", "eagle3", "mtp-target"),
+}
 
 Log = Callable[[str], None]
 
@@ -84,14 +97,24 @@ def load_manifest(out: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def is_current(out: Path, seed: int = DEFAULT_SEED) -> bool:
-    """True when ``out`` holds a complete build of this script version and seed."""
+def _stage_current(out: Path, man: dict[str, Any], stage: str) -> bool:
+    """True when ``man`` lists every model of ``stage`` and each is on disk."""
+    models = man.get("models") or {}
+    return all(name in models and (out / models[name]["path"] / "config.json").is_file()
+               for name in STAGE_MODELS[stage])
+
+
+def is_current(out: Path, seed: int = DEFAULT_SEED, stages: tuple[str, ...] = STAGES) -> bool:
+    """True when ``out`` holds a complete build of ``stages`` (and the models derived from
+    them) of this script version and seed."""
     man = load_manifest(out)
     if not man or man.get("script_version") != SCRIPT_VERSION or man.get("seed") != seed:
         return False
-    if not all((out / m["path"] / "config.json").is_file() for m in man["models"].values()):
+    # every stage is trained on the lm stage's target
+    if not all(_stage_current(out, man, stage) for stage in {"lm", *stages}):
         return False
-    return all(name in man["models"] for name in DERIVED)
+    return all(name in man["models"] and (out / name / "config.json").is_file()
+               for name, (stage, _) in DERIVED.items() if stage in stages)
 
 
 # --------------------------------------------------------------------------- corpus + tokenizer
@@ -202,109 +225,200 @@ def copy_tokenizer(tok_dir: Path, out: Path) -> None:
 
 
 def build_models(out_dir: Path | str = DEFAULT_OUT, seed: int = DEFAULT_SEED, force: bool = False,
-                 log: Log = print) -> dict[str, Any]:
-    """Build (or reuse) all fixtures under ``out_dir``; returns the manifest dict."""
+                 log: Log = print, stages: tuple[str, ...] = STAGES) -> dict[str, Any]:
+    """Build (or reuse) the fixtures of ``stages`` under ``out_dir``; returns the manifest.
+
+    A stage already built with this script version and seed is reused, so building "lm"
+    first and "heads" later gives the same files as building both at once."""
     out = Path(out_dir)
+    clock = _Clock(log)
     with _locked(out):
-        if not force and is_current(out, seed):
+        if not force and is_current(out, seed, stages):
             log(f"[build_tiny_models] up to date: {out / MANIFEST} (version {SCRIPT_VERSION}, "
-                f"seed {seed}); use --force to rebuild")
+                f"seed {seed}, {', '.join(stages)}); use --force to rebuild")
             man = load_manifest(out)
             assert man is not None
             return man
         man = load_manifest(out)
-        if not force and man is not None and _trained_current(out, man, seed):
-            return add_derived(out, man, _Clock(log))  # seconds: no training needed
-        return add_derived(out, _build(out, seed, _Clock(log)), _Clock(log))
+        usable = (not force and man is not None and man.get("script_version") == SCRIPT_VERSION
+                  and man.get("seed") == seed)
+        todo = [stage for stage in STAGES if (stage in stages or stage == "lm") and not (
+            usable and man is not None and _stage_current(out, man, stage))]
+        if "lm" in todo:  # every stage trains on the target: a new target rebuilds them all
+            todo = [stage for stage in STAGES if stage in stages or stage == "lm"]
+        if todo:
+            man = _build(out, seed, clock, todo, man if usable and "lm" not in todo else None)
+        assert man is not None
+        return add_derived(out, man, clock, stages)
 
 
-def _build(out: Path, seed: int, clock: _Clock) -> dict[str, Any]:
-    import torch
+@dataclass
+class _Stage:
+    """What both stages read: the corpus split, the tokenizer, the target and its greedy
+    continuations of the evaluation prompts, and the manifest's model entries."""
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _tiny_nn import Eagle3Head, EagleHead, MtpLayer, Shape, TinyLM
-    from _tiny_train import (
-        EAGLE3_AUX_IDS,
-        agreement,
-        eval_set,
-        greedy,
-        head_agreement,
-        hf_agreement,
-        train_head,
-        train_lm,
-    )
+    out: Path
+    seed: int
+    clock: _Clock
+    tok_dir: Path
+    tok_ids: dict[str, int]
+    train: Any
+    prompts: Any
+    target: Any  # TinyLM, trained (eval mode)
+    ref: Any
+    models: dict[str, dict[str, Any]]
 
-    torch.set_num_threads(_threads())
-    torch.manual_seed(seed)
-    (out / MANIFEST).unlink(missing_ok=True)
-    t_start = time.monotonic()
-    models: dict[str, dict[str, Any]] = {}
+    @property
+    def plen(self) -> int:
+        return int(self.prompts.shape[1])
+
+    def new_dir(self, name: str) -> Path:
+        d = self.out / name
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        return d
+
+    def record(self, name: str, arch: str, params: int, **info: Any) -> None:
+        self.models[name] = {"path": name, "architecture": arch, "params": params, **info}
+        copy_tokenizer(self.tok_dir, self.out / name)
+
+
+def _n_params(sd: dict[str, Any]) -> int:
+    return int(sum(t.numel() for t in sd.values()))
+
+
+def _target_shape() -> Any:
+    from _tiny_nn import Shape
+
+    return Shape(vocab=VOCAB, hidden=128, layers=2, heads=4, kv_heads=2, inter=384)
+
+
+def _corpus(out: Path, seed: int, clock: _Clock, *, train_tok: bool) -> tuple[Any, ...]:
+    """Tokenizer (trained, or the built one read back), token ids split 95/5, eval prompts."""
+    from _tiny_train import eval_set
 
     texts, corpus_sha = read_corpus()
     clock(f"corpus: {len(texts)} stdlib files, {sum(map(len, texts)) / 1e6:.2f}M chars")
     tok_dir = out / "tokenizer"
-    shutil.rmtree(tok_dir, ignore_errors=True)
-    tok = train_tokenizer(texts, tok_dir)
+    if train_tok:
+        shutil.rmtree(tok_dir, ignore_errors=True)
+        tok = train_tokenizer(texts, tok_dir)
+    else:
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
     tok_ids = {t: tok.token_to_id(t) for t in (BOS, EOS, PAD)}
     ids = encode_corpus(tok, texts)
     split = int(len(ids) * 0.95)
     train, held = ids[:split], ids[split:]
     clock(f"tokenizer: vocab {tok.get_vocab_size()}, corpus {len(ids)} tokens")
+    return texts, corpus_sha, tok_dir, tok_ids, ids, train, eval_set(held, tok_ids[BOS], seed)
 
-    prompts = eval_set(held, tok_ids[BOS], seed)
-    plen = prompts.shape[1]
 
-    def new_dir(name: str) -> Path:
-        d = out / name
-        shutil.rmtree(d, ignore_errors=True)
-        d.mkdir(parents=True)
-        return d
+def _build(out: Path, seed: int, clock: _Clock, stages: list[str],
+           man: dict[str, Any] | None) -> dict[str, Any]:
+    """Build ``stages`` (in :data:`STAGES` order) on top of ``man``'s current ones; each stage
+    seeds its own random state, so a stage built alone equals the same stage built in one go."""
+    import torch
 
-    def record(name: str, arch: str, params: int, **info: Any) -> None:
-        models[name] = {"path": name, "architecture": arch, "params": params, **info}
-        copy_tokenizer(tok_dir, out / name)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _tiny_nn import TinyLM
+    from _tiny_train import greedy, train_lm
 
-    def n_params(sd: dict[str, Any]) -> int:
-        return int(sum(t.numel() for t in sd.values()))
-
-    # ---- target (2-layer Llama) and its reference greedy continuations
-    ts = Shape(vocab=VOCAB, hidden=128, layers=2, heads=4, kv_heads=2, inter=384)
+    torch.set_num_threads(_threads())
+    torch.manual_seed(seed)
+    t_start = time.monotonic()
+    fresh = "lm" in stages
+    if fresh:
+        (out / MANIFEST).unlink(missing_ok=True)
+        man = None
+    texts, corpus_sha, tok_dir, tok_ids, ids, train, prompts = _corpus(out, seed, clock,
+                                                                         train_tok=fresh)
+    ts = _target_shape()
     torch.manual_seed(seed + 1)
     target = TinyLM(ts)
-    clock("training target (2-layer Llama, hidden 128)")
-    loss = train_lm(target, train, steps=350, batch=24, lr=3e-3, seed=seed + 1, clock=clock,
-                    name="target")
-    target.eval().requires_grad_(False)
-    t_sd = target.state_dict()
-    save_llama(t_sd, ts, tok_ids, new_dir("target"))
-    record("target", "LlamaForCausalLM", n_params(t_sd), trained=True, final_loss=round(loss, 3),
-           role="target")
-    ref = greedy(target, prompts)
-    clock("saved target")
+    if fresh:
+        clock("training target (2-layer Llama, hidden 128)")
+        loss = train_lm(target, train, steps=350, batch=24, lr=3e-3, seed=seed + 1,
+                        clock=clock, name="target")
+    else:
+        from safetensors.torch import load_file
 
-    def measure(name: str, target_name: str = "target") -> None:
-        a = hf_agreement(out / target_name, out / name, ref, plen)
-        models[name]["target"] = target_name
-        models[name]["greedy_agreement"] = round(a, 4)
-        clock(f"  {name}: greedy agreement vs {target_name} = {a:.3f} (transformers)")
+        target.load_state_dict(load_file(str(out / "target" / "model.safetensors")))
+    target.eval().requires_grad_(False)
+    ctx = _Stage(out=out, seed=seed, clock=clock, tok_dir=tok_dir, tok_ids=tok_ids, train=train,
+                 prompts=prompts, target=target, ref=None,
+                 models=dict(man["models"]) if man else {})
+    if fresh:
+        t_sd = target.state_dict()
+        save_llama(t_sd, ts, tok_ids, ctx.new_dir("target"))
+        ctx.record("target", "LlamaForCausalLM", _n_params(t_sd), trained=True,
+                   final_loss=round(loss, 3), role="target")
+        clock("saved target")
+    ctx.ref = greedy(target, prompts)
+    for stage in STAGES:
+        if stage in stages:
+            STAGE_BUILDERS[stage](ctx)
+    built = dict(man.get("build_seconds", {})) if man and isinstance(
+        man.get("build_seconds"), dict) else {}
+    built[",".join(stages)] = round(time.monotonic() - t_start, 1)
+    manifest = {
+        "script_version": SCRIPT_VERSION,
+        "seed": seed,
+        "build_seconds": built,
+        "torch_threads": torch.get_num_threads(),
+        "corpus": {"files": len(texts), "sha256_16": corpus_sha, "tokens": len(ids),
+                   "python": sys.version.split()[0]},
+        "tokenizer": {"path": "tokenizer", "vocab_size": VOCAB, "bos": BOS, "eos": EOS,
+                      "pad": PAD, "sha256_16": _sha(tok_dir / "tokenizer.json")},
+        "agreement_eval": {"prompts": int(prompts.shape[0]), "prompt_tokens": ctx.plen,
+                           "new_tokens": 32, "definition": "teacher-forced greedy top-1 "
+                           "agreement with the target's greedy continuation"},
+        "models": ctx.models,
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    clock(f"built {', '.join(stages)} in {built[','.join(stages)]}s -> {out / MANIFEST}")
+    return manifest
+
+
+def _measure(ctx: _Stage, name: str, target_name: str = "target") -> None:
+    from _tiny_train import hf_agreement
+
+    a = hf_agreement(ctx.out / target_name, ctx.out / name, ctx.ref, ctx.plen)
+    ctx.models[name]["target"] = target_name
+    ctx.models[name]["greedy_agreement"] = round(a, 4)
+    ctx.clock(f"  {name}: greedy agreement vs {target_name} = {a:.3f} (transformers)")
+
+
+def _build_lm(ctx: _Stage) -> None:
+    """Draft models of the target: trained 1-layer draft, exact and noised copies, and the
+    goodput-adaptation pair (deep target, cheap drafts)."""
+    import torch
+
+    from _tiny_nn import Shape, TinyLM
+    from _tiny_train import agreement, train_lm
+
+    seed, clock, tok_ids = ctx.seed, ctx.clock, ctx.tok_ids
+    ts = _target_shape()
+    t_sd = ctx.target.state_dict()
 
     # ---- 1-layer trained draft
     ds = Shape(vocab=VOCAB, hidden=128, layers=1, heads=4, kv_heads=2, inter=256)
     torch.manual_seed(seed + 2)
     draft = TinyLM(ds)
     clock("training draft (1-layer Llama)")
-    loss = train_lm(draft, train, steps=200, batch=16, lr=3e-3, seed=seed + 2, clock=clock,
+    loss = train_lm(draft, ctx.train, steps=200, batch=16, lr=3e-3, seed=seed + 2, clock=clock,
                     name="draft")
-    save_llama(draft.state_dict(), ds, tok_ids, new_dir("draft"))
-    record("draft", "LlamaForCausalLM", n_params(draft.state_dict()), trained=True,
-           final_loss=round(loss, 3), role="draft_model")
-    measure("draft")
+    save_llama(draft.state_dict(), ds, tok_ids, ctx.new_dir("draft"))
+    ctx.record("draft", "LlamaForCausalLM", _n_params(draft.state_dict()), trained=True,
+               final_loss=round(loss, 3), role="draft_model")
+    _measure(ctx, "draft")
 
     # ---- exact copy and noise variants of the target
-    save_llama(t_sd, ts, tok_ids, new_dir("draft-copy"))
-    record("draft-copy", "LlamaForCausalLM", n_params(t_sd), trained=True, role="draft_model",
-           notes="exact copy of target")
-    measure("draft-copy")
+    save_llama(t_sd, ts, tok_ids, ctx.new_dir("draft-copy"))
+    ctx.record("draft-copy", "LlamaForCausalLM", _n_params(t_sd), trained=True,
+               role="draft_model", notes="exact copy of target")
+    _measure(ctx, "draft-copy")
     gen = torch.Generator().manual_seed(seed + 3)
     noise = {k: torch.randn(v.shape, generator=gen) * v.std() for k, v in t_sd.items()
              if v.dim() == 2}
@@ -318,16 +432,16 @@ def _build(out: Path, seed: int, clock: _Clock) -> dict[str, Any]:
         for _ in range(14):
             mid = (lo + hi) / 2
             noisy.load_state_dict(noised(mid))
-            if agreement(noisy, ref, plen) > goal:
+            if agreement(noisy, ctx.ref, ctx.plen) > goal:
                 lo = mid
             else:
                 hi = mid
         scale = (lo + hi) / 2
-        save_llama(noised(scale), ts, tok_ids, new_dir(name))
-        record(name, "LlamaForCausalLM", n_params(t_sd), trained=True, role="draft_model",
-               noise_scale=round(scale, 5), agreement_goal=goal,
-               notes="target + N(0, (scale*std(W))^2) on every 2-D weight")
-        measure(name)
+        save_llama(noised(scale), ts, tok_ids, ctx.new_dir(name))
+        ctx.record(name, "LlamaForCausalLM", _n_params(t_sd), trained=True, role="draft_model",
+                   noise_scale=round(scale, 5), agreement_goal=goal,
+                   notes="target + N(0, (scale*std(W))^2) on every 2-D weight")
+        _measure(ctx, name)
 
     # ---- goodput-adaptation pair: deep target (extra no-op layers) + cheap drafts
     deep = Shape(vocab=VOCAB, hidden=128, layers=2 + DEEP_EXTRA_LAYERS, heads=4, kv_heads=2,
@@ -340,63 +454,77 @@ def _build(out: Path, seed: int, clock: _Clock) -> dict[str, Any]:
         # zero output projections: the layer costs full compute but adds 0 to the residual
         deep_sd[f"model.layers.{i}.self_attn.o_proj.weight"].zero_()
         deep_sd[f"model.layers.{i}.mlp.down_proj.weight"].zero_()
-    save_llama(deep_sd, deep, tok_ids, new_dir("target-deep"))
-    record("target-deep", "LlamaForCausalLM", n_params(deep_sd), trained=True, role="target",
-           notes=f"target's 2 layers + {DEEP_EXTRA_LAYERS} layers with zero o_proj/down_proj")
-    save_llama(t_sd, ts, tok_ids, new_dir("draft-cheap-agree"))
-    record("draft-cheap-agree", "LlamaForCausalLM", n_params(t_sd), trained=True,
-           role="draft_model", notes="target without the no-op layers: same function, cheaper")
-    measure("draft-cheap-agree", "target-deep")
+    save_llama(deep_sd, deep, tok_ids, ctx.new_dir("target-deep"))
+    ctx.record("target-deep", "LlamaForCausalLM", _n_params(deep_sd), trained=True,
+               role="target",
+               notes=f"target's 2 layers + {DEEP_EXTRA_LAYERS} layers with zero o_proj/down_proj")
+    save_llama(t_sd, ts, tok_ids, ctx.new_dir("draft-cheap-agree"))
+    ctx.record("draft-cheap-agree", "LlamaForCausalLM", _n_params(t_sd), trained=True,
+               role="draft_model", notes="target without the no-op layers: same function, cheaper")
+    _measure(ctx, "draft-cheap-agree", "target-deep")
     torch.manual_seed(seed + 5)
     rnd = TinyLM(ds).state_dict()
-    save_llama(rnd, ds, tok_ids, new_dir("draft-cheap-random"))
-    record("draft-cheap-random", "LlamaForCausalLM", n_params(rnd), trained=False,
-           role="draft_model", notes="random init 1-layer")
-    measure("draft-cheap-random", "target-deep")
+    save_llama(rnd, ds, tok_ids, ctx.new_dir("draft-cheap-random"))
+    ctx.record("draft-cheap-random", "LlamaForCausalLM", _n_params(rnd), trained=False,
+               role="draft_model", notes="random init 1-layer")
+    _measure(ctx, "draft-cheap-random", "target-deep")
     clock("saved deep target and cheap drafts")
+
+
+def _build_heads(ctx: _Stage) -> None:
+    """Hidden-state drafters trained on the target: EAGLE-1 and EAGLE-3 heads, and a MiMo
+    target (the target's weights in the Qwen2 layout) with one MTP layer."""
+    import torch
+
+    from _tiny_nn import Eagle3Head, EagleHead, MtpLayer, Shape
+    from _tiny_train import EAGLE3_AUX_IDS, head_agreement, train_head
+
+    seed, clock, tok_ids, target = ctx.seed, ctx.clock, ctx.tok_ids, ctx.target
+    ts = _target_shape()
+    t_sd = target.state_dict()
+    head_shape = Shape(vocab=VOCAB, hidden=128, layers=1, heads=4, kv_heads=2, inter=384)
 
     # ---- EAGLE-1 head (embedding and lm_head shared from the target by vLLM)
     torch.manual_seed(seed + 6)
-    eagle = EagleHead(Shape(vocab=VOCAB, hidden=128, layers=1, heads=4, kv_heads=2, inter=384))
+    eagle = EagleHead(head_shape)
     clock("training EAGLE-1 head on target hidden states")
-    loss = train_head("eagle", eagle, target, train, steps=150, batch=16, lr=3e-3,
+    loss = train_head("eagle", eagle, target, ctx.train, steps=150, batch=16, lr=3e-3,
                       seed=seed + 6, clock=clock)
     eagle.eval()
     cfg = _llama_config(eagle.s, tok_ids, architectures=["EagleLlamaForCausalLM"])
-    save_raw(eagle.state_dict(), cfg, new_dir("eagle"))
-    a = head_agreement("eagle", eagle, target, ref, plen)
-    record("eagle", "EagleLlamaForCausalLM", n_params(eagle.state_dict()), trained=True,
-           final_loss=round(loss, 3), role="eagle", target="target",
-           step1_agreement=round(a, 4),
-           notes="agreement = first draft position, teacher-forced, own torch forward")
+    save_raw(eagle.state_dict(), cfg, ctx.new_dir("eagle"))
+    a = head_agreement("eagle", eagle, target, ctx.ref, ctx.plen)
+    ctx.record("eagle", "EagleLlamaForCausalLM", _n_params(eagle.state_dict()), trained=True,
+               final_loss=round(loss, 3), role="eagle", target="target",
+               step1_agreement=round(a, 4),
+               notes="agreement = first draft position, teacher-forced, own torch forward")
     clock(f"  eagle: step-1 agreement {a:.3f}")
 
     # ---- EAGLE-3 head (aux layer ids valid for the 2-layer target)
     torch.manual_seed(seed + 7)
-    e3 = Eagle3Head(Shape(vocab=VOCAB, hidden=128, layers=1, heads=4, kv_heads=2, inter=384),
-                    num_aux=len(EAGLE3_AUX_IDS))
+    e3 = Eagle3Head(head_shape, num_aux=len(EAGLE3_AUX_IDS))
     e3.lm_head.weight.data.copy_(t_sd["lm_head.weight"])  # identical -> vLLM shares it
     e3.lm_head.weight.requires_grad_(False)
     clock("training EAGLE-3 head on target aux hidden states")
-    loss = train_head("eagle3", e3, target, train, steps=150, batch=16, lr=3e-3,
+    loss = train_head("eagle3", e3, target, ctx.train, steps=150, batch=16, lr=3e-3,
                       seed=seed + 7, clock=clock)
     e3.eval()
     cfg = _llama_config(e3.s, tok_ids, architectures=["Eagle3LlamaForCausalLM"],
                         eagle_aux_hidden_state_layer_ids=EAGLE3_AUX_IDS,
                         draft_vocab_size=VOCAB, target_hidden_size=ts.hidden)
-    save_raw(e3.state_dict(), cfg, new_dir("eagle3"))
-    a = head_agreement("eagle3", e3, target, ref, plen)
-    record("eagle3", "Eagle3LlamaForCausalLM", n_params(e3.state_dict()), trained=True,
-           final_loss=round(loss, 3), role="eagle3", target="target",
-           step1_agreement=round(a, 4), eagle_aux_hidden_state_layer_ids=EAGLE3_AUX_IDS,
-           notes="agreement = first draft position, teacher-forced, own torch forward")
+    save_raw(e3.state_dict(), cfg, ctx.new_dir("eagle3"))
+    a = head_agreement("eagle3", e3, target, ctx.ref, ctx.plen)
+    ctx.record("eagle3", "Eagle3LlamaForCausalLM", _n_params(e3.state_dict()), trained=True,
+               final_loss=round(loss, 3), role="eagle3", target="target",
+               step1_agreement=round(a, 4), eagle_aux_hidden_state_layer_ids=EAGLE3_AUX_IDS,
+               notes="agreement = first draft position, teacher-forced, own torch forward")
     clock(f"  eagle3: step-1 agreement {a:.3f}")
 
     # ---- MiMo target (= target weights in Qwen2 layout, zero q/k/v bias) + 1 MTP layer
     torch.manual_seed(seed + 8)
-    mtp = MtpLayer(Shape(vocab=VOCAB, hidden=128, layers=1, heads=4, kv_heads=2, inter=384))
+    mtp = MtpLayer(head_shape)
     clock("training MiMo MTP layer on target hidden states")
-    loss = train_head("mtp", mtp, target, train, steps=150, batch=16, lr=3e-3,
+    loss = train_head("mtp", mtp, target, ctx.train, steps=150, batch=16, lr=3e-3,
                       seed=seed + 8, clock=clock)
     mtp.eval()
     mimo_sd = dict(t_sd)
@@ -404,32 +532,17 @@ def _build(out: Path, seed: int, clock: _Clock) -> dict[str, Any]:
         for p, width in (("q", ts.heads), ("k", ts.kv_heads), ("v", ts.kv_heads)):
             mimo_sd[f"model.layers.{i}.self_attn.{p}_proj.bias"] = torch.zeros(width * ts.head_dim)
     mimo_sd.update(mtp.checkpoint_tensors())
-    save_raw(mimo_sd, _mimo_config(ts, tok_ids), new_dir("mtp-target"))
-    a = head_agreement("mtp", mtp, target, ref, plen)
-    record("mtp-target", "MiMoForCausalLM", n_params(mimo_sd), trained=True,
-           final_loss=round(loss, 3), role="mtp", target="mtp-target",
-           step1_agreement=round(a, 4), num_nextn_predict_layers=1,
-           notes="main model = target (zero qkv bias); MTP layer trained; agreement = MTP "
-                 "step-1, teacher-forced, own torch forward")
+    save_raw(mimo_sd, _mimo_config(ts, tok_ids), ctx.new_dir("mtp-target"))
+    a = head_agreement("mtp", mtp, target, ctx.ref, ctx.plen)
+    ctx.record("mtp-target", "MiMoForCausalLM", _n_params(mimo_sd), trained=True,
+               final_loss=round(loss, 3), role="mtp", target="mtp-target",
+               step1_agreement=round(a, 4), num_nextn_predict_layers=1,
+               notes="main model = target (zero qkv bias); MTP layer trained; agreement = MTP "
+                     "step-1, teacher-forced, own torch forward")
     clock(f"  mtp: step-1 agreement {a:.3f}")
 
-    manifest = {
-        "script_version": SCRIPT_VERSION,
-        "seed": seed,
-        "build_seconds": round(time.monotonic() - t_start, 1),
-        "torch_threads": torch.get_num_threads(),
-        "corpus": {"files": len(texts), "sha256_16": corpus_sha, "tokens": len(ids),
-                   "python": sys.version.split()[0]},
-        "tokenizer": {"path": "tokenizer", "vocab_size": VOCAB, "bos": BOS, "eos": EOS,
-                      "pad": PAD, "sha256_16": _sha(tok_dir / "tokenizer.json")},
-        "agreement_eval": {"prompts": int(prompts.shape[0]), "prompt_tokens": plen,
-                           "new_tokens": 32, "definition": "teacher-forced greedy top-1 "
-                           "agreement with the target's greedy continuation"},
-        "models": models,
-    }
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    clock(f"done in {manifest['build_seconds']}s -> {out / MANIFEST}")
-    return manifest
+
+STAGE_BUILDERS: dict[str, Callable[[_Stage], None]] = {"lm": _build_lm, "heads": _build_heads}
 
 
 def _threads() -> int:
@@ -446,15 +559,8 @@ def _threads() -> int:
 
 
 # --------------------------------------------------------------------------- derived models
-# Built from the trained fixtures in seconds (no training), so adding one never forces the
-# ~10 minute rebuild; ``is_current`` requires every name below in the manifest.
-
-
-def _trained_current(out: Path, man: dict[str, Any], seed: int) -> bool:
-    if man.get("script_version") != SCRIPT_VERSION or man.get("seed") != seed:
-        return False
-    return all((out / m["path"] / "config.json").is_file() for n, m in man["models"].items()
-               if n not in DERIVED)
+# Built from the trained fixtures in seconds (no training), so adding one never forces a
+# rebuild; ``is_current`` requires every name below whose stage it checks.
 
 
 def _derive_eagle_qwen2(out: Path, man: dict[str, Any]) -> dict[str, Any]:
@@ -530,17 +636,20 @@ def _derive_draft_padded(out: Path, man: dict[str, Any]) -> dict[str, Any]:
             "notes": f"draft + {pad} zero rows in embed_tokens and lm_head (padded vocab)"}
 
 
-DERIVED: dict[str, Callable[[Path, dict[str, Any]], dict[str, Any]]] = {
-    "eagle-qwen2": _derive_eagle_qwen2,
-    "draft-padded-vocab": _derive_draft_padded,
+# name: (the stage it is derived from, how)
+DERIVED: dict[str, tuple[str, Callable[[Path, dict[str, Any]], dict[str, Any]]]] = {
+    "eagle-qwen2": ("heads", _derive_eagle_qwen2),
+    "draft-padded-vocab": ("lm", _derive_draft_padded),
 }
 
 
-def add_derived(out: Path, man: dict[str, Any], clock: Callable[[str], None]) -> dict[str, Any]:
-    """Add every missing derived model to ``man`` and rewrite the manifest."""
+def add_derived(out: Path, man: dict[str, Any], clock: Callable[[str], None],
+                stages: tuple[str, ...] = STAGES) -> dict[str, Any]:
+    """Add every missing model derived from ``stages`` to ``man`` and rewrite the manifest."""
     changed = False
-    for name, derive in DERIVED.items():
-        if name in man["models"] and (out / name / "config.json").is_file():
+    for name, (stage, derive) in DERIVED.items():
+        if stage not in stages or (name in man["models"]
+                                   and (out / name / "config.json").is_file()):
             continue
         man["models"][name] = derive(out, man)
         changed = True
@@ -573,9 +682,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"default {DEFAULT_OUT}")
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
     ap.add_argument("--force", action="store_true", help="rebuild even if the stamp matches")
+    ap.add_argument("--only", choices=STAGES, action="append",
+                    help="build only this stage (repeatable): lm = the target and its draft "
+                         "models (what the demo needs), heads = EAGLE, EAGLE-3 and MTP "
+                         "(trained on the lm stage's target); default: both")
     args = ap.parse_args(argv)
     man = build_models(args.out, seed=args.seed, force=args.force,
-                       log=lambda m: print(m, flush=True))
+                       log=lambda m: print(m, flush=True),
+                       stages=tuple(s for s in STAGES if s in args.only) if args.only else STAGES)
     for name, m in man["models"].items():
         agree = m.get("greedy_agreement", m.get("step1_agreement", "-"))
         print(f"  {name:20s} {m['architecture']:24s} params={m['params']:>9,d} agreement={agree}")

@@ -13,6 +13,6 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-./scripts/setup.sh
+./scripts/setup.sh --demo
 export HUST_VSPEC_MODEL_DIR="$root/.cache/models"
 exec .venv/bin/python scripts/demo_side_by_side.py --out "$root/.cache/demo" "$@"

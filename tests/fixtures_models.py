@@ -26,6 +26,7 @@ def _builder() -> ModuleType:
     if spec is None or spec.loader is None:
         raise RuntimeError(f"cannot load {BUILD_SCRIPT}")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

@@ -115,8 +115,8 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                  _p(METHOD, ENGINE_CORE_MOD, "EngineCore", "shutdown")),
         Check.of("vllm.engine_post_step", VLLM,
                  "EngineCore.post_step is wrapped on every host (after a step that skipped "
-                 "the drafter it records the empty drafts itself where the zero-draft fast "
-                 "path applies, and runs vLLM's own everywhere else)",
+                 "the drafter it does nothing where the zero-draft fast path applies: there "
+                 "are no drafts to fetch; it runs vLLM's own everywhere else)",
                  _p(METHOD, ENGINE_CORE_MOD, "EngineCore", "post_step", "model_executed")),
         Check.of("vllm.engine_kv_init", VLLM,
                  "EngineCore._initialize_kv_caches warms the model before the scheduler is "

@@ -13,8 +13,8 @@ do, so the runner sees no speculative config for ``execute_model`` and the match
 ``sample_tokens``: the plain sampler, plain decode attention metadata, no drafting block. The swap
 is per runner, restored in ``finally``, and the two calls are paired by a flag on the runner. (The
 engine side of the same path is in host/engine/scheduler.py: after such a step
-``EngineCore.post_step`` records the empty drafts itself instead of asking the worker for them, a
-round trip to the worker process when serving.) Steps that are not eligible are untouched:
+``EngineCore.post_step`` neither asks the worker for drafts, a round trip to the worker process
+when serving, nor stores any.) Steps that are not eligible are untouched:
 
 * async scheduling (draft placeholders are in flight) or pipeline parallelism;
 * hybrid / recurrent models (vLLM keeps zero-draft decode rows on the speculative path for
