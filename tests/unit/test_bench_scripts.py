@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from bench_cpu_hog import prior_shape  # noqa: E402
 from bench_serve_rotation import burst  # noqa: E402
 from sim_drain_weighting import DrainWeightedOracle, busy_seconds  # noqa: E402
 from sim_time_by_stretch import stretch_times  # noqa: E402
+from trace_time_by_arm import read_steps, summarize  # noqa: E402
 from vllm_hust_vspec.sim.engine import simulate  # noqa: E402
 from vllm_hust_vspec.sim.oracle import Oracle  # noqa: E402
 from vllm_hust_vspec.sim.runner import run_one  # noqa: E402
@@ -28,6 +30,27 @@ def test_stretches_split_each_run_s_busy_time_at_the_marks() -> None:
     # a mark past the end leaves the last stretches empty
     late = stretch_times(sc, "fixed:2", [1, 2], [200.0, 1e12])
     assert late[0] == pytest.approx(parts[0]) and late[2] == 0.0
+
+
+def test_the_trace_report_prices_steps_off_the_sticky_zero(tmp_path: Path) -> None:
+    def step(t: float, gamma: int, skip: bool, interval: float) -> str:
+        return json.dumps({"t": t, "step": 1, "gamma": gamma, "skip": skip, "steady": True,
+                           "interval_s": interval})
+
+    lines = [json.dumps({"run": "x"})]  # the header
+    lines += [step(0.01 * i, 2, False, 0.01) for i in range(3)]  # warm-up
+    lines += [step(5.0 + 0.01 * i, 0, True, 0.002) for i in range(10)]
+    lines += [step(6.0, 1, False, 0.012), step(6.1, 0, True, 0.003)]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    assert len(read_steps(trace, None)) == 15
+    measured = read_steps(trace, after_idle=2.0)
+    assert len(measured) == 12 and measured[0]["t"] == 5.0
+    s = summarize(measured)
+    assert s["zero_step_s"] == pytest.approx(0.002)
+    assert s["off_zero"] == 1 and s["excess_s"] == pytest.approx(0.010)
+    assert s["arms"][(0, False)] == (11, pytest.approx(0.023))
+    assert s["arms"][(1, True)] == (1, pytest.approx(0.012))
 
 
 def test_the_hog_report_reads_the_prior_of_the_batch_calibrated_in_the_bucket() -> None:
