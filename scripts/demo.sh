@@ -8,7 +8,8 @@
 #       --draft-model vspec-tiny/draft-cheap-agree (expected: vSpec >= 1.3x target-only)
 #   the pair where it does not: the preset's target + draft (gamma settles on 0; >= 0.9x)
 # Both arms' workers run one OpenMP thread (the preset's). Results, server logs and
-# summary.json go to .cache/demo/. About 4 minutes on 2 cores once set up.
+# summary.json go to .cache/demo/. About 3.5 minutes on 2 cores once set up, 6 on a fresh machine
+# (setup.sh --demo builds only the models the demo serves).
 #   ./scripts/demo.sh [--rounds N] [--num-prompts N] [--output-len N] [--strict] [-- pair flags]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
