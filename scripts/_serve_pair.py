@@ -1,6 +1,6 @@
 """Shared by the scripts that serve both arms side by side (demo_side_by_side.py,
-profile_serve_pair.py): both arms' server commands as the pair bench builds them, and one
-seeded load from the project's client."""
+profile_serve_pair.py, bench_refill_open_loop.py): the bundled tiny pairs, both arms' server
+commands as the pair bench builds them, and one seeded load from the project's client."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,25 @@ from vllm_hust_vspec.launch.command import ServeCommand
 BENCH = str(Path(sys.executable).parent / "vllm-hust-vspec-bench")
 ARMS = ("baseline", "vspec")
 LABEL = {"baseline": "target-only", "vspec": "vSpec"}
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A bundled tiny model pair on the cpu-tiny preset: its launcher flags, and the least
+    vSpec / target-only ratio the demo expects of it."""
+
+    key: str
+    title: str
+    flags: tuple[str, ...]
+    expected: float
+
+
+PAIRS = (
+    Pair("pays", "target-deep + draft-cheap-agree (speculation pays)",
+         ("--target-model", "vspec-tiny/target-deep",
+          "--draft-model", "vspec-tiny/draft-cheap-agree"), 1.3),
+    Pair("no-pay", "target + draft, the preset's pair (it does not)", (), 0.9),
+)
 
 
 def pair_commands(pair_args: Sequence[str], who: str) -> dict[str, ServeCommand]:

@@ -13,6 +13,10 @@ admitting steps pays for it).
     .venv/bin/python scripts/bench_refill_open_loop.py                    # rates 4 and 16
     .venv/bin/python scripts/bench_refill_open_loop.py --rates 16 --variants auto \\
         --repetitions 6                                                   # the gamma-0 check
+    .venv/bin/python scripts/bench_refill_open_loop.py --pair pays --rates 4  # it pays
+
+``--pair`` picks the bundled pair: ``no-pay`` (the preset's target + draft, where speculation
+does not pay; the default) or ``pays`` (target-deep + draft-cheap-agree, where it does).
 
 Needs an otherwise idle machine: both arms share its cores with the benchmark client.
 """
@@ -26,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+from _serve_pair import PAIRS
+
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {
     "off": ["--no-adaptive-refill"],
@@ -38,12 +44,12 @@ VARIANTS = {
 def run_pair(rate: float, variant: str, reps: int, out: Path, args: argparse.Namespace
              ) -> dict[str, object]:
     """One bench pair; returns its pair-summary.json."""
-    result = out / f"rate{rate:g}-{variant}"
+    result = out / f"{args.pair}-rate{rate:g}-{variant}"
     cmd = [str(ROOT / ".venv" / "bin" / "vllm-hust-vspec-bench"), "pair",
            "--protocol", "cpu-tiny", "--dataset", "random", "--num-prompts",
            str(args.num_prompts), "--request-rate", f"{rate:g}", "--output-len",
            str(args.output_len), "--repetitions", str(reps), "--result-dir", str(result),
-           "--quiet", *VARIANTS[variant]]
+           "--quiet", *PAIR_FLAGS[args.pair], *VARIANTS[variant]]
     print(f"# {' '.join(cmd[1:])}", flush=True)
     started = time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
@@ -60,6 +66,9 @@ def run_pair(rate: float, variant: str, reps: int, out: Path, args: argparse.Nam
     return doc
 
 
+PAIR_FLAGS = {p.key: p.flags for p in PAIRS}
+
+
 def row(rate: float, variant: str, doc: dict[str, object]) -> str:
     """One table line."""
     cmp = doc["comparison"]
@@ -74,6 +83,8 @@ def row(rate: float, variant: str, doc: dict[str, object]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pair", choices=sorted(PAIR_FLAGS), default="no-pay",
+                        help="the bundled pair (default: no-pay, the preset's target + draft)")
     parser.add_argument("--rates", default="4,16", help="request rates, comma separated")
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"refill variants, comma separated ({', '.join(VARIANTS)})")

@@ -36,27 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _serve_pair import ARMS, LABEL, bench_run, pair_commands
+from _serve_pair import ARMS, LABEL, PAIRS, Pair, bench_run, pair_commands
 from vllm_hust_vspec.bench.server import ServerProcess, ServerStartError, for_run, free_port
 from vllm_hust_vspec.launch.command import ServeCommand
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@dataclass(frozen=True)
-class Pair:
-    key: str
-    title: str
-    flags: tuple[str, ...]
-    expected: float  # the least vSpec / target-only ratio the demo expects
-
-
-PAIRS = (
-    Pair("pays", "target-deep + draft-cheap-agree (speculation pays)",
-         ("--target-model", "vspec-tiny/target-deep",
-          "--draft-model", "vspec-tiny/draft-cheap-agree"), 1.3),
-    Pair("no-pay", "target + draft, the preset's pair (it does not)", (), 0.9),
-)
 
 
 @dataclass
