@@ -240,15 +240,13 @@ def build_models(out_dir: Path | str = DEFAULT_OUT, seed: int = DEFAULT_SEED, fo
             assert man is not None
             return man
         man = load_manifest(out)
-        usable = (not force and man is not None and man.get("script_version") == SCRIPT_VERSION
-                  and man.get("seed") == seed)
-        todo = [stage for stage in STAGES if (stage in stages or stage == "lm") and not (
-            usable and man is not None and _stage_current(out, man, stage))]
-        if "lm" in todo:  # every stage trains on the target: a new target rebuilds them all
-            todo = [stage for stage in STAGES if stage in stages or stage == "lm"]
-        if todo:
-            man = _build(out, seed, clock, todo, man if usable and "lm" not in todo else None)
-        assert man is not None
+        wanted = [stage for stage in STAGES if stage == "lm" or stage in stages]
+        if (force or man is None or man.get("script_version") != SCRIPT_VERSION
+                or man.get("seed") != seed or not _stage_current(out, man, "lm")):
+            # every stage trains on the lm stage's target: a new target rebuilds them all
+            man = _build(out, seed, clock, wanted, None)
+        elif todo := [stage for stage in wanted if not _stage_current(out, man, stage)]:
+            man = _build(out, seed, clock, todo, man)
         return add_derived(out, man, clock, stages)
 
 
@@ -317,8 +315,9 @@ def _corpus(out: Path, seed: int, clock: _Clock, *, train_tok: bool) -> tuple[An
 
 def _build(out: Path, seed: int, clock: _Clock, stages: list[str],
            man: dict[str, Any] | None) -> dict[str, Any]:
-    """Build ``stages`` (in :data:`STAGES` order) on top of ``man``'s current ones; each stage
-    seeds its own random state, so a stage built alone equals the same stage built in one go."""
+    """Build ``stages`` (in :data:`STAGES` order) on top of ``man``'s current ones (None when
+    "lm" is among them: a new target); each stage seeds its own random state, so a stage built
+    alone equals the same stage built in one go."""
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -331,7 +330,6 @@ def _build(out: Path, seed: int, clock: _Clock, stages: list[str],
     fresh = "lm" in stages
     if fresh:
         (out / MANIFEST).unlink(missing_ok=True)
-        man = None
     texts, corpus_sha, tok_dir, tok_ids, ids, train, prompts = _corpus(out, seed, clock,
                                                                          train_tok=fresh)
     ts = _target_shape()
@@ -347,7 +345,7 @@ def _build(out: Path, seed: int, clock: _Clock, stages: list[str],
         target.load_state_dict(load_file(str(out / "target" / "model.safetensors")))
     target.eval().requires_grad_(False)
     ctx = _Stage(out=out, seed=seed, clock=clock, tok_dir=tok_dir, tok_ids=tok_ids, train=train,
-                 prompts=prompts, target=target, ref=None,
+                 prompts=prompts, target=target, ref=greedy(target, prompts),
                  models=dict(man["models"]) if man else {})
     if fresh:
         t_sd = target.state_dict()
@@ -355,7 +353,6 @@ def _build(out: Path, seed: int, clock: _Clock, stages: list[str],
         ctx.record("target", "LlamaForCausalLM", _n_params(t_sd), trained=True,
                    final_loss=round(loss, 3), role="target")
         clock("saved target")
-    ctx.ref = greedy(target, prompts)
     for stage in STAGES:
         if stage in stages:
             STAGE_BUILDERS[stage](ctx)

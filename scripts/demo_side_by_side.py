@@ -43,8 +43,6 @@ from vllm_hust_vspec.launch.command import ServeCommand
 ROOT = Path(__file__).resolve().parent.parent
 
 
-
-
 @dataclass
 class PairResult:
     pair: Pair

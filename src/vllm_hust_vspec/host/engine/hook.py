@@ -129,12 +129,12 @@ class SchedulerHook:
         if self._metrics is not None:
             self._metrics.fallbacks.inc()
 
-    def take_skipped_step(self) -> tuple[str, ...] | None:
-        """The requests of the step just run if it skipped the drafter on a runner that then
-        drafts nothing (the zero-draft fast path's runners), else None; cleared on reading.
-        Their drafts for the next step are known to be empty without asking the worker."""
-        ids, self._skipped = self._skipped, None
-        return ids if self.settings.adaptive_zero_fast_path else None
+    def take_skipped_step(self) -> bool:
+        """True when the step just run skipped the drafter on a runner that then drafts
+        nothing (the zero-draft fast path's runners); cleared on reading. No request of that
+        step has drafts to fetch from the worker."""
+        skipped, self._skipped = self._skipped, False
+        return skipped and self.settings.adaptive_zero_fast_path
 
     @property
     def failed(self) -> bool:
@@ -162,7 +162,7 @@ class SchedulerHook:
         self._idle = True
         self._lengths: tuple[int, ...] | None = None  # this step's per-request lengths
         self._trimmed = False  # ... and whether they left drafts unverified
-        self._skipped: tuple[str, ...] | None = None  # the last step's requests, if skipped
+        self._skipped = False  # the last step skipped the drafter
 
     # ---- start-up calibration ----------------------------------------------------------
     @contextmanager
@@ -282,7 +282,7 @@ class SchedulerHook:
         """Record the decision, mark sticky skips, publish the chosen gamma."""
         num_sched: dict[str, int] = out.num_scheduled_tokens
         now = time.monotonic()
-        self._skipped = None
+        self._skipped = False
         if not num_sched:
             return
         if self.own_channel:
@@ -303,7 +303,7 @@ class SchedulerHook:
             decided, skip = self.sticky.resolve(decided, num_sched.keys(), self.guard.settled)
         if skip:
             setattr(out, SKIP_ATTR, True)
-            self._skipped = tuple(num_sched)
+            self._skipped = True
         spec = out.scheduled_spec_decode_tokens
         # Every request scheduled 1 + its drafts (no prefill chunk) <=> the totals agree, as
         # no request is ever scheduled fewer tokens than that.

@@ -292,7 +292,7 @@ def _make_post_step_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
         # hook voids its drafts before each schedule()), so there is nothing to fetch or
         # store: such a step does no work here that a target-only engine does not.
         hook = getattr(getattr(self, "scheduler", None), HOOK_ATTR, None)
-        if hook is not None and hook.take_skipped_step() is not None and model_executed \
+        if hook is not None and hook.take_skipped_step() and model_executed \
                 and not self.async_scheduling and self.batch_queue is None:
             return None
         return orig(self, model_executed, *args, **kwargs)
