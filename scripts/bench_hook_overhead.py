@@ -18,8 +18,10 @@ of Python show; on a production step (tens of ms) the same cost is a fraction of
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +37,7 @@ from _cpu_engine import (
     tokens_per_s,
 )
 
+TRACED = "online + trace"
 HOOK_PARTS = ("before_schedule", "decide", "after_schedule", "on_update")
 # The EngineCore's per-step calls, timed in both engines: what a vSpec step spends beyond a
 # target-only one, and where (the model's forward is inside execute_model).
@@ -97,22 +100,28 @@ def main() -> int:
         return 2
     from vllm_hust_vspec import host
     from vllm_hust_vspec.adaptive import FixedController
+    from vllm_hust_vspec.host.engine.trace import TraceWriter
     from vllm_hust_vspec.settings import load_settings
 
     target = args.models / "target"
     prompts = batch_prompts(args.batch)
     base = make_llm(target, None)
     host.apply(load_settings({"HUST_VSPEC_METHOD": "draft"}))
+    trace_dir = Path(tempfile.mkdtemp(prefix="vspec-hook-trace-"))
     try:
         spec = make_llm(target, {"method": "draft_model", "model": str(args.models / args.drafter),
                                  "num_speculative_tokens": 4})
         hook = hook_of(spec)
+        online = hook.controller
         arms: dict[str, Any] = {"sticky 0 (fixed)": FixedController(0, 0),
-                                "online (settles at 0)": hook.controller}
+                                "online (settles at 0)": online,
+                                TRACED: online}
+        trace = TraceWriter(trace_dir / "trace.jsonl")
         ctrl_acc: dict[str, dict[str, float]] = {name: {} for name in arms}
-        for name, ctrl in arms.items():
+        live_ctrl: dict[str, float] = {}
+        for ctrl in {id(c): c for c in arms.values()}.values():
             for method in ("decide", "observe"):
-                setattr(ctrl, method, _timed(ctrl_acc[name], method, getattr(ctrl, method)))
+                setattr(ctrl, method, _timed(live_ctrl, method, getattr(ctrl, method)))
         acc: dict[str, dict[str, float]] = {name: {} for name in arms}
         steps = dict.fromkeys(arms, 0)
         live: dict[str, float] = {}
@@ -126,8 +135,6 @@ def main() -> int:
             for ctrl in arms.values():
                 hook.controller = ctrl
                 tokens_per_s(spec, prompts, args.tokens // 2)
-        for name in arms:
-            ctrl_acc[name].clear()
         instrument_engine(base, base_phases)
         instrument_engine(spec, live_phases)
         rates: dict[str, list[float]] = {"target-only": [], **{name: [] for name in arms}}
@@ -139,7 +146,9 @@ def main() -> int:
                     rates[name].append(tokens_per_s(base, prompts, args.tokens))
                     continue
                 hook.controller = arms[name]
+                hook.telemetry.trace = trace if name == TRACED else None
                 live.clear()
+                live_ctrl.clear()
                 live_phases.clear()
                 before = hook.step
                 rates[name].append(tokens_per_s(spec, prompts, args.tokens))
@@ -148,8 +157,14 @@ def main() -> int:
                     acc[name][key] = acc[name].get(key, 0.0) + value
                 for key, value in live_phases.items():
                     phases[name][key] = phases[name].get(key, 0.0) + value
+                for key, value in live_ctrl.items():
+                    ctrl_acc[name][key] = ctrl_acc[name].get(key, 0.0) + value
+        hook.telemetry.trace = None
+        trace.close()
+        traced = (trace.written, trace.dropped)
     finally:
         host.undo()
+        shutil.rmtree(trace_dir, ignore_errors=True)
 
     t_med = statistics.median(rates["target-only"])
     print(f"\nvllm-cpu, target + {args.drafter}, batch {args.batch} x {args.tokens} tokens, "
@@ -169,6 +184,8 @@ def main() -> int:
         f"{name}: " + ", ".join(f"{k} {v / max(steps[name], 1) * 1e6:.1f}"
                                 for k, v in sorted(acc[name].items()))
         for name in arms))
+    print(f"('{TRACED}': the online controller with a trace file; {traced[0]} records "
+          f"written, {traced[1]} dropped)")
     print("('finish' runs after update_from_output: controller.observe, metrics, trace; the "
           "controller column is its decide + observe, already inside the hook figure)")
     print(f"\n{'engine call, us per step':28s}{'target-only':>12s}"

@@ -59,10 +59,9 @@ def run_pair(rate: float, variant: str, reps: int, out: Path, args: argparse.Nam
         raise SystemExit(f"bench pair failed ({variant}, rate {rate:g}): no {summary}")
     doc: dict[str, object] = json.loads(summary.read_text())
     doc["_elapsed_s"] = time.monotonic() - started
-    doc["_holds"] = sum(
-        1 for trace in result.glob("vspec-r*.trace.jsonl")
-        for line in trace.read_text().splitlines()
-        if line.strip() and json.loads(line).get("held") is True)
+    runs = doc["runs"]
+    assert isinstance(runs, dict)
+    doc["_holds"] = round(sum(r.get("spec", {}).get("refill_holds", 0.0) for r in runs["vspec"]))
     return doc
 
 

@@ -94,3 +94,26 @@ def test_the_header_names_the_engine_facts_a_recalibration_reads() -> None:
                      "capture_sizes": [1, 8, 16]}
     # without graphs nothing is padded: no capture sizes
     assert host_facts(scheduler("NONE"), 4, 8)["capture_sizes"] == []
+
+
+def test_record_objects_are_encoded_by_the_writer_thread_as_their_json(tmp_path: Path) -> None:
+    from vllm_hust_vspec.adaptive.trace_record import TraceRecord
+
+    record = TraceRecord(t=1.5, batch=2, gamma=1, drafted=2, accepted=1, interval_s=0.002,
+                         reward=1500.0, step=7, lengths=(1, 1))
+    writer = TraceWriter(tmp_path / "t.jsonl")
+    writer.write(record)
+    writer.write({"step": 8})
+    writer.close()
+    assert _lines(tmp_path / "t.jsonl") == [record.to_json(), {"step": 8}]
+    assert writer.written == 2
+
+
+def test_an_unencodable_batch_is_dropped_counted_and_the_writer_goes_on(tmp_path: Path) -> None:
+    writer = TraceWriter(tmp_path / "t.jsonl", batch=1)
+    writer.write({"bad": object()})
+    writer.flush()
+    writer.write({"step": 1})
+    writer.close()
+    assert _lines(tmp_path / "t.jsonl") == [{"step": 1}]
+    assert writer.dropped == 1 and writer.written == 1

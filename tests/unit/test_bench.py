@@ -206,6 +206,7 @@ vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 20.0
 vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 8.0
 vspec_draft_tokens_per_pos_total{position="0"} 10.0
 vspec_accepted_tokens_per_pos_total{position="0"} 8.0
+vspec_refill_holds_total 3.0
 """
 PROM_AFTER = """\
 vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 110.0
@@ -219,6 +220,7 @@ vspec_accepted_tokens_per_pos_total{position="0"} 88.0
 vspec_accepted_tokens_per_pos_total{position="1"} 30.0
 vspec_gamma_steps_total{gamma="2"} 7.0
 vspec_gamma_steps_created{gamma="2"} 1.7e9
+vspec_refill_holds_total 8.0
 """
 
 
@@ -267,6 +269,7 @@ def test_spec_figures_over_the_window_prefer_vspec_counters() -> None:
     assert f.per_position_source == "vspec"
     assert f.per_position == pytest.approx([0.8, 0.5])  # 80/100, 30/60
     assert f.gamma_steps == {2: 7.0}
+    assert f.refill_holds == 5.0 and f.to_dict()["refill_holds"] == 5.0
 
 
 def test_spec_figures_fall_back_to_vllm_counters_and_empty() -> None:
@@ -368,6 +371,18 @@ def test_pair_dry_run_prints_both_commands(
     assert "32 prompts x 64 output tokens" in plan["load"]
     # the preset's [env] reaches both arms alike: one OpenMP thread per worker
     assert base["env"]["OMP_NUM_THREADS"] == vspec["env"]["OMP_NUM_THREADS"] == "1"
+    assert plan["trace"] is False  # the vSpec arm runs as a server does unless asked
+
+
+@pytest.mark.parametrize(("flags", "traced"), [([], False), (["--trace"], True),
+                                               (["--plot", "p.png"], True)])
+def test_pair_traces_the_vspec_arm_only_when_asked(
+    fake_models: Path, capsys: pytest.CaptureFixture[str], flags: list[str], traced: bool
+) -> None:
+    rc = bench_cli.main(["pair", "--protocol", "cpu-tiny", "--dry-run", *flags])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert ("trace per start" in out) is traced
 
 
 def test_server_process_has_its_own_group_in_the_callers_session(tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ earlier runs do not count. Sources:
 * vLLM: ``vllm:spec_decode_num_drafts_total``, ``..._num_draft_tokens_total``,
   ``..._num_accepted_tokens_total``, ``..._num_accepted_tokens_per_pos_total{position}``.
 * vSpec: ``vspec_draft_tokens_per_pos_total{position}``,
-  ``vspec_accepted_tokens_per_pos_total{position}``, ``vspec_gamma_steps_total{gamma}``.
+  ``vspec_accepted_tokens_per_pos_total{position}``, ``vspec_gamma_steps_total{gamma}``,
+  ``vspec_refill_holds_total``.
   With a variable gamma, vLLM has no drafted-per-position counter, so vLLM's per-position
   rate (accepted / drafts) understates deep positions; vSpec's counters give the exact
   rate accepted[k] / drafted[k]. They appear on ``/metrics`` when the server runs with
@@ -29,6 +30,7 @@ VLLM_ACCEPTED_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 VSPEC_DRAFT_POS = "vspec_draft_tokens_per_pos_total"
 VSPEC_ACCEPTED_POS = "vspec_accepted_tokens_per_pos_total"
 VSPEC_GAMMA_STEPS = "vspec_gamma_steps_total"
+VSPEC_REFILL_HOLDS = "vspec_refill_holds_total"
 
 
 def parse_prometheus(text: str) -> dict[Sample, float]:
@@ -148,6 +150,7 @@ class SpecFigures:
     per_position: list[float]  # accepted[k] / drafted[k] (vSpec) or / drafts (vLLM)
     per_position_source: str  # "vspec" | "vllm" | ""
     gamma_steps: dict[int, float]  # vspec_gamma_steps by chosen gamma
+    refill_holds: float = 0.0  # steps where cohort refill held waiting requests back
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -159,6 +162,7 @@ class SpecFigures:
             "per_position_acceptance": self.per_position,
             "per_position_source": self.per_position_source,
             "gamma_steps": {str(k): v for k, v in sorted(self.gamma_steps.items())},
+            "refill_holds": self.refill_holds,
         }
 
 
@@ -189,6 +193,7 @@ def spec_figures(window: Mapping[Sample, float]) -> SpecFigures:
         per_position=per_pos,
         per_position_source=source,
         gamma_steps=by_label(window, VSPEC_GAMMA_STEPS, "gamma"),
+        refill_holds=total(window, VSPEC_REFILL_HOLDS),
     )
 
 

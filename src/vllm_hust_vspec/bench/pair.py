@@ -68,6 +68,9 @@ class PairPlan:
     forced_acceptance_length: int | None = None
     # Latency gates: metric ("ttft", "tpot", "itl") -> most vSpec p99 / target-only p99.
     max_p99_ratios: dict[str, float] = field(default_factory=dict)
+    # Keep each vSpec run's controller trace. Off by default: the writer costs the engine
+    # time target-only never pays, and a server runs without one unless asked.
+    trace: bool = False
 
     def schedule(self) -> list[tuple[int, str]]:
         """(repetition, arm) in run order: A B B A A B ... (each arm first in every other
@@ -82,6 +85,7 @@ class PairPlan:
             "repetitions": self.repetitions,
             "min_speedup": self.min_speedup,
             "max_p99_ratios": dict(self.max_p99_ratios),
+            "trace": self.trace,
             "backend": self.backend,
             "model": self.model,
             "order": [f"{arm}-r{rep}" for rep, arm in self.schedule()],
@@ -96,7 +100,7 @@ class PairPlan:
         for arm in ARMS:
             out.append(f"# {ARM_LABEL[arm]} server (port replaced by a free one at each start;"
                        f" {PROM_ENV} per start" + ("; trace per start)" if arm == "vspec"
-                                                   else ")"))
+                                                   and self.trace else ")"))
             out.append(self.commands[arm].to_shell())
         out.append(f"# load per run: {self.load.describe()}")
         out.append(f"# order: {' '.join(f'{arm}-r{rep}' for rep, arm in self.schedule())}")
@@ -120,6 +124,7 @@ def plan_pair(
     server_timeout_s: float = 900.0,
     allow_changed_outputs: bool = False,
     max_p99_ratios: Mapping[str, float] | None = None,
+    trace: bool = False,
 ) -> PairPlan:
     """Build both server commands from one preset with the launcher's command builder.
 
@@ -153,7 +158,7 @@ def plan_pair(
         backend=choose_backend(backend, Target("", None, target)),
         model=s.served_model_name or target, tokenizer=target, result_dir=result_dir,
         server_timeout_s=server_timeout_s, forced_acceptance_length=forced,
-        max_p99_ratios=gates,
+        max_p99_ratios=gates, trace=trace,
     )
 
 
@@ -245,7 +250,7 @@ def run_pair(plan: PairPlan, progress: ProgressLine | None = None) -> PairResult
         prom = plan.result_dir / "prometheus" / name
         shutil.rmtree(prom, ignore_errors=True)
         extra = {PROM_ENV: str(prom)}
-        if arm == "vspec":
+        if arm == "vspec" and plan.trace:
             trace = plan.result_dir / f"{name}.trace.jsonl"
             trace.unlink(missing_ok=True)
             extra[TRACE_ENV] = str(trace)

@@ -162,7 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
                           default=None, metavar="R", dest=f"max_{metric}_p99_ratio",
                           help=f"fail unless vSpec's p99 {metric.upper()} (pooled over every "
                                f"request of its repetitions) <= R x target-only's (off)")
-    pair.add_argument("--plot", metavar="OUT.png", help="write a figure (needs matplotlib)")
+    pair.add_argument("--plot", metavar="OUT.png",
+                      help="write a figure (needs matplotlib; implies --trace)")
+    pair.add_argument("--trace", action="store_true",
+                      help="keep each vSpec run's controller trace (vspec-rN.trace.jsonl; off "
+                           "by default, as writing it costs the engine time target-only does "
+                           "not pay)")
     pair.add_argument("--server-timeout", type=_bounded(float, 0, above=True), default=900.0,
                       metavar="S",
                       help="seconds a server may take to become ready (900)")
@@ -258,7 +263,8 @@ def _main_pair(ns: argparse.Namespace, load: LoadConfig, passthrough: list[str])
                      result_dir=_result_dir(ns), server_timeout_s=ns.server_timeout,
                      allow_changed_outputs=ns.allow_changed_outputs,
                      max_p99_ratios={m: r for m in LATENCY_METRICS
-                                     if (r := getattr(ns, f"max_{m}_p99_ratio")) is not None})
+                                     if (r := getattr(ns, f"max_{m}_p99_ratio")) is not None},
+                     trace=ns.trace or bool(ns.plot))
     if forced is not None:
         from vllm_hust_vspec.bench.speed_report import forced_banner
 
@@ -278,7 +284,7 @@ def _main_pair(ns: argparse.Namespace, load: LoadConfig, passthrough: list[str])
     print(f"load per run: {load.describe()}")
     print(result.markdown())
     print(f"results: {plan.result_dir} (pair-summary.json, pair-summary.md, per-run JSON, "
-          "server logs, traces)")
+          f"server logs{', traces' if plan.trace else ''})")
     if ns.plot:
         from vllm_hust_vspec.bench.plot import PlotUnavailable, plot_pair
 

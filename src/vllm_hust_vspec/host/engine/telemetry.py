@@ -47,7 +47,7 @@ class Telemetry:
         """One completed step's trace line (handed to the writer in batches, and when idle)."""
         if self.trace is None:
             return
-        self.trace.write(record.to_json())
+        self.trace.write(record)  # encoded by the writer thread
         if idle:
             self.trace.push()
 

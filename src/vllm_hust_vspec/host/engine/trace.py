@@ -1,9 +1,11 @@
 """Bounded JSON Lines trace of controller decisions.
 
-The engine step only appends the record to a list; every ``batch`` records the list goes to
-a bounded queue (``put_nowait``) and a daemon thread encodes, writes and flushes the lines.
-Handing over batches matters: waking the writer for every record made it compete with the
-engine for the GIL on every step (about a tenth of a 1.7 ms CPU step). When the queue is full
+The engine step only appends the record (a dict, or an object with ``to_json()`` that the
+writer thread calls, off the engine's path) to a list; every ``batch`` records the list goes to
+a bounded queue (``put_nowait``) and a daemon thread encodes (:mod:`vllm_hust_vspec.host.jsonl`,
+one C call per batch), writes and flushes the lines. The writer shares the GIL with the engine
+loop, so it must be brief: waking it for every record, or encoding record by record with
+:mod:`json`, cost the engine measurable time per step. When the queue is full
 a batch is dropped and counted, so tracing can never block a step. :meth:`TraceWriter.close`
 (scheduler shutdown, or ``atexit``) hands over the last records, drains the queue and closes
 the file.
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import logging
 import os
 import queue
@@ -27,10 +28,11 @@ import time
 import uuid
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from vllm_hust_vspec.adaptive.trace_record import TraceHeader
 from vllm_hust_vspec.host.engine import startup_faults
+from vllm_hust_vspec.host.jsonl import EncodeError, encode_lines
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.adaptive.cost_prior import CostPrior
@@ -97,14 +99,26 @@ def open_trace(settings: Settings, prior: CostPrior | None,
         settings.fingerprint(), prior.source if prior is not None else "none", host))
 
 
-class _LogLines:
-    """A text sink that logs each line (``adaptive_trace`` as the predecessor's switch)."""
+class JsonRecord(Protocol):
+    """A record the writer thread turns into its JSON object (e.g. ``TraceRecord``)."""
 
-    def write(self, text: str) -> int:
-        for line in text.splitlines():
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object of the line."""
+        ...
+
+
+def _as_json(record: dict[str, Any] | JsonRecord) -> dict[str, Any]:
+    return record if isinstance(record, dict) else record.to_json()
+
+
+class _LogLines:
+    """A sink that logs each line (``adaptive_trace`` as the predecessor's switch)."""
+
+    def write(self, data: bytes) -> int:
+        for line in data.decode().splitlines():
             if line:
                 logger.info("vSpec adaptive trace: %s", line)
-        return len(text)
+        return len(data)
 
     def flush(self) -> None:
         """Nothing is buffered."""
@@ -134,11 +148,10 @@ class TraceWriter:
                 startup_faults.inject("trace")  # test-only, off by default
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 cut_off = _ends_mid_line(self.path)
-                self._file = self.path.open("a", encoding="utf-8")
+                self._file = self.path.open("ab")
             if header is not None:
                 # after a crash mid-line, the header starts a fresh line of its own
-                self._file.write(("\n" if cut_off else "")
-                                 + json.dumps(header.to_json(), separators=(",", ":")) + "\n")
+                self._file.write((b"\n" if cut_off else b"") + encode_lines([header.to_json()]))
                 self._file.flush()
         except OSError as exc:
             raise OSError(
@@ -146,7 +159,7 @@ class TraceWriter:
                 f"Set HUST_VSPEC_ADAPTIVE_TRACE to a writable path or unset it."
             ) from exc
         self._batch = max(1, batch)
-        self._pending: list[dict[str, Any]] = []
+        self._pending: list[dict[str, Any] | JsonRecord] = []
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, capacity // self._batch))
         self.dropped = 0
         self.written = 0
@@ -164,7 +177,7 @@ class TraceWriter:
         self._atexit = _close_at_exit
         atexit.register(self._atexit)
 
-    def write(self, record: dict[str, Any]) -> bool:
+    def write(self, record: dict[str, Any] | JsonRecord) -> bool:
         """Buffer one record; never blocks. Returns False when the writer is closed."""
         if self._closed:
             return False
@@ -205,10 +218,10 @@ class TraceWriter:
 
     def _write_lines(self, batch: list[Any]) -> None:
         try:
-            self._file.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in batch))
+            self._file.write(encode_lines([_as_json(r) for r in batch]))
             self._file.flush()
             self.written += len(batch)
-        except (OSError, TypeError, ValueError):
+        except (OSError, *EncodeError):
             logger.exception("vSpec trace: writing %s failed; dropping records", self.path)
             self.dropped += len(batch)
 
@@ -242,4 +255,5 @@ class TraceWriter:
                            self.dropped, self.path)
 
 
-__all__ = ["DEFAULT_BATCH", "DEFAULT_CAPACITY", "LOG_SINK", "TraceWriter", "run_header"]
+__all__ = ["DEFAULT_BATCH", "DEFAULT_CAPACITY", "LOG_SINK", "JsonRecord", "TraceWriter",
+           "run_header"]

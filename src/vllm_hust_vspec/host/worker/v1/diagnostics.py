@@ -22,7 +22,6 @@ the bytes to one writer thread, never waiting for it (a full queue drops and cou
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import os
 import queue
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_hust_vspec.host.abi.capabilities import MODEL_RUNNER
+from vllm_hust_vspec.host.jsonl import encode_lines
 from vllm_hust_vspec.host.patching import Patcher, resolve
 
 if TYPE_CHECKING:
@@ -178,7 +178,7 @@ class Writer:
 
 
 def _line(record: dict[str, Any]) -> bytes:
-    return (json.dumps(record, separators=(",", ":")) + "\n").encode()
+    return encode_lines((record,))
 
 
 class JsonlTrace:
