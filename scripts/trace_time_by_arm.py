@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a vSpec server's step time went, read from its adaptive traces.
 
-For each trace (``--adaptive-trace``; `bench pair` keeps one per vSpec run), the steps and
+For each trace (``--adaptive-trace``; `bench pair --trace` keeps one per vSpec run), the steps and
 seconds at each verified gamma with the drafter run or skipped, and what the steps off the
 sticky zero cost beyond the median time of a steady skipped step (the price of speculating or
 exploring where speculation does not pay). ``--after-idle S`` starts each trace after its

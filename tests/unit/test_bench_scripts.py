@@ -14,6 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from bench_cpu_hog import prior_shape  # noqa: E402
 from bench_serve_rotation import burst  # noqa: E402
 from sim_drain_weighting import DrainWeightedOracle, busy_seconds  # noqa: E402
+from sim_overhead_tails import main as overhead_tails_main  # noqa: E402
+from sim_overhead_tails import table as overhead_table  # noqa: E402
 from sim_time_by_stretch import stretch_times  # noqa: E402
 from trace_time_by_arm import read_steps, summarize  # noqa: E402
 from vllm_hust_vspec.sim.engine import simulate  # noqa: E402
@@ -94,3 +96,22 @@ def test_a_burst_counts_the_tokens_the_server_reported(fake_server: str) -> None
     assert rate > 0
     with pytest.raises(RuntimeError, match="6 requests to http://127.0.0.1:9 failed"):
         burst("http://127.0.0.1:9", "m", concurrency=3, requests=2, output_len=8, seed=1)
+
+
+def test_an_added_step_cost_grows_ttft_tails_by_more_than_the_step_time(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import argparse
+
+    args = argparse.Namespace(num_prompts=64, request_rate=16.0, prompt_len=128,
+                              output_len=128, max_num_seqs=8, max_num_batched_tokens=2048,
+                              base_ms=1.85, per_token_ms=0.012, per_ctx_ktoken_ms=0.45, seeds=3)
+    plain, (none, added) = overhead_table(args, [0.0, 100.0])
+    assert 0 < plain["p50_ttft"] <= plain["p90_ttft"] <= plain["p99_ttft"]
+    assert plain["mean_tpot"] > 1.85e-3  # at least the base cost per token
+    assert all(none[k] == 1.0 for k in ("p50_ttft", "p99_ttft", "mean_tpot"))
+    # ~5% slower steps: TPOT by about that, the queue behind bursts (p90 TTFT) by more
+    assert 1.02 < added["mean_tpot"] < 1.08
+    assert added["p90_ttft"] > added["mean_tpot"]
+    assert overhead_tails_main(["--num-prompts", "16", "--seeds", "1", "--overheads-us", "50"]) == 0
+    assert "| 50 us |" in capsys.readouterr().out
