@@ -1,4 +1,4 @@
-"""encode_lines: the same bytes with msgspec (vLLM hosts) and with the json fallback."""
+"""encode_lines: the same lines with msgspec (vLLM hosts) and with the json fallback."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from vllm_hust_vspec.host import jsonl
 RECORDS: list[dict[str, Any]] = [
     {"t": 1764902514.123456, "step": 12, "gamma": 0, "interval_s": 0.001712345,
      "reward": 37376.123456, "steady": True, "held": False, "lengths": [1, 2], "x": None,
-     "host": {"graph_mode": "NONE", "capture_sizes": []}, "name": "é\"\\n"},
+     "host": {"graph_mode": "NONE", "capture_sizes": []}, "name": "é\"\\n",
+     "tiny": 1e-05, "huge": 1.5e300},
     {},
 ]
 
@@ -24,7 +25,7 @@ def _fallback(monkeypatch: pytest.MonkeyPatch) -> Any:
     return importlib.reload(jsonl)
 
 
-def test_msgspec_and_json_write_the_same_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_msgspec_and_json_write_the_same_records(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("msgspec")
     fast = jsonl.encode_lines(RECORDS)
     try:
@@ -32,10 +33,10 @@ def test_msgspec_and_json_write_the_same_lines(monkeypatch: pytest.MonkeyPatch) 
     finally:
         monkeypatch.undo()
         importlib.reload(jsonl)
-    assert fast == slow
-    assert fast.endswith(b"\n") and fast.count(b"\n") == len(RECORDS)
-    assert [json.loads(line) for line in fast.decode().splitlines()] == RECORDS
-    assert "é".encode() in fast  # UTF-8, not \\u escapes
+    for out in (fast, slow):
+        assert out.endswith(b"\n") and out.count(b"\n") == len(RECORDS)
+        assert [json.loads(line) for line in out.decode().splitlines()] == RECORDS
+        assert "é".encode() in out and b" " not in out  # UTF-8, not \\u escapes; compact
 
 
 @pytest.mark.parametrize("fallback", [False, True])

@@ -2,8 +2,9 @@
 
 msgspec (a vLLM requirement) encodes a batch of records in one C call, an order of magnitude
 faster than :mod:`json`; that matters because the trace threads share the GIL with the engine
-loop. Both write compact UTF-8 lines, byte-identical for the records written (str keys; str,
-int, float, bool, None, list and dict values; finite floats).
+loop. Both write one compact UTF-8 line per record that parses to the same object (str keys;
+str, int, float, bool, None, list and dict values; floats round-trip exactly, though an
+exponent may be spelt differently: ``1e-05`` / ``0.00001``).
 """
 
 from __future__ import annotations
