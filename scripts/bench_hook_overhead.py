@@ -5,8 +5,9 @@ Where speculation does not pay, vSpec's best is the speculative engine at sticky
 drafter skipped, the zero-draft fast path on), and whatever it still costs beyond a
 target-only step is the price of having vSpec there. This script times each part of the hook
 (perf_counter around every hook call, in the engine, at the engine's own step rate) and the
-engine's step time, for a fixed sticky zero and for the online controller pinned at 0, next
-to a target-only engine, repetitions interleaved with the order rotated:
+engine's step time, for a fixed sticky zero, for the online controller pinned at 0 and for the
+same with a trace file (``--adaptive-trace``), next to a target-only engine, repetitions
+interleaved with the order rotated:
 
     .venv/bin/python scripts/bench_hook_overhead.py                  # draft-noise-poor
     .venv/bin/python scripts/bench_hook_overhead.py --drafter draft --reps 30
