@@ -29,6 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from vllm_hust_vspec.bench.stats import percentile  # noqa: E402
 from vllm_hust_vspec.sim.engine import RunResult, simulate  # noqa: E402
 from vllm_hust_vspec.sim.policies import make_controller  # noqa: E402
 from vllm_hust_vspec.sim.scenario import Scenario, parse_scenario  # noqa: E402
@@ -60,15 +61,12 @@ def scenario(args: argparse.Namespace, overhead_us: float) -> Scenario:
 
 
 def figures(result: RunResult, output_len: int) -> dict[str, float]:
-    """p50 / p90 / p99 TTFT and mean TPOT (seconds) of one run."""
-    ttft = sorted(first - arrival for _, arrival, first, _ in result.requests)
+    """p50 / p90 / p99 TTFT (the percentile ``bench pair`` reports) and mean TPOT (seconds)
+    of one run."""
+    ttft = [first - arrival for _, arrival, first, _ in result.requests]
     tpot = [(finish - first) / max(output_len - 1, 1) for _, _, first, finish in result.requests]
-
-    def pct(q: float) -> float:
-        return ttft[min(len(ttft) - 1, int(q * len(ttft)))]
-
-    return {"p50_ttft": pct(0.50), "p90_ttft": pct(0.90), "p99_ttft": pct(0.99),
-            "mean_tpot": statistics.fmean(tpot)}
+    return {"p50_ttft": percentile(ttft, 50), "p90_ttft": percentile(ttft, 90),
+            "p99_ttft": percentile(ttft, 99), "mean_tpot": statistics.fmean(tpot)}
 
 
 def run(args: argparse.Namespace, overhead_us: float, seed: int) -> dict[str, float]:
