@@ -65,7 +65,7 @@ def instrument(hook: Any, acc: dict[str, float]) -> None:
         setattr(hook, name, _timed(acc, name, getattr(hook, name)))
     on_update = hook.on_update
 
-    def timed_on_update(out: Any, runner_output: Any) -> Callable[[], None]:
+    def timed_on_update(out: Any, runner_output: Any) -> Callable[[bool], None]:
         return _timed(acc, "finish", on_update(out, runner_output))
 
     hook.on_update = timed_on_update

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -153,7 +154,7 @@ def test_auto_refill_learns_what_admitting_costs_and_then_holds_even_when_pinned
     hook.decide(3)
     hook.after_schedule(out)
     hook.on_update(out, SimpleNamespace(sampled_token_ids=[[1], [2], [3]],
-                                        req_id_to_index={"r0": 0, "r1": 1, "r2": 2}))()
+                                        req_id_to_index={"r0": 0, "r1": 1, "r2": 2}))(False)
     (step,) = seen
     assert step[0] == 2 and step[3] == 7  # two decodes, r2's 7 prompt tokens
     hook.refill.rule = rule
@@ -207,7 +208,7 @@ def test_feedback_counts_decoding_requests_only_and_sticky_marks_skip() -> None:
     runner_out = SimpleNamespace(
         sampled_token_ids=[[1, 2, 3], [4], [9]], req_id_to_index={"r0": 0, "r1": 1, "r2": 2}
     )
-    hook.on_update(out, runner_out)()
+    hook.on_update(out, runner_out)(False)
     (fb,) = ctrl.seen
     assert fb.drafted == (2, 2) and fb.accepted == (2, 0)
     assert fb.committed == 4 and fb.batch_size == 2 and fb.gamma == 3 and fb.steady is False
@@ -250,7 +251,7 @@ def test_observe_failure_switches_to_fixed_gamma() -> None:
     hook.decide(1)
     out = _out({"r0": 1}, {})
     hook.after_schedule(out)
-    hook.on_update(out, SimpleNamespace(sampled_token_ids=[[1]], req_id_to_index={"r0": 0}))()
+    hook.on_update(out, SimpleNamespace(sampled_token_ids=[[1]], req_id_to_index={"r0": 0}))(False)
     assert hook.failed
     assert hook.decide(1) == 3
 
@@ -275,8 +276,9 @@ def test_metrics_are_buffered_then_exact_once_the_engine_is_idle(tmp_path: Any) 
         hook.decide(2)
         out = _out({rid: 1 + len(d) for rid, d in drafts.items()}, drafts)
         hook.after_schedule(out)
-        hook.on_update(out, SimpleNamespace(sampled_token_ids=sampled,
-                                            req_id_to_index={"r0": 0, "r1": 1}))()
+        hook.end_update(hook.on_update(out, SimpleNamespace(
+            sampled_token_ids=sampled, req_id_to_index={"r0": 0, "r1": 1})))
+        hook.settle()  # what the next step's get_grammar_bitmask does
 
     # Until the controller has an estimate to publish, every step flushes (so a short run
     # still shows its arms); the first feedback gives one here.
@@ -401,7 +403,7 @@ def test_feedback_of_a_step_says_whether_its_lengths_were_trimmed(
     out = _out({rid: 1 + len(d) for rid, d in spec.items()}, spec)
     hook.after_schedule(out)
     hook.on_update(out, SimpleNamespace(sampled_token_ids=[[1], [2]],
-                                        req_id_to_index={"r0": 0, "r1": 1}))()
+                                        req_id_to_index={"r0": 0, "r1": 1}))(False)
     (fb,) = ctrl.seen
     assert fb.lengths_trimmed is trimmed
     assert fb.drafted == ((3, 2) if trimmed else (3, 3))
@@ -548,6 +550,95 @@ def test_a_speculating_step_still_fetches_its_drafts_from_the_worker() -> None:
     assert not getattr(out, SKIP_ATTR, False)
     post_step(core, True)
     assert core.rpcs == 1 and core.updates == []
+
+
+class StepScheduler(FakeScheduler):
+    """The three Scheduler methods vLLM's EngineCore.step calls, with vSpec's wrappers."""
+
+    unfinished = True  # whether requests remain after the step's update
+
+    def has_unfinished_requests(self) -> bool:
+        return self.unfinished
+
+    def schedule(self) -> Any:
+        self.hook.decide(len(self.running))
+        return _out({f"r{i}": 1 for i in range(len(self.running))}, {})
+
+    def get_grammar_bitmask(self, out: Any) -> None:
+        return None
+
+    def update_from_output(self, out: Any, runner_output: Any) -> dict[int, Any]:
+        return {}
+
+
+def _stepping(gamma: int, **settings: Any) -> tuple[Any, Ctrl, list[str], Callable[[], None]]:
+    """A scheduler whose hook logs each decision, forward and observation, and EngineCore.step:
+    schedule, send to the workers, grammar bitmask, update."""
+    from vllm_hust_vspec.host.engine.scheduler import (
+        _make_grammar_wrapper,
+        _make_update_wrapper,
+    )
+
+    class Sched(StepScheduler):
+        schedule = _make_schedule_wrapper(StepScheduler.schedule)
+        get_grammar_bitmask = _make_grammar_wrapper(StepScheduler.get_grammar_bitmask)
+        update_from_output = _make_update_wrapper(StepScheduler.update_from_output)
+
+    sched = Sched(running=2, waiting=0)
+    ctrl = Ctrl(gamma=gamma)
+    log: list[str] = []
+    decide, observe = ctrl.decide, ctrl.observe
+    ctrl.decide = lambda b, t: (log.append("decide"), decide(b, t))[1]  # type: ignore
+    ctrl.observe = lambda fb: (log.append("observe"), observe(fb))[0]  # type: ignore
+    sched.hook = _hook(sched, ctrl, **settings)
+    setattr(sched, HOOK_ATTR, sched.hook)
+    runner_out = SimpleNamespace(sampled_token_ids=[[1], [2]], req_id_to_index={"r0": 0, "r1": 1})
+
+    def step() -> None:
+        out = sched.schedule()
+        log.append("forward")
+        sched.get_grammar_bitmask(out)
+        sched.update_from_output(out, runner_out)
+
+    return sched, ctrl, log, step
+
+
+def test_a_pinned_step_learns_while_the_next_forward_runs() -> None:
+    sched, ctrl, log, step = _stepping(0, adaptive_gamma0_mode="sticky")
+    step()
+    assert sched.hook.sticky.pinned()
+    assert ctrl.seen == [] and sched.hook.step == 0  # busy: kept, not run between forwards
+    step()
+    step()
+    # a pinned step asks the controller nothing: each step's feedback runs once the next
+    # step went to the workers
+    assert log == ["decide", "forward", "forward", "observe", "forward", "observe"]
+    assert sched.hook.step == 2
+
+
+def test_kept_feedback_runs_before_the_controller_decides_and_is_never_lost() -> None:
+    sched, ctrl, log, step = _stepping(2)
+    hook = sched.hook
+    step()
+    assert ctrl.seen == []
+    step()
+    # the controller sees every completed step before it decides the next
+    assert log == ["decide", "forward", "observe", "decide", "forward"]
+    # an update that comes before any grammar call runs the kept feedback first: in order
+    out = sched.schedule()
+    sched.update_from_output(out, SimpleNamespace(sampled_token_ids=[[1], [2]],
+                                                  req_id_to_index={"r0": 0, "r1": 1}))
+    assert len(ctrl.seen) == 2 and hook.step == 2
+    # an idle engine has no next forward: its step's feedback runs at once
+    sched.unfinished = False
+    step()
+    assert len(ctrl.seen) == 4 and hook.step == 4
+    # close() runs what is kept
+    sched.unfinished = True
+    step()
+    assert len(ctrl.seen) == 4
+    hook.close()
+    assert len(ctrl.seen) == 5 and hook.step == 5
 
 
 @pytest.mark.parametrize("method", ["ngram_gpu", "suffix"])

@@ -7,10 +7,12 @@ scheduler: where vLLM has its per-step K channel, ``schedule()`` asks
 ``Scheduler.dynamic_sd_lookup``); where it has none (the vLLM-HUST core), the hook carries
 its own (:attr:`SchedulerHook.own_channel`): it decides once ``schedule()`` has returned, sets
 the field on the output itself and sizes the async scheduler's draft placeholders to the
-step's gamma. ``update_from_output()`` goes through :meth:`SchedulerHook.on_update`. The
-pure parts of the loop (the guarded controller, the sticky cohort) are adaptive/step_loop.py,
-shared with the simulator; refill admission is host/engine/admission.py and telemetry
-host/engine/telemetry.py.
+step's gamma. ``update_from_output()`` goes through :meth:`SchedulerHook.on_update` and
+:meth:`SchedulerHook.end_update`; what a step teaches (the controller's observation, metrics,
+trace) runs after vLLM has sent the next step to the workers (:meth:`SchedulerHook.settle`),
+and before anything reads the controller. The pure parts of the loop (the guarded controller,
+the sticky cohort) are adaptive/step_loop.py, shared with the simulator; refill admission is
+host/engine/admission.py and telemetry host/engine/telemetry.py.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from vllm_hust_vspec.adaptive.feedback import Controller, StepFeedback, VerifyQuery
@@ -119,6 +122,7 @@ class SchedulerHook:
         self.own_channel = False
         self._placeholders: dict[int, list[int]] = {}
         self._records: dict[int, _StepRecord] = {}
+        self._pending: Callable[[], None] | None = None  # a completed step's deferred feedback
         self._reset_steps()
         # the engine runs its start-up calibration once built
         # (host/engine/cost_prior/calibration.py)
@@ -149,6 +153,7 @@ class SchedulerHook:
     @controller.setter
     def controller(self, controller: Controller) -> None:
         # Benchmarks swap controllers between repetitions; each gets a fresh fallback guard.
+        self.settle()
         self.guard = GuardedController(controller, self.max_gamma, self._fallback)
 
     def _reset_steps(self) -> None:
@@ -171,6 +176,7 @@ class SchedulerHook:
         (host/engine/cost_prior/calibration.py):
         ``controller`` decides them, nothing of them reaches the metrics, the trace or the
         persisted state, and the per-step state starts afresh after (its requests are gone)."""
+        self.settle()
         telemetry, state, refill = self.telemetry, self.cost_state, self.refill
         guard = self.guard
         self.telemetry = Telemetry(None, None)
@@ -180,6 +186,7 @@ class SchedulerHook:
         try:
             yield
         finally:
+            self.settle()
             self.telemetry, self.cost_state, self.guard = telemetry, state, guard
             self.refill = refill
             self._reset_steps()
@@ -192,6 +199,7 @@ class SchedulerHook:
     def restart(self, controller: Controller, prior: CostPrior | None,
                 trace: TraceWriter | None) -> None:
         """Serve from here with ``controller`` (started from ``prior``), tracing to ``trace``."""
+        self.settle()
         self.controller = controller
         self.cost_prior = prior
         self.telemetry = Telemetry(self._metrics, trace)
@@ -208,6 +216,7 @@ class SchedulerHook:
         if self.mode == "sticky" and self.sticky.pinned():
             gamma = 0  # the controller is not asked while a cohort is pinned
         else:
+            self.settle()
             gamma = self.guard.decide(batch_size, self.token_budget)
         self._decided = gamma
         return gamma
@@ -247,6 +256,7 @@ class SchedulerHook:
             return
         query = VerifyQuery(tuple(r.request_id for r in running),
                             tuple(len(r.spec_token_ids) for r in running), self.token_budget)
+        self.settle()
         lengths = self.guard.verify_lengths(query)
         if lengths is None:
             return
@@ -300,7 +310,7 @@ class SchedulerHook:
             out, K_FIELD, self.max_gamma)
         skip = False
         if self.adaptive and self.mode == "sticky":
-            decided, skip = self.sticky.resolve(decided, num_sched.keys(), self.guard.settled)
+            decided, skip = self.sticky.resolve(decided, num_sched.keys(), self._settled)
         if skip:
             setattr(out, SKIP_ATTR, True)
             self._skipped = True
@@ -333,6 +343,10 @@ class SchedulerHook:
         if self.own_channel:
             self._size_placeholders(num_sched, decided)
 
+    def _settled(self) -> bool:
+        self.settle()
+        return self.guard.settled()
+
     def _size_placeholders(self, scheduled: dict[str, int], gamma: int) -> None:
         """The async scheduler gives every scheduled decode the fixed placeholders
         ``[-1] * max K`` for the drafts the worker makes after this step; on the own channel
@@ -352,9 +366,11 @@ class SchedulerHook:
                 request.spec_token_ids = sized
 
     # ---- feedback ---------------------------------------------------------------------
-    def on_update(self, out: Any, runner_output: Any) -> Callable[[], None]:
-        """Build the step's feedback before vLLM consumes the output; returns the finisher
-        to call after ``update_from_output`` ran (observe, metrics, trace)."""
+    def on_update(self, out: Any, runner_output: Any) -> Callable[[bool], None]:
+        """Build the step's feedback before vLLM consumes the output; returns what the step
+        teaches (observe, metrics, trace), to hand to :meth:`end_update` once
+        ``update_from_output`` ran. Its argument: whether the engine is idle after the step."""
+        self.settle()  # the previous step's, if nothing ran it yet: observations stay in order
         now = time.monotonic()
         record = self._records.pop(id(out), None)
         if record is None:
@@ -386,43 +402,63 @@ class SchedulerHook:
                 request_ids=ids,
                 lengths_trimmed=record.trimmed,
             )
+            self.refill.rule.observe(len(drafted), record.verified, interval, record.prefill)
+        # What this step's feedback goes to, as it is now (calibration swaps them).
+        guard, cost_state, telemetry = self.guard, self.cost_state, self.telemetry
+        t_wall = time.time()
 
-        def finish() -> None:
-            # has_requests() stays true for one more step (finished ids to report), so it
-            # would never see the engine idle; the unfinished count does.
-            idle = self._idle = not self.scheduler.has_unfinished_requests()
+        def finish(idle: bool) -> None:
             self.step += 1
             if feedback is not None:
-                self.guard.observe(feedback)
-                self.refill.rule.observe(len(drafted), record.verified, interval,
-                                         record.prefill)
-                if self.cost_state is not None:
-                    self.cost_state.observe(feedback)
-            telemetry = self.telemetry
-            telemetry.step(drafted, accepted, committed, idle, self.guard)
+                guard.observe(feedback)
+                if cost_state is not None:
+                    cost_state.observe(feedback)
+            telemetry.step(drafted, accepted, committed, idle, guard)
             if telemetry.trace is not None:
                 telemetry.record(TraceRecord(
-                    t=time.time(), step=self.step, batch=len(drafted), gamma=record.verified,
+                    t=t_wall, step=self.step, batch=len(drafted), gamma=record.verified,
                     decided=record.decided, drafted=sum(drafted), accepted=sum(accepted),
                     committed=decode_committed, tokens=committed, interval_s=interval,
                     reward=decode_committed / interval, steady=record.steady,
                     admitted=record.admitted, waiting=record.waiting, held=record.held,
-                    skip=record.skip, fallback=self.guard.failed, lengths=record.lengths,
+                    skip=record.skip, fallback=guard.failed, lengths=record.lengths,
                 ), idle)
 
         return finish
+
+    def end_update(self, finish: Callable[[bool], None]) -> None:
+        """After ``update_from_output``: run ``finish`` (from :meth:`on_update`) now if the
+        engine is idle, else keep it for :meth:`settle`. The step's outputs leave and the next
+        step is scheduled first, so none of this sits between two forwards."""
+        # has_requests() stays true for one more step (finished ids to report), so it would
+        # never see the engine idle; the unfinished count does.
+        idle = self._idle = not self.scheduler.has_unfinished_requests()
+        if idle:
+            finish(True)
+        else:
+            self._pending = partial(finish, False)
+
+    def settle(self) -> None:
+        """Run the last step's deferred feedback, if any. The scheduler calls it once vLLM has
+        sent the next step to the workers (``get_grammar_bitmask``, host/engine/scheduler.py),
+        so it runs while they compute; every read of the controller calls it first."""
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            pending()
 
     def close(self) -> None:
         """Flush metrics and the trace (engine or scheduler shutdown). Idempotent."""
         if self.closed:
             return
+        self.settle()
         self.closed = True
         if self.cost_state is not None:
             self.cost_state.save()
         self.telemetry.close(self.guard)
 
 
-def _noop() -> None:
+def _noop(idle: bool) -> None:
     return None
 
 

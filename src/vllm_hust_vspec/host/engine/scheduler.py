@@ -207,10 +207,22 @@ def _make_update_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
             result = orig(self, scheduler_output, model_runner_output)
         finally:
             hook.inside.update = False
-        finish()
+        hook.end_update(finish)
         return result
 
     return update_from_output
+
+
+def _make_grammar_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def get_grammar_bitmask(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # vLLM asks for the grammar bitmask right after it sent the step to the workers: the
+        # last step's feedback runs here, in the shadow of their forward.
+        hook = getattr(self, HOOK_ATTR, None)
+        if hook is not None:
+            hook.settle()
+        return orig(self, *args, **kwargs)
+
+    return get_grammar_bitmask
 
 
 # The per-step methods the hook runs around, and their wrapper factories.
@@ -325,6 +337,9 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
     patcher.wrap(scheduler_cls, "__init__", _make_init_wrapper(get_settings))
     patcher.wrap(scheduler_cls, "schedule", _make_schedule_wrapper)
     patcher.wrap(scheduler_cls, "update_from_output", _make_update_wrapper)
+    if hasattr(scheduler_cls, "get_grammar_bitmask"):
+        # optional: without it the feedback runs before the next update instead
+        patcher.wrap(scheduler_cls, "get_grammar_bitmask", _make_grammar_wrapper)
     patcher.wrap(scheduler_cls, "shutdown", _make_shutdown_wrapper)
     patcher.wrap(resolve(*ENGINE_CORE), "shutdown", _make_engine_shutdown_wrapper)
     patcher.wrap(resolve(*ENGINE_CORE), "__init__", _make_engine_init_wrapper)
