@@ -43,8 +43,8 @@ HOOK_PARTS = ("before_schedule", "decide", "after_schedule", "on_update")
 # The EngineCore's per-step calls, timed in both engines: what a vSpec step spends beyond a
 # target-only one, and where (the model's forward is inside execute_model).
 ENGINE_PHASES = (("scheduler", "schedule"), ("scheduler", "update_from_output"),
-                 ("core", "post_step"), ("model_executor", "execute_model"),
-                 ("model_executor", "sample_tokens"))
+                 ("scheduler", "get_grammar_bitmask"), ("core", "post_step"),
+                 ("model_executor", "execute_model"), ("model_executor", "sample_tokens"))
 
 
 def _timed(acc: dict[str, float], key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -171,7 +171,7 @@ def main() -> int:
     print(f"\nvllm-cpu, target + {args.drafter}, batch {args.batch} x {args.tokens} tokens, "
           f"{args.reps} interleaved repetitions\n")
     print(f"{'engine':24s}{'tokens/s':>10s}{'vs target':>11s}{'step us':>9s}"
-          f"{'hook us/step':>14s}{'controller':>12s}")
+          f"{'hook us/step':>14s}{'controller':>12s}{'between forwards':>18s}")
     print(f"{'target-only':24s}{t_med:10.1f}{1.0:11.3f}")
     for name in arms:
         med = statistics.median(rates[name])
@@ -179,15 +179,19 @@ def main() -> int:
         hook_us = sum(acc[name].values()) / n * 1e6
         ctrl_us = sum(ctrl_acc[name].values()) / n * 1e6
         step_us = args.batch * 1e6 / med  # one token per request per step at gamma 0
+        between_us = hook_us - acc[name].get("finish", 0.0) / n * 1e6
         print(f"{name:24s}{med:10.1f}{med / t_med:11.3f}{step_us:9.0f}{hook_us:14.1f}"
-              f"{ctrl_us:12.1f}")
+              f"{ctrl_us:12.1f}{between_us:18.1f}")
     print("\nhook parts (us per step): " + "; ".join(
         f"{name}: " + ", ".join(f"{k} {v / max(steps[name], 1) * 1e6:.1f}"
                                 for k, v in sorted(acc[name].items()))
         for name in arms))
     print(f"('{TRACED}': the online controller with a trace file; {traced[0]} records "
           f"written, {traced[1]} dropped)")
-    print("('finish' runs after update_from_output: controller.observe, metrics, trace; the "
+    print("('finish': controller.observe, metrics, trace, run at the next step's "
+          "get_grammar_bitmask, which vLLM calls once it has sent that step to the workers. A "
+          "served engine's worker computes meanwhile, so only the rest of the hook ('between "
+          "forwards') delays it; in this one-process engine the forward has already run. The "
           "controller column is its decide + observe, already inside the hook figure)")
     print(f"\n{'engine call, us per step':28s}{'target-only':>12s}"
           + "".join(f"{name:>24s}" for name in arms))

@@ -13,6 +13,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 from bench_cpu_hog import prior_shape  # noqa: E402
 from bench_serve_rotation import burst  # noqa: E402
+from profile_serve_steps import (  # noqa: E402
+    Call,
+    modal_batch,
+    over_runs,
+    read_calls,
+    worker_waits,
+)
+from profile_serve_steps import summarize as summarize_steps  # noqa: E402
 from sim_drain_weighting import DrainWeightedOracle, busy_seconds  # noqa: E402
 from sim_overhead_tails import main as overhead_tails_main  # noqa: E402
 from sim_overhead_tails import table as overhead_table  # noqa: E402
@@ -115,3 +123,40 @@ def test_an_added_step_cost_grows_ttft_tails_by_more_than_the_step_time(
     assert added["p90_ttft"] > added["mean_tpot"]
     assert overhead_tails_main(["--num-prompts", "16", "--seeds", "1", "--overheads-us", "50"]) == 0
     assert "| 50 us |" in capsys.readouterr().out
+
+
+def test_the_step_profile_splits_each_period_into_forward_and_engine_wait(tmp_path: Path) -> None:
+    ms = 1e-3
+    # a worker: two decode steps of 8, a prefill of 3 requests (20 tokens), one more decode
+    worker = [("execute_model", 0.0, 2 * ms, 8, 8), ("sample_tokens", 2.1 * ms, 0.2 * ms, -1, -1),
+              ("execute_model", 2.7 * ms, 2 * ms, 8, 8),
+              ("sample_tokens", 4.8 * ms, 0.2 * ms, -1, -1),
+              ("execute_model", 5.5 * ms, 3 * ms, 3, 20),
+              ("sample_tokens", 8.6 * ms, 0.2 * ms, -1, -1),
+              ("execute_model", 9.0 * ms, 2 * ms, 8, 8)]
+    engine = [("schedule", 0.0, 90e-6, 8, 8), ("update_from_output", 2.4 * ms, 60e-6, 8, 8),
+              ("get_grammar_bitmask", 0.1 * ms, 30e-6, 8, 8),
+              ("schedule", 2.6 * ms, 110e-6, 8, 8), ("schedule", 5.4 * ms, 80e-6, 3, 20)]
+    paths = []
+    for name, rows in (("w", worker), ("e", engine)):
+        path = tmp_path / f"timers.{name}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows[::-1]))  # any order
+        paths.append(path)
+    processes = read_calls(paths)
+    assert [c.start for c in processes[0]] == sorted(c.start for c in processes[0])
+    waits = worker_waits(processes[0])
+    # the prefill step is left out; the last execute has no next step
+    assert [w[0] for w in waits] == [8, 8]
+    assert waits[0][1] == pytest.approx(2.7 * ms) and waits[0][2] == pytest.approx(0.4 * ms)
+    assert modal_batch(processes) == 8
+    got = summarize_steps(processes, 8)
+    assert got["schedule"] == pytest.approx(100.0)  # the median of 90 and 110 us
+    assert got["worker waits for the EngineCore"] == pytest.approx(450.0)
+    assert got["execute_model"] == pytest.approx(2000.0)
+    assert "update_from_output" in got and got["get_grammar_bitmask"] == pytest.approx(30.0)
+    # over runs: the median of each run's median, so one slow run does not decide
+    slow = [[Call(c.name, c.start, c.seconds * 10, c.requests, c.tokens) for c in p]
+            for p in processes]
+    assert over_runs([processes, processes, slow], 8)["schedule"] == pytest.approx(100.0)
+    with pytest.raises(SystemExit, match="no decode-only step"):
+        modal_batch([[Call("execute_model", 0.0, 1.0, 3, 20)]])
