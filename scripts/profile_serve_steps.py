@@ -43,7 +43,7 @@ from vllm_hust_vspec.launch.command import ServeCommand
 SCRIPTS = Path(__file__).resolve().parent
 PLUGIN = "vspec_step_timers"
 ENGINE_CALLS = ("schedule", "update_from_output", "get_grammar_bitmask")
-WORKER_CALLS = ("execute_model", "sample_tokens")
+WORKER_CALLS = ("execute_model",)  # sample_tokens is timed too: it marks a step's end
 
 
 @dataclass(frozen=True)
