@@ -23,6 +23,7 @@ def _targets() -> list[tuple[type, str]]:
         (Scheduler, "__init__"),
         (Scheduler, "schedule"),
         (Scheduler, "update_from_output"),
+        (Scheduler, "get_grammar_bitmask"),
         (Scheduler, "shutdown"),
         (GPUModelRunner, "propose_draft_token_ids"),
         (GPUModelRunner, "execute_model"),
