@@ -1,9 +1,11 @@
 """Shared by the scripts that serve both arms side by side (demo_side_by_side.py,
-profile_serve_pair.py, bench_refill_open_loop.py): the bundled tiny pairs, both arms' server
-commands as the pair bench builds them, and one seeded load from the project's client."""
+profile_serve_pair.py, profile_serve_steps.py, bench_refill_open_loop.py): the bundled tiny
+pairs, both arms' server commands as the pair bench builds them, one seeded load from the
+project's client, and the profile scripts' load options."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import subprocess
@@ -63,3 +65,40 @@ def bench_run(base_url: str, load_args: Sequence[str], out: Path, who: str) -> d
         raise SystemExit(f"{who}: the load against {base_url} failed:\n"
                          f"{proc.stdout}{proc.stderr}")
     return dict(json.loads(result.read_text()))
+
+
+def add_load_args(ap: argparse.ArgumentParser, *, num_prompts: int, warmup_prompts: int,
+                  work: str) -> None:
+    """The options of a script that serves both arms of one preset under one seeded open-loop
+    load (read back with :func:`parse_load_args`); ``work`` is the default work folder."""
+    ap.add_argument("--protocol", default="cpu-tiny", help="preset of both servers (cpu-tiny)")
+    ap.add_argument("--num-prompts", type=int, default=num_prompts)
+    ap.add_argument("--warmup-prompts", type=int, default=warmup_prompts)
+    ap.add_argument("--output-len", type=int, default=128)
+    ap.add_argument("--input-len", type=int, default=128)
+    ap.add_argument("--request-rate", type=float, default=16.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--server-timeout", type=float, default=600.0)
+    ap.add_argument("--work", type=Path, default=Path(work))
+    ap.add_argument("server_args", nargs=argparse.REMAINDER,
+                    help="after --: flags for both arms' servers (as for bench pair)")
+
+
+def parse_load_args(ap: argparse.ArgumentParser) -> argparse.Namespace:
+    """``ap``'s arguments, the servers' flags without their leading ``--``."""
+    args = ap.parse_args()
+    if args.server_args[:1] == ["--"]:
+        args.server_args = args.server_args[1:]
+    return args
+
+
+def load(url: str, args: argparse.Namespace, out: Path, *, warmup: bool, who: str
+         ) -> dict[str, Any]:
+    """One seeded open-loop load of :func:`add_load_args`' options (``--warmup-prompts`` of
+    them when ``warmup``) with the project's client; its result dict."""
+    n = args.warmup_prompts if warmup else args.num_prompts
+    return bench_run(url, ["--seed", str(args.seed), "--num-prompts", str(n),
+                           "--output-len", str(args.output_len),
+                           "--random-input-len", str(args.input_len),
+                           "--request-rate", str(args.request_rate), "--warmup-prompts", "0"],
+                     out, who)

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _serve_pair import ARMS, LABEL, bench_run, pair_commands
+from _serve_pair import ARMS, LABEL, add_load_args, load, pair_commands, parse_load_args
 from vllm_hust_vspec.bench.server import ServerProcess, for_run, free_port
 from vllm_hust_vspec.launch.command import ServeCommand
 
@@ -101,16 +101,6 @@ def wait_for_processes(group: int, timeout_s: float = 30.0) -> dict[str, int]:
     raise SystemExit(f"profile: not all of {', '.join(PROCESSES)} in process group {group}")
 
 
-def load(url: str, args: argparse.Namespace, out: Path, warmup: bool) -> dict[str, Any]:
-    """One seeded open-loop load with the project's client; its result dict."""
-    n = args.warmup_prompts if warmup else args.num_prompts
-    return bench_run(url, ["--seed", str(args.seed), "--num-prompts", str(n),
-                           "--output-len", str(args.output_len),
-                           "--random-input-len", str(args.input_len),
-                           "--request-rate", str(args.request_rate), "--warmup-prompts", "0"],
-                     out, "profile")
-
-
 def profile_arm(arm: str, cmd: ServeCommand, args: argparse.Namespace, work: Path
                 ) -> tuple[dict[str, Path], dict[str, float], dict[str, Any]]:
     """Start the arm's server, warm it up, sample its processes under the load; the raw
@@ -124,14 +114,14 @@ def profile_arm(arm: str, cmd: ServeCommand, args: argparse.Namespace, work: Pat
         pids = wait_for_processes(os.getpgid(server.proc.pid))
         print(f"profile: {LABEL[arm]} ready after {server.ready_after_s:.0f} s, "
               f"{', '.join(f'{r} pid {p}' for r, p in pids.items())}", flush=True)
-        load(server.base_url, args, work / f"{arm}-warmup", warmup=True)
+        load(server.base_url, args, work / f"{arm}-warmup", warmup=True, who="profile")
         spies = [subprocess.Popen(
             [str(BIN / "py-spy"), "record", "--pid", str(pid), "--rate", str(args.rate),
              "--format", "raw", "--output", str(raws[role]), "--nonblocking"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for role, pid in pids.items()]
         time.sleep(1.0)  # py-spy attaches
         before = {role: cpu_seconds(pid) for role, pid in pids.items()}
-        result = load(server.base_url, args, work / arm, warmup=False)
+        result = load(server.base_url, args, work / arm, warmup=False, who="profile")
         cpu = {role: cpu_seconds(pid) - before[role] for role, pid in pids.items()}
         for spy in spies:
             spy.send_signal(signal.SIGINT)
@@ -187,22 +177,10 @@ def read_profile(raw: Path) -> tuple[collections.Counter[str], int, int, int]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--protocol", default="cpu-tiny", help="preset of both servers (cpu-tiny)")
-    ap.add_argument("--num-prompts", type=int, default=256)
-    ap.add_argument("--warmup-prompts", type=int, default=32)
-    ap.add_argument("--output-len", type=int, default=128)
-    ap.add_argument("--input-len", type=int, default=128)
-    ap.add_argument("--request-rate", type=float, default=16.0)
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rate", type=int, default=200, help="py-spy samples per second (200)")
     ap.add_argument("--top", type=int, default=25, help="functions in the difference table")
-    ap.add_argument("--server-timeout", type=float, default=600.0)
-    ap.add_argument("--work", type=Path, default=Path(".cache/profile-serve-pair"))
-    ap.add_argument("server_args", nargs=argparse.REMAINDER,
-                    help="after --: flags for both arms' servers (as for bench pair)")
-    args = ap.parse_args()
-    if args.server_args[:1] == ["--"]:
-        args.server_args = args.server_args[1:]
+    add_load_args(ap, num_prompts=256, warmup_prompts=32, work=".cache/profile-serve-pair")
+    args = parse_load_args(ap)
     if not (BIN / "py-spy").is_file():
         raise SystemExit(f"profile: needs py-spy in {BIN} ({BIN / 'pip'} install py-spy)")
     args.work.mkdir(parents=True, exist_ok=True)

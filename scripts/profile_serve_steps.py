@@ -30,12 +30,13 @@ import json
 import os
 import statistics
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _serve_pair import ARMS, LABEL, bench_run, pair_commands
+from _serve_pair import ARMS, LABEL, add_load_args, load, pair_commands, parse_load_args
 from _step_timers import ENV
 from vllm_hust_vspec.bench.server import ServerProcess, for_run, free_port
 from vllm_hust_vspec.launch.command import ServeCommand
@@ -57,12 +58,14 @@ class Call:
     tokens: int
 
 
-def read_calls(paths: Iterable[Path]) -> list[list[Call]]:
-    """The calls of each process file (one list per process, in start order)."""
+def read_calls(paths: Iterable[Path], since: float = float("-inf")) -> list[list[Call]]:
+    """The calls of each process file that started at ``since`` or later (one list per
+    process, in start order). The timers' clock is ``time.perf_counter``, the system-wide
+    monotonic clock on Linux, so ``since`` may come from this process."""
     out = []
     for path in paths:
         calls = [Call(*json.loads(line)) for line in path.read_text().splitlines() if line]
-        out.append(sorted(calls, key=lambda c: c.start))
+        out.append(sorted((c for c in calls if c.start >= since), key=lambda c: c.start))
     return out
 
 
@@ -108,8 +111,9 @@ def summarize(processes: Sequence[Sequence[Call]], batch: int) -> dict[str, floa
 
 
 def run_arm(arm: str, cmd: ServeCommand, rep: int, args: argparse.Namespace
-            ) -> tuple[list[Path], dict[str, Any]]:
-    """Serve one arm with the timers, warm up, load it; its timing files and load result."""
+            ) -> tuple[list[list[Call]], dict[str, Any]]:
+    """Serve one arm with the timers, warm up, load it; the calls timed during the load (per
+    process) and the load's result."""
     work: Path = args.work / f"{arm}-r{rep}"
     work.mkdir(parents=True, exist_ok=True)
     for stale in work.glob("timers.*.jsonl"):
@@ -127,21 +131,16 @@ def run_arm(arm: str, cmd: ServeCommand, rep: int, args: argparse.Namespace
     server.start(os.environ)
     try:
         server.wait_ready(args.server_timeout)
-        load = ["--seed", str(args.seed), "--output-len", str(args.output_len),
-                "--random-input-len", str(args.input_len), "--warmup-prompts", "0"]
-        bench_run(server.base_url, [*load, "--num-prompts", str(args.warmup_prompts),
-                                    "--request-rate", "inf"], work / "warmup", "profile")
-        for f in work.glob("timers.*.jsonl"):
-            f.unlink()  # only the measured load counts
-        result = bench_run(server.base_url, [*load, "--num-prompts", str(args.num_prompts),
-                                             "--request-rate", str(args.request_rate)],
-                           work / "load", "profile")
+        load(server.base_url, args, work / "warmup", warmup=True, who="profile")
+        # only the measured load counts (the warm-up's last calls may still be unwritten)
+        since = time.perf_counter()
+        result = load(server.base_url, args, work / "load", warmup=False, who="profile")
     finally:
         server.stop()
     files = sorted(work.glob("timers.*.jsonl"))
     if not files:
         raise SystemExit(f"profile: the {arm} server wrote no timings ({work / 'server.log'})")
-    return files, result
+    return read_calls(files, since), result
 
 
 def install_plugin(plugin_dir: Path) -> None:
@@ -187,21 +186,9 @@ def report(calls: dict[str, list[list[list[Call]]]], results: dict[str, list[dic
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--protocol", default="cpu-tiny", help="preset of both servers (cpu-tiny)")
     ap.add_argument("--repetitions", type=int, default=2, help="runs per arm, alternated (2)")
-    ap.add_argument("--num-prompts", type=int, default=512)
-    ap.add_argument("--warmup-prompts", type=int, default=16)
-    ap.add_argument("--output-len", type=int, default=128)
-    ap.add_argument("--input-len", type=int, default=128)
-    ap.add_argument("--request-rate", type=float, default=16.0)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--server-timeout", type=float, default=600.0)
-    ap.add_argument("--work", type=Path, default=Path(".cache/profile-serve-steps"))
-    ap.add_argument("server_args", nargs=argparse.REMAINDER,
-                    help="after --: flags for both arms' servers (as for bench pair)")
-    args = ap.parse_args()
-    if args.server_args[:1] == ["--"]:
-        args.server_args = args.server_args[1:]
+    add_load_args(ap, num_prompts=512, warmup_prompts=16, work=".cache/profile-serve-steps")
+    args = parse_load_args(ap)
     args.work = args.work.resolve()
     install_plugin(args.work / "plugin")
     cmds = pair_commands(["--protocol", args.protocol, *args.server_args], "profile")
@@ -211,8 +198,8 @@ def main() -> int:
         order = ARMS if rep % 2 else ARMS[::-1]
         for arm in order:
             print(f"profile: repetition {rep}, {LABEL[arm]}", flush=True)
-            files, result = run_arm(arm, cmds[arm], rep, args)
-            calls[arm].append(read_calls(files))
+            processes, result = run_arm(arm, cmds[arm], rep, args)
+            calls[arm].append(processes)
             results[arm].append(result)
     report(calls, results)
     print(f"\ntimings: {args.work}/*/timers.*.jsonl")

@@ -144,6 +144,10 @@ def test_the_step_profile_splits_each_period_into_forward_and_engine_wait(tmp_pa
         paths.append(path)
     processes = read_calls(paths)
     assert [c.start for c in processes[0]] == sorted(c.start for c in processes[0])
+    # calls that started before the measured load (a warm-up's) are left out
+    later = read_calls(paths, since=2.7 * ms)
+    assert [c.start for c in later[0]] == [c.start for c in processes[0] if c.start >= 2.7 * ms]
+    assert len(later[0]) == 5 and [c.start for c in later[1]] == [5.4 * ms]
     waits = worker_waits(processes[0])
     # the prefill step is left out; the last execute has no next step
     assert [w[0] for w in waits] == [8, 8]
