@@ -2,7 +2,9 @@
 
 ``./scripts/test.sh`` runs the files on two pytest-xdist workers (``--dist loadfile``: a
 file's module fixtures, its servers and engines, stay in one worker). Each worker then gets
-one OpenMP thread, so two in-process engines do not spin on each other's core.
+one OpenMP thread, so two in-process engines do not spin on each other's core. Tests marked
+``alone`` assert on step times a busy neighbour would distort: ``test.sh`` runs them after
+the others, one at a time (``--alone=skip``, then ``--alone=only``).
 """
 
 from __future__ import annotations
@@ -28,9 +30,28 @@ def _top(item: pytest.Item) -> str:
         return ""
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--alone", choices=("with", "skip", "only"), default="with",
+        help="tests marked alone (they need the machine to themselves): run them with the "
+             "rest (default), leave them out, or run only them")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test under an engine folder ``engine``; run those folders first (in the
-    order of ``_ENGINE_DIRS``, files and tests otherwise in collection order)."""
+    order of ``_ENGINE_DIRS``, files and tests otherwise in collection order). Keep or drop
+    the ``alone`` tests as ``--alone`` says."""
+    alone = config.getoption("--alone")
+    if alone != "with":
+        only = alone == "only"
+        kept: list[pytest.Item] = []
+        dropped: list[pytest.Item] = []
+        for item in items:
+            marked = item.get_closest_marker("alone") is not None
+            (kept if marked == only else dropped).append(item)
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
     rank = {name: i for i, name in enumerate(_ENGINE_DIRS)}
     for item in items:
         if _top(item) in rank:
