@@ -641,6 +641,19 @@ def test_kept_feedback_runs_before_the_controller_decides_and_is_never_lost() ->
     assert len(ctrl.seen) == 5 and hook.step == 5
 
 
+def test_a_replaced_controller_gets_its_own_kept_feedback_and_the_new_one_none() -> None:
+    sched, ctrl, _, step = _stepping(2)
+    hook = sched.hook
+    step()
+    assert ctrl.seen == []  # kept for the next forward
+    fresh = Ctrl(gamma=1)
+    hook.restart(fresh, None, None)
+    assert len(ctrl.seen) == 1 and fresh.seen == []
+    step()
+    step()
+    assert len(ctrl.seen) == 1 and len(fresh.seen) == 1
+
+
 @pytest.mark.parametrize("method", ["ngram_gpu", "suffix"])
 def test_a_proposer_that_drafts_only_its_configured_k_is_refused(method: str) -> None:
     from vllm_hust_vspec.host.engine.scheduler import VSpecHostError, attach

@@ -199,8 +199,7 @@ class SchedulerHook:
     def restart(self, controller: Controller, prior: CostPrior | None,
                 trace: TraceWriter | None) -> None:
         """Serve from here with ``controller`` (started from ``prior``), tracing to ``trace``."""
-        self.settle()
-        self.controller = controller
+        self.controller = controller  # runs the old controller's pending feedback first
         self.cost_prior = prior
         self.telemetry = Telemetry(self._metrics, trace)
 
