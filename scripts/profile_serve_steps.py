@@ -96,12 +96,12 @@ def modal_batch(processes: Sequence[Sequence[Call]]) -> int:
 
 
 def summarize(processes: Sequence[Sequence[Call]], batch: int) -> dict[str, float]:
-    """Median microseconds per call at decode-only steps of ``batch`` (``schedule``: every
-    step of that size), and the worker's period and wait for the EngineCore."""
+    """Median microseconds per call at decode-only steps of ``batch``, and the worker's period
+    and wait for the EngineCore."""
     by_name: dict[str, list[float]] = collections.defaultdict(list)
     for calls in processes:
         for c in calls:
-            if c.requests == batch and (c.tokens == batch or c.name == "get_grammar_bitmask"):
+            if c.requests == c.tokens == batch:
                 by_name[c.name].append(c.seconds)
         for requests, period, wait in worker_waits(calls):
             if requests == batch:
