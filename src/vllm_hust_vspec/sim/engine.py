@@ -48,7 +48,8 @@ class _Req:
 
     __slots__ = (
         "rid", "prompt_len", "out_len", "arrival", "prefilled", "done", "pending", "u",
-        "cond", "spre", "first_t", "finish_t", "decoding", "finished", "conf",
+        "cond", "spre", "first_t", "finish_t", "decoding", "finished", "conf", "slo_class",
+        "slo_tpot_ms",
     )
 
     def __init__(self, spec: RequestSpec, arrival: float) -> None:
@@ -67,6 +68,8 @@ class _Req:
         self.decoding = False
         self.finished = False
         self.conf: tuple[float, ...] = ()
+        self.slo_class = spec.slo_class
+        self.slo_tpot_ms = spec.slo_tpot_ms
 
 
 def _never() -> bool:
@@ -93,6 +96,16 @@ class RunResult:
     controller_state: dict[str, Any] = field(default_factory=dict)
     # (request id, arrival s, first token s, finish s), sorted by request id
     requests: list[tuple[int, float, float, float]] = field(default_factory=list)
+    # per SLO class: requests with a TPOT (output > 1 token), and those whose mean TPOT over
+    # their decode interval (first token to finish) met the class's SLO
+    slo_total: dict[str, int] = field(default_factory=dict)
+    slo_met: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def slo_attainment(self) -> float:
+        """Share of SLO-carrying requests whose mean TPOT met their SLO (nan: none)."""
+        total = sum(self.slo_total.values())
+        return sum(self.slo_met.values()) / total if total else math.nan
 
     @property
     def goodput(self) -> float:
@@ -133,6 +146,7 @@ class Simulation:
         self.batch: list[_Req] = []  # requests scheduled in the current step
         self.live: dict[int, _Req] = {}  # admitted, unfinished requests by id
         self.batch_context = 0
+        self.now = 0.0  # simulated time at the start of the current step (for policies)
         bind = getattr(controller, "bind_simulation", None)
         if callable(bind):
             bind(self)
@@ -245,6 +259,7 @@ class Simulation:
                 t = max(t, specs[next_spec].arrival_s)  # idle until the next arrival
                 continue
 
+            self.now = t
             # 1. schedule (a length policy first trims each request's drafts to a prefix)
             trimmed = False
             if lengths_fn is not None:
@@ -441,6 +456,15 @@ class Simulation:
         tpots = [
             (r.finish_t - r.first_t) / (r.out_len - 1) for r in finished if r.out_len > 1
         ]
+        slo_total: dict[str, int] = {}
+        slo_met: dict[str, int] = {}
+        for r in finished:
+            if r.slo_class is None or r.slo_tpot_ms is None or r.out_len <= 1:
+                continue
+            slo_total[r.slo_class] = slo_total.get(r.slo_class, 0) + 1
+            tpot_ms = 1e3 * (r.finish_t - r.first_t) / (r.out_len - 1)
+            if tpot_ms <= r.slo_tpot_ms:
+                slo_met[r.slo_class] = slo_met.get(r.slo_class, 0) + 1
         timeline: dict[str, list[float]] = {}
         if self.record:
             timeline = {"t": tl_t, "gamma": tl_g, "batch": tl_b, "committed": tl_c, "dt": tl_dt}
@@ -461,6 +485,8 @@ class Simulation:
             trace=trace,
             controller_state=snap if isinstance(snap, dict) else {},
             requests=sorted((r.rid, r.arrival, r.first_t, r.finish_t) for r in finished),
+            slo_total=slo_total,
+            slo_met={c: slo_met.get(c, 0) for c in slo_total},
         )
 
 

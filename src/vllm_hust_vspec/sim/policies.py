@@ -7,7 +7,8 @@ and the published baselines ``vllm-batch-schedule``, ``sglang-adaptive``, ``hf-h
 ``vllm-dflash-adaptive-k``, ``sglang-per-batch-ema``, ``nightjar-bandit``
 (:mod:`.baselines_vllm`, :mod:`.baselines_per_batch`). The predecessor's online controller
 (``pred-ucb``; ``pred-ucb-eagle`` with its EAGLE run's knobs, :mod:`.baselines_pred_ucb`) runs
-by name only.
+by name only, as do SpecRhythm's per-request TPOT-SLO budgets (``spec-rhythm``,
+``spec-rhythm-roofline``; :mod:`.baselines_spec_rhythm`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ..adaptive.feedback import Controller
 from .baselines import FixedGamma, HfHeuristic, SglangAdaptive, Ucb1, VllmBatchSchedule
 from .baselines_per_batch import NightjarBandit, SglangPerBatchEma
 from .baselines_pred_ucb import PredecessorUcb, PredUcbKnobs
+from .baselines_spec_rhythm import make_spec_rhythm
 from .baselines_vllm import AcceptanceAdaptiveK, DflashAdaptiveK, dflash_startup_cost
 from .oracle import Oracle
 from .per_request import PerRequestOracle, VllmAdaptiveVerification
@@ -31,6 +33,9 @@ REFERENCE = ("oracle",)
 PER_REQUEST = ("online-per-request", "per-request-oracle", "vllm-adaptive-verification")
 # The predecessor's controller (sim/baselines_pred_ucb.py): by name, for the calibrated NPU runs.
 PREDECESSOR = ("pred-ucb", "pred-ucb-eagle")
+# SpecRhythm's per-request SLO budgets (sim/baselines_spec_rhythm.py): by name, for TPOT-SLO
+# workloads (without SLO classes every request gets the roofline cap).
+SPEC_RHYTHM = ("spec-rhythm", "spec-rhythm-roofline")
 # Its EAGLE run's knobs (latest_stack_eagle_online_g1to2: hysteresis 0.2, warmup return to the
 # anchor, no graph-backed initial gamma).
 PRED_UCB_EAGLE = PredUcbKnobs(hysteresis=0.2, warmup_return="incumbent", initial_gamma=None)
@@ -53,7 +58,7 @@ def all_policies(scenario: Scenario) -> list[str]:
 def known_policy_help() -> str:
     """Human list of policy names for --help and errors."""
     return ", ".join(["fixed:K", *OURS, "online@N", *REFERENCE, *BASELINES, *PER_REQUEST,
-                      *PREDECESSOR])
+                      *PREDECESSOR, *SPEC_RHYTHM])
 
 
 def make_controller(name: str, scenario: Scenario, seed: int = 0) -> Controller:
@@ -92,6 +97,8 @@ def make_controller(name: str, scenario: Scenario, seed: int = 0) -> Controller:
         return PredecessorUcb(lo, hi, PRED_UCB_EAGLE)
     if name == "per-request-oracle":
         return PerRequestOracle(lo, hi)
+    if name in SPEC_RHYTHM:
+        return make_spec_rhythm(scenario, roofline=name == "spec-rhythm-roofline")
     if name == "vllm-adaptive-verification":
         return VllmAdaptiveVerification(scenario)
     if name == "online-per-request":

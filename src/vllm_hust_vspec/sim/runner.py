@@ -32,6 +32,10 @@ class PolicySummary:
     ratio_to_best_fixed: float = math.nan
     ratio_to_oracle: float = math.nan
     runs: list[RunResult] = field(default_factory=list)
+    # TPOT-SLO workloads: share of requests whose mean TPOT met their SLO, over all runs,
+    # overall and per class (nan / empty without SLO classes)
+    slo_attainment: float = math.nan
+    slo_by_class: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready view (without the per-run timelines)."""
@@ -47,6 +51,8 @@ class PolicySummary:
             "mean_tpot_ms": self.mean_tpot_ms,
             "ratio_to_best_fixed": _finite(self.ratio_to_best_fixed),
             "ratio_to_oracle": _finite(self.ratio_to_oracle),
+            "slo_attainment": _finite(self.slo_attainment),
+            "slo_attainment_by_class": dict(self.slo_by_class),
             "seeds": [r.seed for r in self.runs],
             "goodput_per_seed": [r.goodput for r in self.runs],
         }
@@ -129,6 +135,7 @@ def summarise(scenario: Scenario, results: list[RunResult]) -> ScenarioReport:
     for name, runs in by_policy.items():
         runs.sort(key=lambda r: r.seed)
         gp = [r.goodput for r in runs]
+        slo = _slo_attainment(runs)
         summaries.append(PolicySummary(
             policy=name,
             goodput_mean=statistics.fmean(gp),
@@ -140,6 +147,8 @@ def summarise(scenario: Scenario, results: list[RunResult]) -> ScenarioReport:
             acceptance_rate=statistics.fmean(r.acceptance_rate for r in runs),
             mean_tpot_ms=statistics.fmean(r.mean_tpot_ms for r in runs),
             runs=runs,
+            slo_attainment=slo[0],
+            slo_by_class=slo[1],
         ))
     fixed = [s for s in summaries if s.policy.startswith("fixed:")]
     best = max(fixed, key=lambda s: s.goodput_mean) if fixed else None
@@ -158,6 +167,21 @@ def summarise(scenario: Scenario, results: list[RunResult]) -> ScenarioReport:
         policies=summaries,
         noisy=scenario.timing_noise.active,
     )
+
+
+def _slo_attainment(runs: list[RunResult]) -> tuple[float, dict[str, float]]:
+    """Pooled SLO attainment of ``runs``, overall and per class (every request of every seed
+    counts once)."""
+    total: dict[str, int] = {}
+    met: dict[str, int] = {}
+    for r in runs:
+        for c, n in r.slo_total.items():
+            total[c] = total.get(c, 0) + n
+            met[c] = met.get(c, 0) + r.slo_met.get(c, 0)
+    if not total:
+        return math.nan, {}
+    return (sum(met.values()) / sum(total.values()),
+            {c: met[c] / total[c] for c in sorted(total)})
 
 
 def paired_ratio(a: PolicySummary, b: PolicySummary) -> float:

@@ -190,10 +190,26 @@ def list_calibrated_scenarios() -> list[str]:
     )
 
 
+# TPOT-SLO scenarios ship as ``sim/data/slo-*.json`` (packaged with the data files), outside
+# the policy suite: its benchmark targets are about goodput, these workloads about SLOs.
+SLO_SCENARIO_PREFIX = "slo-"
+
+
+def list_slo_scenarios() -> list[str]:
+    """Names of the shipped TPOT-SLO scenarios (requests carry SLO classes; loadable by name,
+    not part of the policy suite)."""
+    root = resources.files(__package__).joinpath("data")
+    return sorted(
+        item.name[: -len(".json")] for item in root.iterdir()
+        if item.name.startswith(SLO_SCENARIO_PREFIX) and item.name.endswith(".json")
+    )
+
+
 def load_scenario(name_or_path: str) -> Scenario:
     """Load a shipped scenario by name, or a scenario file by path."""
     folder = ("scenarios" if name_or_path in list_scenarios()
-              else "scenarios_npu" if name_or_path in list_calibrated_scenarios() else "")
+              else "scenarios_npu" if name_or_path in list_calibrated_scenarios()
+              else "data" if name_or_path in list_slo_scenarios() else "")
     if folder:
         res = resources.files(__package__).joinpath(folder).joinpath(f"{name_or_path}.json")
         try:
@@ -204,8 +220,8 @@ def load_scenario(name_or_path: str) -> Scenario:
     p = Path(name_or_path)
     if p.exists() or name_or_path.endswith(".json"):
         return load_scenario_file(p)
+    shipped = list_scenarios() + list_calibrated_scenarios() + list_slo_scenarios()
     raise ScenarioError(
         f"no scenario named {name_or_path!r} and no such file; shipped scenarios: "
-        f"{', '.join(list_scenarios() + list_calibrated_scenarios())} (or pass a path to a "
-        ".json file)"
+        f"{', '.join(shipped)} (or pass a path to a .json file)"
     )

@@ -66,13 +66,24 @@ class Arrival:
 
 
 @dataclass(frozen=True, slots=True)
+class SloClass:
+    """A class of requests sharing a TPOT service-level objective (``tpot_ms``), drawn for
+    each request with probability proportional to ``weight``."""
+
+    name: str
+    weight: float
+    tpot_ms: float
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
-    """What the simulated users send."""
+    """What the simulated users send (``slo_classes``: empty when requests carry no SLO)."""
 
     num_requests: int
     arrival: Arrival
     prompt_len: LengthDist
     output_len: LengthDist
+    slo_classes: tuple[SloClass, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,12 +94,18 @@ class RequestSpec:
     prompt_len: int
     output_len: int
     arrival_s: float  # ignored (replaced by completion times) for closed-loop workloads
+    slo_class: str | None = None
+    slo_tpot_ms: float | None = None
 
 
 def make_requests(workload: Workload, seed: int) -> list[RequestSpec]:
     """Draw the request list for ``seed``."""
     lens = random.Random(f"vspec-lengths/{seed}")
     gaps = random.Random(f"vspec-arrivals/{seed}")
+    # its own stream, so adding SLO classes leaves lengths and arrivals as they were
+    slo_rng = random.Random(f"vspec-slo/{seed}")
+    classes = workload.slo_classes
+    total_weight = sum(c.weight for c in classes)
     arr = workload.arrival
     out: list[RequestSpec] = []
     t = 0.0
@@ -98,13 +115,25 @@ def make_requests(workload: Workload, seed: int) -> list[RequestSpec]:
                 t += _gap(gaps, arr.rate_per_s, arr.cv)
         elif arr.kind == "bursts":
             t = (i // arr.burst_size) * arr.period_s
+        slo = _pick_class(classes, slo_rng.random() * total_weight) if classes else None
         out.append(RequestSpec(
             rid=i,
             prompt_len=workload.prompt_len.draw(lens, i),
             output_len=workload.output_len.draw(lens, i),
             arrival_s=t,
+            slo_class=slo.name if slo else None,
+            slo_tpot_ms=slo.tpot_ms if slo else None,
         ))
     return out
+
+
+def _pick_class(classes: tuple[SloClass, ...], x: float) -> SloClass:
+    """The class whose cumulative weight first exceeds ``x``."""
+    for c in classes:
+        if x < c.weight:
+            return c
+        x -= c.weight
+    return classes[-1]  # rounding at the top end
 
 
 def _gap(rng: random.Random, rate: float, cv: float) -> float:
@@ -175,6 +204,24 @@ def parse_workload(obj: StrictObject) -> Workload:
         arrival=arrival,
         prompt_len=parse_length(prompt),
         output_len=parse_length(output),
+        slo_classes=parse_slo_classes(obj) if obj.has("slo_classes") else (),
     )
     obj.finish()
     return out
+
+
+def parse_slo_classes(obj: StrictObject) -> tuple[SloClass, ...]:
+    """Parse ``slo_classes``: a non-empty list of ``{"name", "weight", "tpot_ms"}`` objects
+    with distinct names."""
+    out: list[SloClass] = []
+    for c in obj.objects("slo_classes"):
+        name = c.string("name")
+        if any(x.name == name for x in out):
+            raise c.error("name", f"duplicate SLO class {name!r}")
+        out.append(SloClass(
+            name=name,
+            weight=c.number("weight", 1.0, lo=0.0, lo_open=True),
+            tpot_ms=c.number("tpot_ms", lo=0.0, lo_open=True),
+        ))
+        c.finish()
+    return tuple(out)
