@@ -17,6 +17,7 @@ from ..sim.scenario import (
     Scenario,
     list_calibrated_scenarios,
     list_scenarios,
+    list_slo_scenarios,
     load_scenario,
     parse_scenario,
 )
@@ -33,8 +34,10 @@ examples:
 Policies: fixed:K (every K in min_gamma..max_gamma), online and profile (vSpec's
 controllers), oracle (knows the true acceptance), and the published baselines
 vllm-batch-schedule, sglang-adaptive, hf-heuristic, ucb1, vllm-acceptance-adaptive-k,
-vllm-dflash-adaptive-k, sglang-per-batch-ema, nightjar-bandit. Goodput is committed tokens
-per busy second. Scenario schema and trace format: docs/simulator.md.
+vllm-dflash-adaptive-k, sglang-per-batch-ema, nightjar-bandit; by name, SpecRhythm's per-request
+TPOT-SLO budgets (spec-rhythm, spec-rhythm-roofline). Goodput is committed tokens per busy
+second; on scenarios whose requests carry TPOT SLOs, "slo %" is the share of requests whose
+mean TPOT met their SLO. Scenario schema and trace format: docs/simulator.md.
 """
 
 
@@ -111,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:30s} {kind:15s} {sc.description}")
         for name in list_calibrated_scenarios():
             print(f"{name:30s} {'calibrated':15s} {load_scenario(name).description}")
+        for name in list_slo_scenarios():
+            print(f"{name:30s} {'tpot-slo':15s} {load_scenario(name).description}")
         return 0
     if bool(args.scenario) == bool(args.trace):
         return _fail("give exactly one of --scenario FILE_OR_NAME or --trace FILE.jsonl "
@@ -195,15 +200,30 @@ def _print_table(scenario: Scenario, report: ScenarioReport) -> None:
     print(f"scenario {scenario.name} ({kind}; gamma {scenario.min_gamma}..{scenario.max_gamma};"
           f" cost {describe_cost(scenario.cost)}); seeds {report.seeds}")
     print(f"best fixed gamma in hindsight: {report.best_fixed_policy}")
+    # SLO columns only for workloads whose requests carry TPOT SLOs
+    classes = sorted({c for s in report.policies for c in s.slo_by_class})
     head = (f"{'policy':22s} {'goodput tok/s':>16s} {'xbest':>6s} {'xoracle':>7s} "
             f"{'gamma':>5s} {'accept':>6s} {'tpot ms':>7s} {'sim s':>7s}")
+    if classes:
+        head += f" {'slo %':>6s}" + "".join(f" {c[:10]:>10s}" for c in classes)
     print(head)
     print("-" * len(head))
     for s in report.policies:
         gp = f"{s.goodput_mean:9.1f}+-{s.goodput_std:<5.0f}"
-        print(f"{s.policy:22s} {gp:>16s} {_fmt_ratio(s.ratio_to_best_fixed)} "
-              f"{_fmt_ratio(s.ratio_to_oracle):>7s} {s.mean_gamma:5.2f} "
-              f"{s.acceptance_rate:6.3f} {s.mean_tpot_ms:7.2f} {s.sim_seconds:7.1f}")
+        row = (f"{s.policy:22s} {gp:>16s} {_fmt_ratio(s.ratio_to_best_fixed)} "
+               f"{_fmt_ratio(s.ratio_to_oracle):>7s} {s.mean_gamma:5.2f} "
+               f"{s.acceptance_rate:6.3f} {s.mean_tpot_ms:7.2f} {s.sim_seconds:7.1f}")
+        if classes:
+            row += f" {_fmt_pct(s.slo_attainment):>6s}" + "".join(
+                f" {_fmt_pct(s.slo_by_class.get(c, math.nan)):>10s}" for c in classes)
+        print(row)
+    if classes:
+        print("slo %: requests whose mean TPOT (first token to finish) met their SLO, "
+              "all seeds pooled; then per class")
+
+
+def _fmt_pct(x: float) -> str:
+    return f"{100 * x:.1f}" if math.isfinite(x) else "-"
 
 
 if __name__ == "__main__":  # pragma: no cover
