@@ -61,6 +61,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The host packages whose switches compat checks, vLLM-Ascend first: it runs on top of vllm.
+HOST_PACKAGES = ("vllm_ascend", "vllm")
+NO_HOST = "no vLLM host is installed in this Python (neither vllm nor vllm_ascend is importable)"
+
+
+class NoHostError(RuntimeError):
+    """A launch (not a dry run) in a Python without any vLLM host."""
+
+
+def installed_host() -> str | None:
+    """The host package the launch would run on (``vllm_ascend`` or ``vllm``), or None.
+
+    Only locates the packages (``find_spec``), never imports them: importing vLLM is slow and
+    may initialise devices. With no host, a dry run cannot know which host's capabilities
+    apply, so it skips the host checks instead of assuming upstream vLLM.
+    """
+    for name in HOST_PACKAGES:
+        if importlib.util.find_spec(name) is not None:
+            return name
+    return None
+
+
 def split_passthrough(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """Split at the first ``--``: our flags before, ``vllm serve`` arguments after."""
     args = list(argv)
@@ -83,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.list_presets:
         print("\n".join(list_presets()))
         return 0
+    host = installed_host()
     try:
         cli = cli_values(ns)
         resolved = resolve_settings(
@@ -90,13 +113,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             env=os.environ,
         )
         preflight(resolved.settings, resolved.origins)
-        compat.require_supported(resolved.settings,
-                                 ascend=importlib.util.find_spec("vllm_ascend") is not None,
-                                 origins=resolved.origins)
+        if host is not None:
+            compat.require_supported(resolved.settings, ascend=host == "vllm_ascend",
+                                     origins=resolved.origins)
+        elif not ns.dry_run:
+            raise NoHostError(NO_HOST + "; install vLLM or vLLM-Ascend in this Python, or add "
+                              "--dry-run to print the command")
         command = build_serve_command(resolved, os.environ, passthrough)
-    except (SettingsError, ModelNotFoundError, compat.UnsupportedSwitchError) as exc:
+    except (SettingsError, ModelNotFoundError, compat.UnsupportedSwitchError,
+            NoHostError) as exc:
         print(f"vllm-hust-vspec: error: {exc}", file=sys.stderr)
         return 2
+    if host is None:
+        print(f"vllm-hust-vspec: note: host checks skipped: {NO_HOST}", file=sys.stderr)
     for note in (*resolved.notes, *command.notes):
         print(f"vllm-hust-vspec: note: {note}", file=sys.stderr)
     if ns.dry_run:
