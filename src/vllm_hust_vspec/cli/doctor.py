@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> Report:
     static = check_static(args.method, args.adaptive, sources=args.source, features=features)
     live = None
     if not (args.source_only or args.source):
-        live = check_live(args.method, args.adaptive, features=features)
+        live = check_live(args.method, args.adaptive, features=features, facts=True)
     return merge(static, live)
 
 

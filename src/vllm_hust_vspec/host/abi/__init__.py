@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from vllm_hust_vspec.host.abi.evaluate import run_check
 from vllm_hust_vspec.host.abi.live import LiveResolver
 from vllm_hust_vspec.host.abi.model import (
+    NOT_IN_SOURCE,
     Check,
     CheckResult,
     HostInfo,
@@ -29,6 +30,7 @@ from vllm_hust_vspec.host.abi.requirements import (
     ASCEND,
     FEATURES,
     HOSTS,
+    K_PARAM,
     METHODS,
     VLLM,
     checks_for,
@@ -38,6 +40,7 @@ from vllm_hust_vspec.host.abi.source import (
     SourceError,
     StaticResolver,
     installed_source,
+    overlay,
     sources_from_path,
 )
 
@@ -69,11 +72,40 @@ def normalize_method(method: str) -> str:
     return m
 
 
+# ascend.k_shape.proposer variants (in order) -> the K channel vSpec's installer picks from
+# the base proposer's _propose (host/worker/ascend/proposer.py).
+_SHAPE_CHANNEL = ("native", "backport", None)
+
+
 def _decide(report: Report) -> None:
+    shapes: dict[str, CheckResult] = {}
     for tier in report.tiers:
         for r in tier.results:
             if r.check.id == "ascend.k_channel" and r.passed and r.variant:
                 report.decisions["k_channel"] = r.variant
+            elif r.check.id.startswith("ascend.k_shape.") and r.passed:
+                shapes[r.check.id] = r
+    proposer, runner = shapes.get("ascend.k_shape.proposer"), shapes.get("ascend.k_shape.runner")
+    if proposer is None or proposer.variant is None:
+        return
+    channel = _SHAPE_CHANNEL[proposer.check.variants.index(proposer.variant)]
+    if channel is None:
+        return
+    # A partial tree cannot decide ascend.k_channel (the method's proposer class may be
+    # absent); the base proposer's signature, which the installer reads, still does.
+    report.decisions.setdefault("k_channel", channel)
+    runner_k = runner is not None and runner.variant == runner.check.variants[0]
+    if runner_k and channel == "backport":
+        report.decisions["k_shapes"] = (
+            f"the runner passes {K_PARAM}= but _propose is K-less: runner and proposer come "
+            "from different code lines; the K backport takes the keyword as the step's "
+            "gamma (without vSpec's adaptive gamma the host would fail on it)")
+    elif runner_k:
+        report.decisions["k_shapes"] = "runner and proposer both carry K (native)"
+    elif channel == "native":
+        report.decisions["k_shapes"] = (
+            f"_propose takes {K_PARAM} but the runner does not pass it: the proposer drafts "
+            "its configured K")
 
 
 def check_static(
@@ -83,16 +115,22 @@ def check_static(
     sources: Iterable[str] = (),
     use_installed: bool = True,
     features: Iterable[str] = (),
+    facts: bool = True,
 ) -> Report:
     """Static tier: parse the host packages' source; never import them.
 
     ``sources``: sdists, checkouts or package directories; packages found there replace the
-    installed ones. Raises :class:`SourceError` for a path that holds no host package.
+    installed ones (two partial trees of one package are read as one, the first given
+    winning). Raises :class:`SourceError` for a path that holds no host package.
+    ``facts``: also report what a vllm-ascend source does with per-step gamma.
     """
     method = normalize_method(method)
     found: dict[str, PackageSource] = {}
     for path in sources:
         for src in sources_from_path(path, HOSTS):
+            prior = found.get(src.package)
+            if prior is not None and (prior.partial or src.partial):
+                src = overlay(prior, src)
             found[src.package] = src
     if use_installed:
         for package in HOSTS:
@@ -108,7 +146,7 @@ def check_static(
         tier.skipped_reason = "no host package found"
     else:
         resolver = StaticResolver(list(found.values()))
-        checks = checks_for(method, adaptive, present, tuple(features))
+        checks = checks_for(method, adaptive, present, tuple(features), facts=facts)
         tier.results = [run_check(resolver, c) for c in checks]
     report.tiers.append(tier)
     _decide(report)
@@ -121,8 +159,10 @@ def check_live(
     *,
     hosts: Iterable[str] | None = None,
     features: Iterable[str] = (),
+    facts: bool = False,
 ) -> Report:
-    """Live tier: import the host and check names and signatures.
+    """Live tier: import the host and check names and signatures (``facts``: as for
+    :func:`check_static`; the plugin's own check leaves them out).
 
     ``hosts``: which packages to check (default: every host package that imports here). A
     host package that is installed but does not import is reported, not failed, unless it is
@@ -158,7 +198,7 @@ def check_live(
                                  f"({resolver.errors.get(missing_wanted[0], 'not installed')})"),),
         ))
     if present:
-        checks = checks_for(method, adaptive, tuple(present), tuple(features))
+        checks = checks_for(method, adaptive, tuple(present), tuple(features), facts=facts)
         tier.results += [run_check(resolver, c) for c in checks]
     elif not missing_wanted:
         tier.skipped_reason = "no host package imports here"
@@ -209,29 +249,43 @@ def render_text(report: Report) -> str:
             parts.append(f"git {h.git_revision[:12]}{' dirty' if h.git_dirty else ' clean'}")
         if h.importable is False:
             parts.append(f"-- does not import here: {h.import_error}")
+        if h.partial:
+            parts.append("-- partial tree (no __init__.py): what it lacks is reported as "
+                         "not in this source")
         lines.append(" ".join(parts))
+        if h.note:
+            lines.append(f"  {h.package}: {h.note}")
     for tier in report.tiers:
         if not tier.ran and not tier.results:
             lines.append(f"[{tier.tier}] skipped: {tier.skipped_reason}")
             continue
         for r in tier.results:
             head = f"[{tier.tier}] {r.status} {r.check.id}"
-            if r.variant:
-                head += f" ({r.variant})"
-            if r.passed:
+            if r.check.fact and r.passed:
+                lines.append(f"{head}: {r.variant}")
+            elif r.variant:
+                lines.append(head + f" ({r.variant})")
+            elif r.passed:
                 lines.append(head)
+            elif r.unread:
+                lines.append(f"{head}: {NOT_IN_SOURCE}: {' | '.join(r.unread)}")
             else:
                 lines.append(f"{head}: missing {' | '.join(r.missing)}")
                 lines.append(f"       needed because {r.check.why}")
     for key, value in report.decisions.items():
         lines.append(f"decision {key}: {value}")
-    failed = sum(len(t.failed) for t in report.tiers)
-    total = sum(len(t.results) for t in report.tiers)
-    lines.append(
-        f"result: OK ({total} checks)" if report.ok
-        else f"result: FAILED ({failed} of {total} required checks failed)"
-    )
+    lines.append(_result_line(report))
     return "\n".join(lines) + "\n"
+
+
+def _result_line(report: Report) -> str:
+    failed = sum(len(t.failed) for t in report.tiers)
+    unread = sum(len(t.unread) for t in report.tiers)
+    total = sum(len(t.results) for t in report.tiers)
+    tail = f"; {unread} not in this source, unverified" if unread else ""
+    if report.ok:
+        return f"result: OK ({total} checks{tail})"
+    return f"result: FAILED ({failed} of {total} required checks failed{tail})"
 
 
 __all__ = [

@@ -15,12 +15,18 @@ class FuncInfo:
     name: str
     params: tuple[str, ...]
     var_keyword: bool = False
+    # Parameters a call may fill by position (``self`` included); None when there is
+    # ``*args`` or it is unknown.
+    num_positional: int | None = None
     # (callee simple name, keyword names) for every call in the body.
     calls: tuple[tuple[str, frozenset[str]], ...] = ()
     # Identifiers and attribute names the body mentions.
     names: frozenset[str] = frozenset()
     # ``self.<name>`` assignment targets in the body.
     self_attrs: frozenset[str] = frozenset()
+    # (callee simple name, positional argument count, keyword names, has */** arguments)
+    # for every call: whether a call fits the callee's signature (different code lines).
+    call_shapes: tuple[tuple[str, int, frozenset[str], bool], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,14 +88,22 @@ def _self_target(node: ast.expr) -> str | None:
 def func_from_ast(node: ast.FunctionDef | ast.AsyncFunctionDef) -> FuncInfo:
     """Describe a function definition."""
     params, var_kw = _params(node.args)
+    num_positional = (None if node.args.vararg is not None
+                      else len(node.args.posonlyargs) + len(node.args.args))
     calls: list[tuple[str, frozenset[str]]] = []
+    shapes: list[tuple[str, int, frozenset[str], bool]] = []
     names: set[str] = set()
     attrs: set[str] = set()
     for sub in ast.walk(node):
         if isinstance(sub, ast.Call):
             callee = _callee(sub)
             if callee:
-                calls.append((callee, frozenset(k.arg for k in sub.keywords if k.arg)))
+                keywords = frozenset(k.arg for k in sub.keywords if k.arg)
+                calls.append((callee, keywords))
+                starred = any(isinstance(a, ast.Starred) for a in sub.args) or any(
+                    k.arg is None for k in sub.keywords)
+                positional = sum(1 for a in sub.args if not isinstance(a, ast.Starred))
+                shapes.append((callee, positional, keywords, starred))
         elif isinstance(sub, ast.Name):
             names.add(sub.id)
         elif isinstance(sub, ast.Attribute):
@@ -107,8 +121,9 @@ def func_from_ast(node: ast.FunctionDef | ast.AsyncFunctionDef) -> FuncInfo:
                 if attr:
                     attrs.add(attr)
     return FuncInfo(
-        name=node.name, params=params, var_keyword=var_kw, calls=tuple(calls),
-        names=frozenset(names), self_attrs=frozenset(attrs),
+        name=node.name, params=params, var_keyword=var_kw, num_positional=num_positional,
+        calls=tuple(calls),
+        names=frozenset(names), self_attrs=frozenset(attrs), call_shapes=tuple(shapes),
     )
 
 

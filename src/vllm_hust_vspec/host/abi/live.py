@@ -28,6 +28,11 @@ def _func_info(name: str, fn: Any) -> FuncInfo | None:
         if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
     )
     var_kw = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+    # inspect.signature of a plain function keeps ``self``, as the static tier counts it.
+    positional = [p for p in sig.parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    num_positional = (None if any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values())
+                      else len(positional))
     body: FuncInfo | None = None
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(target)))
@@ -37,9 +42,10 @@ def _func_info(name: str, fn: Any) -> FuncInfo | None:
     except (OSError, TypeError, SyntaxError, IndexError):
         body = None
     return FuncInfo(
-        name=name, params=params, var_keyword=var_kw,
+        name=name, params=params, var_keyword=var_kw, num_positional=num_positional,
         calls=body.calls if body else (), names=body.names if body else frozenset(),
         self_attrs=body.self_attrs if body else frozenset(),
+        call_shapes=body.call_shapes if body else (),
     )
 
 

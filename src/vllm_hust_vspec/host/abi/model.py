@@ -21,8 +21,15 @@ SELF_ATTR = "self_attr"  # some method of the class assigns ``self.<name>``
 FUNCTION = "function"  # a module-level function with the listed parameters
 CALL_KW = "call_kw"  # the method calls ``<callee>(..., <keyword>=...)``
 SOURCE = "source"  # the method's source mentions a name (a last-resort textual check)
+# Every call the method makes to ``<callee>`` fits the signature named by ``params``
+# (module, class, method): catches a runner and a callee taken from different code lines.
+CALL_FITS = "call_fits"
 
-KINDS = (MODULE, CLASS, METHOD, FIELD, SELF_ATTR, FUNCTION, CALL_KW, SOURCE)
+KINDS = (MODULE, CLASS, METHOD, FIELD, SELF_ATTR, FUNCTION, CALL_KW, SOURCE, CALL_FITS)
+
+# ProbeResult.note of a probe whose module is absent from a partial source (a tree that holds
+# only some of the package's files): unknown there, not missing from the host.
+NOT_IN_SOURCE = "not in this source"
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,9 @@ class Probe:
             return f"{path}.{self.name} calling {self.callee}({self.params[0]}=...)"
         if self.kind == SOURCE:
             return f"{path}.{self.name} mentioning '{self.params[0]}'"
+        if self.kind == CALL_FITS:
+            return (f"{path}.{self.name} calling {self.callee}(...) as "
+                    f"{self.params[1]}.{self.params[2]} accepts")
         if self.name:
             path += f".{self.name}"
         if self.kind in (METHOD, FUNCTION) and self.params:
@@ -74,6 +84,9 @@ class Check:
     # Model Runner V2, or one where V2 is not a runner vLLM builds by itself) has nothing
     # this check would patch, so the check passes as not applicable.
     applies_if: str | Probe | None = None
+    # A fact about the host the doctor reports (which alternative matched names what the
+    # code does); never a requirement, so it never fails.
+    fact: bool = False
 
     @staticmethod
     def of(
@@ -83,6 +96,15 @@ class Check:
         """A check with a single alternative (all ``probes`` must be found)."""
         return Check(id=id, host=host, why=why, alternatives=(tuple(probes),),
                      required=required, applies_if=applies_if)
+
+    @staticmethod
+    def fact_of(id: str, host: str, why: str,
+                *cases: tuple[str, tuple[Probe, ...]]) -> Check:
+        """A fact: the first ``(label, probes)`` case whose probes are all found names it.
+
+        An empty probe tuple matches always (the "none of these" case)."""
+        return Check(id=id, host=host, why=why, alternatives=tuple(p for _, p in cases),
+                     required=False, variants=tuple(label for label, _ in cases), fact=True)
 
 
 @dataclass(frozen=True)
@@ -103,12 +125,18 @@ class CheckResult:
     passed: bool
     variant: str | None  # which alternative matched (None when none did / no variants)
     results: tuple[ProbeResult, ...]  # every probe of every alternative, in order
+    # Modules a partial source does not hold, on which the outcome depends (not passed and
+    # not failed: the source cannot tell).
+    unread: tuple[str, ...] = ()
 
     @property
     def status(self) -> str:
-        """PASS, FAIL (required and missing) or WARN (optional and missing)."""
+        """PASS, FACT (a fact read), FAIL (required and missing), WARN (optional and
+        missing) or UNREAD (the partial source lacks the modules that decide it)."""
         if self.passed:
-            return "PASS"
+            return "FACT" if self.check.fact else "PASS"
+        if self.unread:
+            return "UNREAD"
         return "FAIL" if self.check.required else "WARN"
 
     @property
@@ -133,6 +161,10 @@ class HostInfo:
     git_dirty: bool | None = None
     importable: bool | None = None  # live tier only
     import_error: str | None = None
+    # A source tree that holds only some of the package's modules (no ``__init__.py``):
+    # checks that need the others are reported as not in this source.
+    partial: bool = False
+    note: str | None = None  # e.g. the core commit a checkout says it was verified with
 
 
 @dataclass
@@ -146,8 +178,14 @@ class TierReport:
 
     @property
     def failed(self) -> list[CheckResult]:
-        """Required checks that did not pass."""
-        return [r for r in self.results if not r.passed and r.check.required]
+        """Required checks that did not pass (unread ones are not failures)."""
+        return [r for r in self.results
+                if not r.passed and r.check.required and not r.unread]
+
+    @property
+    def unread(self) -> list[CheckResult]:
+        """Checks a partial source cannot decide."""
+        return [r for r in self.results if not r.passed and r.unread]
 
 
 @dataclass
@@ -199,6 +237,8 @@ class Report:
                             "required": r.check.required,
                             "why": r.check.why,
                             "variant": r.variant,
+                            "fact": r.check.fact,
+                            "unread": list(r.unread),
                             "missing": list(r.missing),
                             "probes": [
                                 {

@@ -72,7 +72,8 @@ def host_info(package: str, source: PackageSource | None) -> HostInfo:
     if source is None:
         return HostInfo(package=package, installed=False)
     info = HostInfo(package=package, installed=True, location=source.location,
-                    source=source.kind, version=source.version_hint)
+                    source=source.kind, version=source.version_hint,
+                    partial=source.partial, note=source.note)
     checkout: Path | None = None
     if source.kind == "installed":
         dist = _distribution(package)

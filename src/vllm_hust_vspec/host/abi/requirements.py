@@ -8,6 +8,7 @@ docs/hosts.md for which release line needs which patch.
 from __future__ import annotations
 
 from vllm_hust_vspec.host.abi.model import (
+    CALL_FITS,
     CALL_KW,
     CLASS,
     FIELD,
@@ -64,6 +65,11 @@ A_RUNNER = "NPUModelRunner"
 A_REJ_MOD = "vllm_ascend.sample.rejection_sampler"
 A_REJ = "AscendRejectionSampler"
 A_GRAPH_MOD = "vllm_ascend.compilation.acl_graph"
+A_GRAPH = "ACLGraphWrapper"
+# The fork's separate native engine (PEARL, with SpecRhythm's per-request TPOT budgets).
+A_PEARL_API_MOD = "vllm_ascend.spec_decode.pearl.api"
+A_PEARL_RHYTHM_MOD = "vllm_ascend.spec_decode.pearl.spec_rhythm"
+FORWARD_CONTEXT_MOD = "vllm.forward_context"
 # vLLM's graph dispatcher, which the NPU runner uses: graph-per-gamma patches it on Ascend.
 A_DISPATCHER_MOD = "vllm.v1.cudagraph_dispatcher"
 A_DISPATCHER = "CudagraphDispatcher"
@@ -367,6 +373,16 @@ def ascend_checks(method: str, adaptive: bool, features: tuple[str, ...] = ()) -
             _p(CALL_KW, A_RUNNER_MOD, A_RUNNER, "propose_draft_token_ids",
                "common_attn_metadata", callee="_propose"),
         ))
+        out.append(Check.of(
+            "ascend.sync_draft_copy", ASCEND,
+            "with synchronous scheduling the NPU runner copies each step's drafts into a "
+            "[max_num_reqs, max K] CPU buffer of its own; vSpec narrows the copy to the "
+            "drafts' width so gamma below max K reaches the scheduler as drafted",
+            _p(SELF_ATTR, A_RUNNER_MOD, A_RUNNER, "draft_token_ids_cpu"),
+            _p(SOURCE, A_RUNNER_MOD, A_RUNNER, "_copy_draft_token_ids_to_cpu",
+               "draft_token_ids_cpu"),
+            applies_if=_p(METHOD, A_RUNNER_MOD, A_RUNNER, "_copy_draft_token_ids_to_cpu"),
+        ))
         # The K backport's padding rule (host/worker/k_channel.py reads_stride_max_k): under async
         # scheduling the next frame reads this frame's drafts in _prepare_input_ids with row
         # stride num_spec_tokens (max K; vLLM 0.23), unless the runner keeps the last draft
@@ -458,6 +474,21 @@ def ascend_checks(method: str, adaptive: bool, features: tuple[str, ...] = ()) -
             _p(SELF_ATTR, A_DISPATCHER_MOD, A_DISPATCHER, "cudagraph_keys"),
         ))
         out.append(Check.of(
+            "ascend.graph_state", ASCEND,
+            "the per-width graph router reads the runner's uniform_decode_query_len and "
+            "cudagraph_dispatcher, the forward context's batch descriptor and runtime mode, "
+            "and checks that acl_graph's getters return the module globals _graph_params / "
+            "_draft_graph_params it replaces per width",
+            _p(SELF_ATTR, A_RUNNER_MOD, A_RUNNER, "uniform_decode_query_len"),
+            _p(SELF_ATTR, A_RUNNER_MOD, A_RUNNER, "cudagraph_dispatcher"),
+            _p(FUNCTION, FORWARD_CONTEXT_MOD, None, "get_forward_context"),
+            _p(FUNCTION, FORWARD_CONTEXT_MOD, None, "is_forward_context_available"),
+            _p(FIELD, FORWARD_CONTEXT_MOD, "ForwardContext", "batch_descriptor"),
+            _p(FIELD, FORWARD_CONTEXT_MOD, "ForwardContext", "cudagraph_runtime_mode"),
+            _p(SOURCE, A_GRAPH_MOD, None, "get_graph_params", "_graph_params"),
+            _p(SOURCE, A_GRAPH_MOD, None, "get_draft_graph_params", "_draft_graph_params"),
+        ))
+        out.append(Check.of(
             "ascend.draft_capture", ASCEND,
             "each key's draft graph is captured from the runner's _dummy_run through "
             "self.drafter.dummy_run(aclgraph_runtime_mode=...); under combined FULL vSpec "
@@ -496,10 +527,164 @@ def ascend_checks(method: str, adaptive: bool, features: tuple[str, ...] = ()) -
     return out
 
 
+def _fits(method: str, callee: str, target: tuple[str, str, str]) -> Probe:
+    """The NPU runner's ``method`` calls ``callee`` only as ``target`` accepts."""
+    return _p(CALL_FITS, A_RUNNER_MOD, A_RUNNER, method, *target, callee=callee)
+
+
+def ascend_fork_checks() -> list[Check]:
+    """What a vllm-ascend checkout does with per-step gamma, read from its code: which K
+    channel its runner and proposer imply, whether its runner's calls fit the classes it
+    calls (a tree mixing code lines does not), and the facts that decide what a step at
+    gamma below the configured K really runs. Facts never fail; mismatches warn."""
+    runner = (A_RUNNER_MOD, A_RUNNER)
+    base = (A_BASE_MOD, A_BASE)
+
+    def r(kind: str, name: str, *params: str, callee: str | None = None) -> Probe:
+        return _p(kind, *runner, name, *params, callee=callee)
+
+    def b(kind: str, name: str, *params: str) -> Probe:
+        return _p(kind, *base, name, *params)
+
+    return [
+        Check.fact_of(
+            "ascend.k_shape.proposer", ASCEND,
+            "the K channel the proposer's _propose signature implies (vSpec decides by it: "
+            "host/worker/ascend/proposer.py)",
+            (f"K-taking _propose({K_PARAM}, ...): gamma arrives natively, vSpec patches "
+             "nothing", (b(METHOD, "_propose", K_PARAM),)),
+            (f"K-less _propose(..., {SCHED_OUT_PARAM}): vSpec's backport reads gamma from "
+             f"{SCHED_OUT_PARAM}", (b(METHOD, "_propose", SCHED_OUT_PARAM),)),
+            (f"_propose takes neither {K_PARAM} nor {SCHED_OUT_PARAM}: gamma cannot reach "
+             "the drafter", ()),
+        ),
+        Check.fact_of(
+            "ascend.k_shape.runner", ASCEND,
+            "what the NPU runner hands the drafter each step",
+            (f"the runner passes K: _propose({K_PARAM}=scheduler_output."
+             "num_spec_tokens_to_schedule, ...)",
+             (r(CALL_KW, "propose_draft_token_ids", K_PARAM, callee="_propose"),)),
+            (f"the runner passes {SCHED_OUT_PARAM} only (no K)",
+             (r(CALL_KW, "propose_draft_token_ids", SCHED_OUT_PARAM, callee="_propose"),)),
+            ("the runner calls no _propose", ()),
+        ),
+        Check.of(
+            "ascend.coherent.runner_propose", ASCEND,
+            "the runner's _propose call must fit the proposer's signature (a runner and a "
+            "proposer from different code lines do not; vSpec's K backport takes a "
+            f"{K_PARAM} keyword the K-less _propose lacks, any other mismatch is the host's "
+            "TypeError)",
+            _fits("propose_draft_token_ids", "_propose", (*base, "_propose")),
+            required=False),
+        Check.of(
+            "ascend.coherent.rejection_sampler", ASCEND,
+            "the runner builds AscendRejectionSampler with the arguments its __init__ takes "
+            "(else the host fails when it sets up the drafter)",
+            _fits("_set_up_drafter", A_REJ, (A_REJ_MOD, A_REJ, "__init__")),
+            required=False),
+        Check.of(
+            "ascend.coherent.graph_wrapper", ASCEND,
+            "the runner wraps its model in ACLGraphWrapper with keywords its __init__ takes "
+            "(else the host fails when it loads the model under FULL graphs)",
+            _fits("load_model", A_GRAPH, (A_GRAPH_MOD, A_GRAPH, "__init__")),
+            required=False),
+        Check.fact_of(
+            "ascend.gamma.skip_drafting", ASCEND,
+            "a step without drafting publishes placeholder drafts the next step scatters",
+            ("_skip_drafting publishes zero drafts at the configured width (num_spec_tokens)",
+             (r(METHOD, "_skip_drafting", "scheduler_output"),
+              r(SOURCE, "_skip_drafting", "num_spec_tokens"))),
+            ("_skip_drafting present", (r(METHOD, "_skip_drafting"),)),
+            ("no _skip_drafting", ()),
+        ),
+        Check.fact_of(
+            "ascend.gamma.draft_trim", ASCEND,
+            "who cuts each request's drafts before the scheduler sees them",
+            ("take_draft_token_ids cuts each request to drafter.dynamic_spec."
+             "num_verify_tokens (clamped to the configured K)",
+             (r(SOURCE, "take_draft_token_ids", "dynamic_spec"),
+              r(SOURCE, "take_draft_token_ids", "num_verify_tokens"))),
+            ("take_draft_token_ids keeps every drafted token", ()),
+        ),
+        Check.fact_of(
+            "ascend.gamma.rejection_init", ASCEND,
+            "the rejection sampler's constructor (its config decides block verification)",
+            ("AscendRejectionSampler(sampler, speculative_config, device)",
+             (_p(METHOD, A_REJ_MOD, A_REJ, "__init__", "sampler", "speculative_config",
+                 "device"),)),
+            ("AscendRejectionSampler(sampler)",
+             (_p(METHOD, A_REJ_MOD, A_REJ, "__init__", "sampler"),)),
+            ("another AscendRejectionSampler constructor", ()),
+        ),
+        Check.fact_of(
+            "ascend.gamma.graph_key", ASCEND,
+            "what selects a captured ACL graph: a graph keyed without K replays the steps "
+            "unrolled at capture whatever gamma the step asks for",
+            ("ACLGraphWrapper keys graphs by the forward context's BatchDescriptor only "
+             "(K is not in the key)",
+             (_p(SOURCE, A_GRAPH_MOD, A_GRAPH, "__call__", "batch_descriptor"),)),
+            ("ACLGraphWrapper keyed otherwise", ()),
+        ),
+        Check.fact_of(
+            "ascend.gamma.uniform_decode", ASCEND,
+            "which steps the target's FULL decode graphs take",
+            ("FULL_DECODE_ONLY needs uniform_decode_query_len (1 + configured K) tokens a "
+             "request: a step at gamma < K leaves the graph",
+             (r(SOURCE, "_determine_batch_execution_and_padding",
+                "uniform_decode_query_len"),)),
+            ("uniform decode decided otherwise", ()),
+        ),
+        Check.fact_of(
+            "ascend.gamma.draft_steps", ASCEND,
+            "what the draft loops count (fixed in __init__, never resized)",
+            ("draft loops count num_draft_steps (tree depth, else K; set in __init__)",
+             (b(SELF_ATTR, "num_draft_steps"),
+              b(SOURCE, "_run_merged_draft", "num_draft_steps"))),
+            ("draft loops count num_speculative_tokens",
+             (b(SOURCE, "_run_merged_draft", "num_speculative_tokens"),)),
+            ("no merged draft loop", ()),
+        ),
+        Check.fact_of(
+            "ascend.gamma.tree_drafting", ASCEND,
+            "tree drafting fixes tree_width * tree_depth == K at init",
+            ("tree drafting (speculative_config tree_width / tree_depth, width * depth == K)",
+             (b(SELF_ATTR, "tree_width"), b(SELF_ATTR, "tree_depth"))),
+            ("no tree drafting", ()),
+        ),
+        Check.fact_of(
+            "ascend.gamma.parallel_drafting", ASCEND,
+            "parallel drafting drafts all K positions in one pass, sized by K",
+            ("parallel_drafting read by the draft loops",
+             (b(SOURCE, "_propose", "parallel_drafting"),)),
+            ("parallel_drafting not read by _propose", ()),
+        ),
+        Check.fact_of(
+            "ascend.gamma.decode_threshold", ASCEND,
+            "PCP/DCP slot and block sizing per request",
+            ("decode_threshold = 1 + configured K sizes PCP/DCP slots",
+             (b(SELF_ATTR, "decode_threshold"),)),
+            ("no decode_threshold on the proposer", ()),
+        ),
+        Check.fact_of(
+            "ascend.gamma.pearl", ASCEND,
+            "the fork's separate native engine, an alternative to vSpec on this host",
+            ("PEARL native engine with SpecRhythm (per-request TPOT-SLO gamma budgets)",
+             (_p(CLASS, A_PEARL_API_MOD, "PEARLEngine"),
+              _p(CLASS, A_PEARL_RHYTHM_MOD, "SpecRhythmBudgetShaper"))),
+            ("PEARL native engine", (_p(CLASS, A_PEARL_API_MOD, "PEARLEngine"),)),
+            ("no PEARL engine", ()),
+        ),
+    ]
+
+
 def checks_for(
-    method: str, adaptive: bool, hosts: tuple[str, ...], features: tuple[str, ...] = ()
+    method: str, adaptive: bool, hosts: tuple[str, ...], features: tuple[str, ...] = (),
+    *, facts: bool = False,
 ) -> list[Check]:
-    """Every check for ``method`` on the given host packages (``vllm``, ``vllm_ascend``)."""
+    """Every check for ``method`` on the given host packages (``vllm``, ``vllm_ascend``).
+
+    ``facts``: add the doctor's report of what a vllm-ascend checkout does with per-step
+    gamma (:func:`ascend_fork_checks`; never failures)."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
     unknown = [f for f in features if f not in FEATURES]
@@ -511,6 +696,8 @@ def checks_for(
         out += upstream_checks(method, adaptive, ascend=ascend)
     if ascend:
         out += ascend_checks(method, adaptive, features)
+        if facts:
+            out += ascend_fork_checks()
     return out
 
 
@@ -523,6 +710,7 @@ __all__ = [
     "SCHED_OUT_PARAM",
     "VLLM",
     "ascend_checks",
+    "ascend_fork_checks",
     "checks_for",
     "upstream_checks",
 ]

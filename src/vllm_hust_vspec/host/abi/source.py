@@ -2,7 +2,9 @@
 
 A source can be an installed package (located with ``importlib.util.find_spec`` on the
 top-level name, which does not execute the package), a source checkout, a package
-directory, or an sdist tarball (read in memory).
+directory, or an sdist tarball (read in memory). A checkout whose package directory has no
+``__init__.py`` is a partial tree (some of the package's files, saved for reading): what it
+lacks is "not in this source", never "missing from the host".
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ class PackageSource:
     root: str  # checkout / sdist root (for version and git lookups)
     loaders: dict[str, Callable[[], str]]  # module name -> source text
     version_hint: str | None = None  # from PKG-INFO / _version.py when read
+    partial: bool = False  # a tree holding only some of the package's modules
+    note: str | None = None  # what the checkout says about itself (verified core commit)
 
 
 def _module_name(package: str, rel: Path) -> str:
@@ -49,8 +53,27 @@ def _from_directory(package: str, pkg_dir: Path, kind: str, root: Path) -> Packa
         if any(part in ("tests", "__pycache__") for part in rel.parts[:-1]):
             continue
         loaders[_module_name(package, rel)] = functools.partial(_read, path)
+    partial = not (pkg_dir / "__init__.py").is_file()
     return PackageSource(package, kind, str(pkg_dir), str(root), loaders,
-                         _version_from_root(root, package))
+                         _version_from_root(root, package), partial=partial,
+                         note=_checkout_note(root) if kind != "installed" else None)
+
+
+# vllm-ascend checkouts record the vLLM commit their main branch is verified with here.
+VERIFIED_CORE_FILE = Path(".github") / "vllm-main-verified.commit"
+
+
+def _checkout_note(root: Path) -> str | None:
+    path = root / VERIFIED_CORE_FILE
+    if not path.is_file():
+        return None
+    commit = path.read_text(errors="replace").strip()
+    return f"verified with vLLM commit {commit} ({VERIFIED_CORE_FILE})" if commit else None
+
+
+def _is_partial_package(path: Path) -> bool:
+    """A package directory without ``__init__.py`` that still holds Python modules."""
+    return path.is_dir() and not (path / "__init__.py").is_file() and any(path.rglob("*.py"))
 
 
 def _read(path: Path) -> str:
@@ -180,13 +203,13 @@ def sources_from_path(path: str | Path, packages: tuple[str, ...]) -> list[Packa
         if not (is_sdist or is_wheel):
             raise SourceError(f"--source {path}: not a directory, an sdist tarball or a wheel")
         found = _from_archive(p, packages)
-    elif (p / "__init__.py").is_file() and p.name in packages:
+    elif p.name in packages and ((p / "__init__.py").is_file() or _is_partial_package(p)):
         found = [_from_directory(p.name, p, "source tree", p.parent)]
     else:
         found = []
         for package in packages:
             for cand in (p / package, p / "src" / package):
-                if (cand / "__init__.py").is_file():
+                if (cand / "__init__.py").is_file() or _is_partial_package(cand):
                     found.append(_from_directory(package, cand, "source tree", cand.parent))
                     break
     if not found:
@@ -195,6 +218,17 @@ def sources_from_path(path: str | Path, packages: tuple[str, ...]) -> list[Packa
             f"(give an sdist, a checkout root or the package directory)"
         )
     return found
+
+
+def overlay(first: PackageSource, second: PackageSource) -> PackageSource:
+    """One package read from two partial trees (e.g. a fork's files and a proposer saved from
+    elsewhere): modules of ``first`` win; partial unless either side is complete."""
+    loaders = dict(second.loaders)
+    loaders.update(first.loaders)
+    return PackageSource(
+        first.package, first.kind, f"{first.location} + {second.location}", first.root,
+        loaders, first.version_hint or second.version_hint,
+        partial=first.partial and second.partial, note=first.note or second.note)
 
 
 def installed_source(package: str) -> PackageSource | None:
@@ -217,6 +251,7 @@ class StaticResolver:
     def __init__(self, sources: list[PackageSource]) -> None:
         self._loaders: dict[str, Callable[[], str]] = {}
         self._packages = {s.package for s in sources}
+        self._partial = {s.package for s in sources if s.partial}
         for s in sources:
             self._loaders.update(s.loaders)
         self._trees: dict[str, ast.Module | None] = {}
@@ -228,6 +263,10 @@ class StaticResolver:
 
     def has_module(self, module: str) -> bool:
         return module in self._loaders
+
+    def not_in_source(self, module: str) -> bool:
+        """True when ``module`` belongs to a partial source that does not hold it."""
+        return module.split(".")[0] in self._partial and module not in self._loaders
 
     def _tree(self, module: str) -> ast.Module | None:
         if module not in self._trees:
@@ -347,5 +386,6 @@ __all__ = [
     "SourceError",
     "StaticResolver",
     "installed_source",
+    "overlay",
     "sources_from_path",
 ]
