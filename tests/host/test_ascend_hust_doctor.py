@@ -8,6 +8,7 @@ import importlib.util
 import shutil
 from pathlib import Path
 
+import _ascend_sdists as sd
 import pytest
 
 from _ascend_hust_tree import ascend_hust_tree, ascend_hust_upstream_comparison
@@ -16,6 +17,8 @@ from vllm_hust_vspec.host import abi
 from vllm_hust_vspec.host.abi.model import CheckResult, Report
 
 PROPOSER = "vllm_ascend/spec_decode/llm_base_proposer.py"
+# The pre-release whose runner and proposer both carry K (upstream's dynamic SD).
+NATIVE_K_PRERELEASE = "0.30.0rc2"
 REJECTION = "vllm_ascend/sample/rejection_sampler.py"
 
 
@@ -146,3 +149,27 @@ def test_doctor_on_the_tree_with_the_core_ends_ok(
     assert "PASS ascend.draft_graph_per_gamma" in out
     assert "decision k_channel: backport" in out
     assert "result: OK" in out
+
+
+@pytest.mark.parametrize("version", [sd.RELEASE, NATIVE_K_PRERELEASE])
+def test_facts_on_whole_release_sdists(version: str) -> None:
+    """On a whole package nothing is unread, and each line's own shape is reported."""
+    try:
+        path = sd.sdist(version)
+    except sd.Unavailable as exc:
+        pytest.skip(f"vllm-ascend sdist not downloadable here: {exc}")
+    report = _fork_only(path)
+    checks = _checks(report)
+    assert not any(r.unread for r in checks.values())
+    assert not report.host("vllm_ascend").partial
+    facts = {i: r.variant or "" for i, r in checks.items() if r.check.fact}
+    if version == sd.RELEASE:
+        assert "scheduler_output only" in facts["ascend.k_shape.runner"]
+        assert facts["ascend.gamma.skip_drafting"] == "no _skip_drafting"
+        assert report.decisions["k_channel"] == "backport"
+    else:
+        assert "the runner passes K" in facts["ascend.k_shape.runner"]
+        assert "dynamic_spec" in facts["ascend.gamma.draft_trim"]
+        assert report.decisions["k_shapes"] == "runner and proposer both carry K (native)"
+    assert facts["ascend.gamma.pearl"] == "no PEARL engine"
+    assert checks["ascend.coherent.runner_propose"].status == "PASS"

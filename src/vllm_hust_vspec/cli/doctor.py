@@ -2,7 +2,11 @@
 
 Two tiers. Static: find the host packages (installed, a checkout, or an sdist given with
 ``--source``) and check every class, method and parameter with ``ast``, importing nothing.
-Live (unless ``--source-only``/``--source``): import the host and check names and
+A checkout holding only some of a package's files (no ``__init__.py``) is read as far as it
+goes: a check that needs a file it lacks is reported as not in this source. For vllm-ascend
+the doctor also reports what the code does with per-step gamma (FACT lines) and runner calls
+that do not fit the classes they call (a tree mixing code lines). Live (unless
+``--source-only``/``--source``): import the host and check names and
 signatures. Exit status: 0 when every required check passes, 1 when a required API is
 missing or no host was found at all (neither ``vllm`` nor ``vllm_ascend`` installed for this
 Python, and no ``--source``: nothing was checked, so nothing may pass), 2 for usage errors.
@@ -50,7 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--all-features", action="store_true", help="check every --feature")
     ap.add_argument("--source", action="append", default=[], metavar="PATH",
                     help="read a host package from PATH (sdist .tar.gz, wheel .whl, checkout "
-                    "root or package directory) instead of the installed one; implies "
+                    "root or package directory, also a partial tree without __init__.py) "
+                    "instead of the installed one; repeatable (two partial trees of one "
+                    "package are read as one, the first given winning); implies "
                     "--source-only")
     ap.add_argument("--source-only", action="store_true",
                     help="static tier only: never import the host")
