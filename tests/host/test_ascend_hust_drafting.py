@@ -1,0 +1,82 @@
+"""The vLLM-Ascend-HUST proposers, executed on CPU: the drafter runs exactly gamma passes.
+
+Each code line runs in its own subprocess (``_ascend_hust_exec.py``: the fork's saved files
+imported against the installed vLLM with the NPU faked), over frames of changing gamma, sync
+and async. Counted: the draft model's forward passes, the per-step attention metadata built,
+the width of the drafts handed back, and the proposer's step attributes after each call.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from _ascend_hust_tree import ascend_hust_tree, ascend_hust_upstream_comparison  # noqa: E402
+
+MAX_K = 4
+_cache: dict[str, dict[str, Any]] = {}
+
+
+def run(line: str) -> dict[str, Any]:
+    if line not in _cache:
+        tree, upstream = ascend_hust_tree(), ascend_hust_upstream_comparison()
+        proc = subprocess.run(
+            [sys.executable, str(HERE / "_ascend_hust_exec.py"), line, str(tree), str(upstream)],
+            capture_output=True, text=True, timeout=600,
+        )
+        out = next((ln for ln in proc.stdout.splitlines() if ln.startswith("EXEC_JSON ")), None)
+        assert out, f"fork run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+        found = json.loads(out[len("EXEC_JSON "):])
+        assert "error" not in found, found["error"]
+        _cache[line] = found
+    return _cache[line]
+
+
+def _check_gamma_frames(frames: list[dict[str, Any]], *, restores: bool) -> None:
+    assert {f["gamma"] for f in frames} >= {0, 1, 2, 3, MAX_K}
+    for f in frames:
+        gamma = f["gamma"]
+        # gamma 0 in sync mode drafts one token (draft KV cache kept in step) and hands none
+        assert f["passes"] == max(gamma, 1 if restores else 0), f
+        assert f["attn_steps"] == max(gamma - 1, 0), f
+        assert f["shape"] == [3, gamma], f
+        if restores:
+            assert f["k_after"] == MAX_K and f["steps_after"] == MAX_K, f
+
+
+def test_pearl_line_alone_drafts_its_configured_k_whatever_is_asked() -> None:
+    """Why the backport exists: the line's K-less _propose loops num_draft_steps (fixed)."""
+    frames = run("pearl")["host_alone"]
+    assert all(f["passes"] == MAX_K and f["shape"] == [3, MAX_K] for f in frames)
+
+
+@pytest.mark.parametrize("call", ["scheduler_output", "k_keyword"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_pearl_line_with_vspec_drafts_gamma_passes(call: str, mode: str) -> None:
+    """The backport on the real K-less _propose: gamma from the scheduler output (the line's
+    own runner) or from the main-line runner's num_speculative_tokens keyword."""
+    found = run("pearl")
+    assert found["k_channel"] == "backport"
+    _check_gamma_frames(found[f"{call}_{mode}"], restores=True)
+    assert found["undone"]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_native_k_line_drafts_gamma_passes_untouched(mode: str) -> None:
+    """Upstream's K-taking _propose (the fork main line's contract): vSpec patches nothing and
+    the runner's K reaches the loops."""
+    found = run("upstream")
+    assert found["k_channel"] == "native"
+    _check_gamma_frames(found[f"k_keyword_{mode}"], restores=False)
+
+
+def test_only_the_core_tree_module_is_stubbed_on_the_vllm_side() -> None:
+    """What of vLLM was not real in these runs (the core's tree verifier is a fork patch)."""
+    assert set(run("pearl")["stubbed_vllm"]) <= {"vllm._deepselect_C", "vllm.v1.spec_decode.tree"}
