@@ -270,7 +270,8 @@ def render_text(report: Report) -> str:
             elif r.unread:
                 lines.append(f"{head}: {NOT_IN_SOURCE}: {' | '.join(r.unread)}")
             else:
-                lines.append(f"{head}: missing {' | '.join(r.missing)}")
+                # one probe per method of a missing module would repeat its name
+                lines.append(f"{head}: missing {' | '.join(dict.fromkeys(r.missing))}")
                 lines.append(f"       needed because {r.check.why}")
     for key, value in report.decisions.items():
         lines.append(f"decision {key}: {value}")
