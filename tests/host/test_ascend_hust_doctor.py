@@ -5,6 +5,7 @@ with the core (the installed vLLM), and overlaid with upstream vllm-ascend's pro
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 from pathlib import Path
 
@@ -149,6 +150,13 @@ def test_doctor_on_the_tree_with_the_core_ends_ok(
     assert "PASS ascend.draft_graph_per_gamma" in out
     assert "decision k_channel: backport" in out
     assert "result: OK" in out
+    assert doctor.main(["--json", "--source", tree]) == doctor.EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    unread = {c["id"]: c["unread"] for t in doc["tiers"] for c in t["checks"]
+              if c["status"] == "UNREAD"}
+    assert unread["ascend.proposer_class"] == [
+        "module vllm_ascend.spec_decode.draft_proposer"]
+    assert doc["ok"] and [h["partial"] for h in doc["hosts"]] == [False, True]
 
 
 @pytest.mark.parametrize("version", [sd.RELEASE, NATIVE_K_PRERELEASE])

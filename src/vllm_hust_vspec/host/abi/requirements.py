@@ -2,7 +2,9 @@
 plugin's fail-closed check read it).
 
 Names were read from upstream vLLM 0.32 and vllm-ascend 0.23.0.post1 / 0.30.0rc2; see
-docs/hosts.md for which release line needs which patch.
+docs/hosts.md for which release line needs which patch. :func:`ascend_fork_checks` adds what
+the doctor reports about a vllm-ascend checkout (the vLLM-Ascend-HUST fork included): facts
+about per-step gamma and runner calls that do not fit the classes they call.
 """
 
 from __future__ import annotations
