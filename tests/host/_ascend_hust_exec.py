@@ -1,6 +1,6 @@
 """Run inside a subprocess: execute the saved vLLM-Ascend-HUST proposer on CPU, gamma per step.
 
-    python _ascend_hust_exec.py pearl|upstream TREE UPSTREAM_TREE
+    python _ascend_hust_exec.py pearl|upstream|rejection TREE UPSTREAM_TREE
 
 ``pearl``: the fork's PEARL-line ``llm_base_proposer.py`` (K-less ``_propose``, loops over
 ``num_draft_steps``) with vSpec's K backport installed, called as the line's own runner calls
@@ -8,11 +8,14 @@ it (``scheduler_output=``) and as the main-line runner calls it (``num_speculati
 ``upstream``: upstream vllm-ascend's proposer of the same contract as the fork's main line
 (``_propose(num_speculative_tokens, ...)``), which vSpec leaves as it is.
 
-Both run the real ``_propose`` and ``_run_merged_draft`` bodies, sync and async, over frames
-of changing gamma. Stubbed: the fake NPU (``tests/fake_npu``), the NPU attention-metadata
-builders (``set_inputs_first_pass``, the metadata builder, ``attn_update_stack_num_spec_norm``:
-recorded, they return their inputs), the forward context and the draft model, a tiny torch
-module that counts its forward passes. Prints one ``EXEC_JSON`` line.
+``rejection``: the fork's ``AscendRejectionSampler.forward`` with vSpec's relaxed acceptance.
+
+The proposer runs execute the real ``_propose`` and ``_run_merged_draft`` bodies, sync and
+async, over frames of changing gamma. Stubbed: the fake NPU (``tests/fake_npu``), the NPU
+attention-metadata builders (``set_inputs_first_pass``, the metadata builder,
+``attn_update_stack_num_spec_norm``: recorded, they return their inputs), the forward context
+and the draft model, a tiny torch module that counts its forward passes. Prints one
+``EXEC_JSON`` line.
 """
 
 from __future__ import annotations
@@ -264,10 +267,100 @@ def run_upstream(tree: Path, upstream: Path) -> dict[str, Any]:
     return result
 
 
+def _sampling_metadata(batch: int, greedy: list[bool]) -> Any:
+    import torch
+    from vllm.v1.sample.logits_processor import LogitsProcessors
+    from vllm.v1.sample.metadata import SamplingMetadata
+
+    temp = torch.tensor([0.0 if g else 1.0 for g in greedy])
+    return SamplingMetadata(
+        temperature=None if all(greedy) else temp, all_greedy=all(greedy),
+        all_random=not any(greedy), top_p=None, top_k=None, generators={},
+        max_num_logprobs=None, no_penalties=True, prompt_token_ids=None,
+        frequency_penalties=torch.zeros(batch), presence_penalties=torch.zeros(batch),
+        repetition_penalties=torch.ones(batch), output_token_ids=[[0] * 20] * batch,
+        allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=LogitsProcessors(),
+    )
+
+
+def core_sampler_output() -> type:
+    """vLLM's SamplerOutput with the field the vLLM-HUST core's SpecSLO patch adds
+    (``accepted_token_indices``), which the fork's sampler fills."""
+    import dataclasses
+
+    from vllm.v1.outputs import SamplerOutput
+
+    @dataclasses.dataclass
+    class CoreSamplerOutput(SamplerOutput):
+        accepted_token_indices: Any = None
+
+    return CoreSamplerOutput
+
+
+def run_rejection(tree: Path) -> dict[str, Any]:
+    """The fork's AscendRejectionSampler.forward, strict vs vSpec's relaxed top-2 acceptance,
+    on an all-greedy batch (constraints return ``(logits, None)``) and a mixed one."""
+    mods = fi.load_fork({
+        "vllm_ascend.spec_decode.tree_kv": tree / "vllm_ascend/spec_decode/tree_kv.py",
+        "vllm_ascend.sample.sampler": tree / "vllm_ascend/sample/sampler.py",
+        "vllm_ascend.sample.rejection_sampler": tree / "vllm_ascend/sample/rejection_sampler.py",
+    }, HERE.parent)
+    import torch
+    from vllm.v1.sample.sampler import Sampler
+    from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
+
+    from vllm_hust_vspec.backends.acceptance import params_from_settings
+    from vllm_hust_vspec.host.patching import Patcher
+    from vllm_hust_vspec.host.worker.ascend.rejection import install_rejection
+    from vllm_hust_vspec.settings import Settings
+
+    rs = mods["vllm_ascend.sample.rejection_sampler"]
+    cfg = SimpleNamespace(enable_reduce_sample=False, rejection_sampler_config=SimpleNamespace(
+        enable_block_verify=False, enable_entropy_verify=False, posterior_threshold=0.0,
+        posterior_alpha=0.0))
+    rs.get_ascend_config = mods["vllm_ascend.sample.sampler"].get_ascend_config = lambda: cfg
+    rs.SamplerOutput = core_sampler_output()
+    sampler = rs.AscendRejectionSampler(Sampler())
+    # two requests, three drafts each; every draft is the target's second choice
+    drafts = [[3, 5, 7], [2, 4, 6]]
+    logits = torch.full((8, VOCAB), -10.0)
+    rows = [(0, 3, 9), (1, 5, 9), (2, 7, 9), (4, 2, 11), (5, 4, 11), (6, 6, 11)]
+    for row, draft, top in rows:
+        logits[row, top], logits[row, draft] = 5.0, 4.0
+    logits[3, 1] = logits[7, 1] = 5.0  # bonus rows
+
+    def verify(greedy: list[bool]) -> list[int]:
+        meta = SpecDecodeMetadata.make_dummy(drafts, torch.device("cpu"))
+        meta.target_logits_indices = torch.tensor([0, 1, 2, 4, 5, 6])
+        meta.bonus_logits_indices = torch.tensor([3, 7])
+        meta.tree_parent_indices = meta.tree_depth = None
+        out = sampler(meta, None, logits.clone(), _sampling_metadata(2, greedy))
+        return [int((row != -1).sum()) for row in out.sampled_token_ids]
+
+    constrained = rs.apply_sampling_constraints(
+        logits[:6].clone(), torch.tensor([3, 6]), _sampling_metadata(2, [True, True]), None)
+    result: dict[str, Any] = {
+        "greedy_constraints_shape": type(constrained).__name__ + (
+            f"[{len(constrained)}], indices={constrained[1]}"
+            if isinstance(constrained, tuple) else ""),
+        "strict_greedy": verify([True, True]),
+    }
+    settings = Settings(method="eagle", eagle_relaxed_accept_topk=2)
+    patcher = Patcher("fork-exec")
+    result["installed"] = install_rejection(patcher, rs, lambda: params_from_settings(settings))
+    result["relaxed_greedy"] = verify([True, True])
+    result["relaxed_mixed"] = verify([True, False])
+    patcher.undo()
+    result["undone_greedy"] = verify([True, True])
+    return result
+
+
 def main() -> None:
     mode, tree, upstream = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+    runs = {"pearl": lambda: run_pearl(tree), "upstream": lambda: run_upstream(tree, upstream),
+            "rejection": lambda: run_rejection(tree)}
     try:
-        found = run_pearl(tree) if mode == "pearl" else run_upstream(tree, upstream)
+        found = runs[mode]()
     except BaseException:  # noqa: BLE001 - report the traceback to the test
         import traceback
 

@@ -80,3 +80,17 @@ def test_native_k_line_drafts_gamma_passes_untouched(mode: str) -> None:
 def test_only_the_core_tree_module_is_stubbed_on_the_vllm_side() -> None:
     """What of vLLM was not real in these runs (the core's tree verifier is a fork patch)."""
     assert set(run("pearl")["stubbed_vllm"]) <= {"vllm._deepselect_C", "vllm.v1.spec_decode.tree"}
+
+
+def test_relaxed_acceptance_applies_to_the_forks_all_greedy_batches() -> None:
+    """The fork's constraints hand all-greedy batches over as ``(logits, None)``; relaxed
+    top-2 acceptance keeps the second-choice drafts there, strict (the host) rejects them."""
+    found = run("rejection")
+    assert found["greedy_constraints_shape"] == "tuple[2], indices=None"
+    assert found["installed"]
+    assert found["strict_greedy"] == [1, 1]
+    assert found["relaxed_greedy"] == [4, 4]
+    # a batch with a sampled request keeps the host's own rejection sampling: its greedy
+    # request is verified strictly (the sampled one's count is random)
+    assert found["relaxed_mixed"][0] == found["strict_greedy"][0]
+    assert found["undone_greedy"] == found["strict_greedy"]

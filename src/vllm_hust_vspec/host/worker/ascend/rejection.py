@@ -4,8 +4,9 @@
 ``vllm_ascend.sample.rejection_sampler`` (which picks the triton-ascend kernel or the pytorch
 fallback). Strict greedy acceptance is the host's own behaviour, so in strict mode nothing is
 patched. For relaxed modes that function is wrapped: all-greedy batches with full-vocabulary
-target logits go through the host-independent :func:`greedy_accept`; anything else (sampling,
-mixed batches, vocab-sharded reduce-sample logits) keeps the host's exact path.
+target logits (a plain tensor, or ``(logits, None)``) go through the host-independent
+:func:`greedy_accept`; anything else (sampling, mixed batches, vocab-sharded reduce-sample
+logits) keeps the host's exact path.
 """
 
 from __future__ import annotations
@@ -27,6 +28,19 @@ def _output_lens(sampling_metadata: Any, batch: int) -> list[int] | None:
     return [len(t) for t in tokens]
 
 
+def full_vocab_logits(target_logits_or_tuple: Any) -> Any:
+    """The target logits when they cover the whole vocabulary, else None.
+
+    vllm-ascend's ``apply_sampling_constraints`` hands ``rejection_sample`` a plain tensor on
+    some lines and ``(logits, None)`` for all-greedy batches on others (vLLM-Ascend-HUST);
+    ``(values, indices)`` is the top-k selection of the reduce-sample path, not full logits.
+    """
+    if isinstance(target_logits_or_tuple, tuple):
+        logits, indices = target_logits_or_tuple
+        return logits if indices is None else None
+    return target_logits_or_tuple
+
+
 class RelaxedAcceptanceError(RuntimeError):
     """Relaxed acceptance was asked for on a path it cannot be applied to exactly."""
 
@@ -46,10 +60,11 @@ def make_rejection_wrapper(
         bonus_token_ids: Any, sampling_metadata: Any, *args: Any, **kwargs: Any,
     ) -> Any:
         p = params()
+        logits = full_vocab_logits(target_logits_or_tuple)
         relaxed_ok = (
             not p.strict
             and getattr(sampling_metadata, "all_greedy", False)
-            and not isinstance(target_logits_or_tuple, tuple)
+            and logits is not None
         )
         if relaxed_ok and vocab_sharded():
             raise RelaxedAcceptanceError(
@@ -64,7 +79,7 @@ def make_rejection_wrapper(
                 *args, **kwargs,
             )
         return greedy_accept(
-            draft_token_ids, list(num_draft_tokens), target_logits_or_tuple, bonus_token_ids,
+            draft_token_ids, list(num_draft_tokens), logits, bonus_token_ids,
             p, max_spec_len=max_spec_len,
             num_output_tokens=_output_lens(sampling_metadata, len(num_draft_tokens)),
         )
@@ -93,10 +108,16 @@ def install_rejection(
         module, "rejection_sample", lambda orig: make_rejection_wrapper(orig, params, sharded)
     )
     logger.warning(
-        "vSpec: relaxed acceptance is ON for the Ascend rejection sampler (%s); outputs "
-        "differ from target-only decoding", params(),
+        "vSpec: relaxed acceptance is ON for all-greedy batches on the Ascend rejection "
+        "sampler (%s); their outputs differ from target-only decoding. Batches with sampled "
+        "requests keep the host's rejection sampling", params(),
     )
     return True
 
 
-__all__ = ["RelaxedAcceptanceError", "install_rejection", "make_rejection_wrapper"]
+__all__ = [
+    "RelaxedAcceptanceError",
+    "full_vocab_logits",
+    "install_rejection",
+    "make_rejection_wrapper",
+]
