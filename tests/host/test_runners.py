@@ -292,3 +292,39 @@ def test_upstream_v1_turns_every_launcher_full_mode_piecewise_under_adaptive_gam
     assert resolved(dynamic=True, v2=False) == "PIECEWISE"
     assert resolved(dynamic=True, v2=True) == CUDAGRAPH_MODE[graph_mode]
     assert resolved(dynamic=False, v2=False) == CUDAGRAPH_MODE[graph_mode]
+
+
+@pytest.mark.parametrize("runner", [runners.V1, runners.V2, runners.ASCEND])
+def test_layouts_fixed_by_k_at_start_up_refuse_adaptive_gamma(runner: str) -> None:
+    """Tree drafting and parallel drafting are sized by the configured K: refused with
+    adaptive gamma on every runner, kept with a fixed gamma."""
+    adaptive, fixed = Settings(method="eagle"), Settings(method="eagle",
+                                                         adaptive_speculation=False)
+    tree = config(v2=runner == runners.V2)
+    tree.speculative_config.tree_width, tree.speculative_config.tree_depth = 2, 2
+    assert any("tree drafting" in e for e in runners.plan(adaptive, runner, tree).errors)
+    assert not runners.plan(fixed, runner, tree).errors
+    parallel = config(v2=runner == runners.V2)
+    parallel.speculative_config.parallel_drafting = True
+    assert any("parallel drafting" in e for e in runners.plan(adaptive, runner, parallel).errors)
+    assert not runners.plan(fixed, runner, parallel).errors
+
+
+def test_relaxed_acceptance_refuses_tree_verification() -> None:
+    cfg = config()
+    cfg.speculative_config.tree_width, cfg.speculative_config.tree_depth = 2, 2
+    relaxed = Settings(method="eagle", adaptive_speculation=False, eagle_relaxed_accept_topk=2)
+    errors = runners.plan(relaxed, runners.ASCEND, cfg).errors
+    assert any("relaxed acceptance with tree drafting" in e for e in errors)
+
+
+@pytest.mark.parametrize("field", ["prefill_context_parallel_size",
+                                   "decode_context_parallel_size"])
+def test_context_parallel_refuses_adaptive_gamma_on_ascend_only(field: str) -> None:
+    cfg = config()
+    setattr(cfg.parallel_config, field, 2)
+    assert any("context parallel" in e
+               for e in runners.plan(Settings(method="mtp"), runners.ASCEND, cfg).errors)
+    assert not runners.plan(Settings(method="mtp"), runners.V1, cfg).errors
+    fixed = Settings(method="mtp", adaptive_speculation=False)
+    assert not runners.plan(fixed, runners.ASCEND, cfg).errors

@@ -256,6 +256,7 @@ def _engine_errors(settings: Settings, runner: str, vllm_config: Any) -> list[st
             "--no-adaptive-speculation or data parallel 1"
         )
     spec = getattr(vllm_config, "speculative_config", None)
+    out += _fixed_shape_errors(settings, runner, spec, parallel)
     if settings.relaxed_acceptance() and getattr(spec, "fly_window_size", None) is not None:
         out.append(
             "vSpec's relaxed acceptance together with vLLM's FLy acceptance "
@@ -290,6 +291,42 @@ def _engine_errors(settings: Settings, runner: str, vllm_config: Any) -> list[st
             "enable_adaptive_verification): both choose each step's verify lengths; "
             "configure one of the two"
         )
+    return out
+
+
+def _fixed_shape_errors(settings: Settings, runner: str, spec: Any,
+                        parallel: Any) -> list[str]:
+    """Drafting layouts whose shapes are fixed by the configured K at start-up: a per-step
+    gamma would run a layout the host never sized (checked on the vLLM-Ascend-HUST sources
+    and vLLM's SpecDecodeBaseProposer)."""
+    out: list[str] = []
+    tree = (getattr(spec, "tree_width", None) is not None
+            or getattr(spec, "tree_depth", None) is not None)
+    if tree and settings.adaptive_speculation:
+        out.append(
+            "adaptive gamma with tree drafting (speculative_config tree_width/tree_depth): "
+            "the drafter builds a tree of tree_width x tree_depth == K nodes sized at start-up, "
+            "which a per-step gamma cannot shape; drop tree_width/tree_depth or use "
+            "--no-adaptive-speculation")
+    if tree and settings.relaxed_acceptance():
+        out.append(
+            "relaxed acceptance with tree drafting: the tree verifier does not go through the "
+            "rejection sampling vSpec's relaxed modes replace, so they would stay strict; drop "
+            "tree_width/tree_depth or the relaxed acceptance options")
+    if settings.adaptive_speculation and bool(getattr(spec, "parallel_drafting", False)):
+        out.append(
+            "adaptive gamma with parallel drafting (speculative_config.parallel_drafting, set "
+            "by PARD/DFlash-style drafters): the proposer reserves K extra slots per request "
+            "and reshapes its drafts by the configured K at start-up; drop parallel_drafting "
+            "or use --no-adaptive-speculation")
+    pcp = int(getattr(parallel, "prefill_context_parallel_size", 1) or 1)
+    dcp = int(getattr(parallel, "decode_context_parallel_size", 1) or 1)
+    if runner == ASCEND and settings.adaptive_speculation and (pcp > 1 or dcp > 1):
+        out.append(
+            f"adaptive gamma with context parallel on vLLM-Ascend (prefill {pcp}, decode "
+            f"{dcp}): its drafter sizes context-parallel slots and the pre-allocated MTP slot "
+            "mapping by decode_threshold = 1 + configured K; use context parallel size 1 or "
+            "--no-adaptive-speculation")
     return out
 
 
