@@ -663,3 +663,29 @@ def test_a_proposer_that_drafts_only_its_configured_k_is_refused(method: str) ->
                             num_spec_tokens=3)
     with pytest.raises(VSpecHostError, match=f"method '{method}'"):
         attach(sched, Settings(method="eagle"))
+
+
+def test_a_gamma_capped_by_another_scheduler_writer_is_the_gamma_recorded() -> None:
+    """vSpec decides the step's gamma; a writer after it in Scheduler.schedule (SpecRhythm's
+    per-request budgets on the vLLM-HUST core) may only lower it. The step is then learned
+    and published at the gamma the workers receive, never at vSpec's own decision."""
+    sched = FakeScheduler(running=2, waiting=0)
+    ctrl = Ctrl(gamma=3)
+    hook = _hook(sched, ctrl)
+    _before_schedule(hook)
+    assert hook.decide(2) == 3
+    out = _out({"r0": 4, "r1": 4}, {"r0": [5, 6, 7], "r1": [7, 8, 9]})
+    out.num_spec_tokens_to_schedule = 1  # capped after vSpec's lookup
+    hook.after_schedule(out)
+    assert hook.last_decided == 1
+    runner_out = SimpleNamespace(sampled_token_ids=[[1, 2], [4]],
+                                 req_id_to_index={"r0": 0, "r1": 1})
+    hook.on_update(out, runner_out)(False)
+    (fb,) = ctrl.seen
+    assert fb.next_gamma == 1
+    # a writer that leaves vSpec's gamma in place changes nothing
+    _before_schedule(hook)
+    assert hook.decide(2) == 3
+    out = _out({"r0": 2, "r1": 2}, {"r0": [5], "r1": [7]})
+    hook.after_schedule(out)
+    assert hook.last_decided == 3

@@ -307,6 +307,12 @@ class SchedulerHook:
                 "vllm-ascend without a custom scheduler) or turn adaptive speculation off")
         decided = self._decided if self._decided is not None else getattr(
             out, K_FIELD, self.max_gamma)
+        written = getattr(out, K_FIELD, None)
+        if not self.own_channel and isinstance(written, int) and 0 <= written < decided:
+            # Another writer in the scheduler capped the step (the vLLM-HUST core's
+            # SpecRhythm: min(gamma, its largest per-request budget)): the workers draft what
+            # the output carries, so that is the gamma this step runs and is learned at.
+            decided = written
         skip = False
         if self.adaptive and self.mode == "sticky":
             decided, skip = self.sticky.resolve(decided, num_sched.keys(), self._settled)

@@ -43,7 +43,7 @@ from vllm_hust_vspec.host.engine.hook import (
 )
 from vllm_hust_vspec.host.engine.metrics import get_metrics
 from vllm_hust_vspec.host.frontend import declared_schedule
-from vllm_hust_vspec.host.patching import Patcher, resolve
+from vllm_hust_vspec.host.patching import Patcher, is_patched, resolve
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.settings import Settings
@@ -81,6 +81,11 @@ def attach(scheduler: Any, settings: Settings) -> SchedulerHook | None:
     for warning in runner_plan.warnings:
         logger.warning("vSpec: %s", warning)
     settings = runner_plan.settings
+    if settings.adaptive_speculation and getattr(scheduler, "spec_rhythm_policy", None):
+        logger.info(
+            "vSpec: SpecRhythm (speculative_config.spec_rhythm) is active: vSpec picks each "
+            "step's gamma, SpecRhythm may lower it to its largest per-request budget and cuts "
+            "each request's drafts to its own; the controller learns from the gamma that runs")
     state = prior = None
     profiled = dummy_batches.take(scheduler.vllm_config)
     if settings.adaptive_speculation and settings.adaptive_state_path:
@@ -238,12 +243,15 @@ def wrap_overrides(scheduler_cls: type) -> list[str]:
     profiling-chunk and load-balancing schedulers, any ``--scheduler-cls``): without this
     their ``schedule`` would run without the hook (no sticky bookkeeping, no per-request
     lengths, no refill hold). An override that calls the base method runs the hook once
-    (the wrappers are re-entrance guarded). Returns ``Class.method`` of what it wrapped."""
+    (the wrappers are re-entrance guarded). vSpec's own patch records decide whether the
+    defining class already has vSpec's layer, so another plugin's wrapper on top of it (one
+    without ``__wrapped__``, loaded after vSpec) is not wrapped a second time. Returns
+    ``Class.method`` of what it wrapped."""
     wrapped = []
     for name, make in _STEP_METHODS:
-        if getattr(getattr(scheduler_cls, name), "__vspec_original__", None) is not None:
-            continue
         owner = next(c for c in scheduler_cls.__mro__ if name in vars(c))
+        if is_patched(owner, name):
+            continue
         if _patcher is None:
             raise VSpecHostError(
                 f"vSpec cannot run its per-step hook around {owner.__qualname__}.{name}: the "
