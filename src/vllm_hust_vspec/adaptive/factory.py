@@ -12,8 +12,13 @@ from .online import OnlineController
 from .online_config import OnlineConfig
 from .profile import load_profile
 from .profile_policy import ProfileConfig, ProfilePolicy
+from .ucb import Ucb1Controller
+from .ucb_config import UcbConfig
 
 POLICIES: tuple[str, ...] = ("online", "profile", "fixed")
+# Algorithms of the 'online' policy: vSpec's Thompson sampling over its cost posterior, or
+# vllm-hust-vSpec 0.14.3's UCB1 over measured rewards (adaptive/ucb.py).
+ONLINE_ALGORITHMS: tuple[str, ...] = ("thompson", "ucb1")
 # Keywords of the OnlineController itself (not OnlineConfig fields) an override may set.
 _ONLINE_KEYWORDS: tuple[str, ...] = ("warmup_return",)
 
@@ -25,9 +30,13 @@ def build_controller(
     max_gamma: int,
     profile_path: str | None = None,
     cost_prior: CostPrior | None = None,
+    algorithm: str = "thompson",
     **overrides: Any,
 ) -> Controller:
     """A controller for ``policy`` ('online', 'profile' or 'fixed').
+
+    ``algorithm`` picks the 'online' policy's rule (:data:`ONLINE_ALGORITHMS`): 'ucb1' takes
+    the fields of :class:`UcbConfig` as overrides and no cost prior (it measures every arm).
 
     ``profile_path`` is read only by 'profile' (the settings layer rejects a profile given
     with another policy). ``overrides`` set fields of :class:`OnlineConfig` /
@@ -39,6 +48,17 @@ def build_controller(
     policy's cold-start cost prior; the other policies take none (ValueError).
     """
     given = {k: v for k, v in overrides.items() if v is not None}
+    if algorithm not in ONLINE_ALGORITHMS:
+        raise ValueError(f"unknown online algorithm {algorithm!r}; allowed: "
+                         f"{', '.join(ONLINE_ALGORITHMS)}")
+    if algorithm != "thompson" and policy != "online":
+        raise ValueError(f"policy {policy!r} has no algorithm choice (only 'online')")
+    if policy == "online" and algorithm == "ucb1":
+        if cost_prior is not None:
+            raise ValueError("the 'ucb1' online algorithm takes no cost prior (it measures "
+                             "every arm it plays)")
+        _check_overrides("online (ucb1)", UcbConfig, given)
+        return Ucb1Controller(UcbConfig(min_gamma=min_gamma, max_gamma=max_gamma, **given))
     if cost_prior is not None and policy != "online":
         raise ValueError(f"policy {policy!r} takes no cost prior (only 'online' learns "
                          "step costs online)")
