@@ -171,7 +171,21 @@ def check_consistency(s: Settings, origins: Mapping[str, str]) -> None:
             f" topk-entropy rule, but adaptive_entropy_rule is {s.adaptive_entropy_rule!r}"
             f" ({_where(origins, 'adaptive_entropy_rule')}); drop it or use that rule"
         )
-    if s.adaptive_online_exploration and s.adaptive_thompson_width == 0:
+    if s.adaptive_online_algorithm == "ucb1":
+        if s.adaptive_policy != "online":
+            raise SettingsError(
+                f"adaptive_online_algorithm=ucb1 ({_where(origins, 'adaptive_online_algorithm')})"
+                f" is a rule of the online policy, but adaptive_policy is {s.adaptive_policy!r}"
+                f" ({_where(origins, 'adaptive_policy')})"
+            )
+        if s.adaptive_thompson_width is not None:
+            raise SettingsError(
+                f"adaptive_thompson_width ({_where(origins, 'adaptive_thompson_width')}) belongs"
+                " to the thompson algorithm, but adaptive_online_algorithm is ucb1"
+                f" ({_where(origins, 'adaptive_online_algorithm')}); UCB1's exploration is"
+                " adaptive_online_exploration"
+            )
+    elif s.adaptive_online_exploration and s.adaptive_thompson_width == 0:
         raise SettingsError(
             "adaptive_online_exploration > 0"
             f" ({_where(origins, 'adaptive_online_exploration')}) asks to explore but"

@@ -181,6 +181,14 @@ class Settings:
         "profile and learns acceptance online.",
         group="adaptive", choices=("online", "profile"),
     )
+    adaptive_online_algorithm: str = _opt(
+        "thompson", "Online policy's rule: 'thompson' (vSpec's: Thompson sampling over one "
+        "cost posterior and the acceptance rates) or 'ucb1' (vllm-hust-vSpec 0.14.3's: UCB1 "
+        "over each batch bucket's measured rewards, decision for decision; reads "
+        "--adaptive-online-window/-exploration/-warmup-samples/-warmup-return, "
+        "--adaptive-hysteresis, --adaptive-control-interval with 0.14.3's defaults).",
+        group="adaptive", choices=("thompson", "ucb1"),
+    )
     adaptive_profile: str | None = _opt(
         None, "Profile JSON (schema v1) for the profile policy.", group="adaptive",
         metavar="PATH",

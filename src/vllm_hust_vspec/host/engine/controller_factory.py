@@ -51,9 +51,65 @@ def set_factory(factory: ControllerFactory | None) -> None:
 
 def takes_cost_prior(settings: Settings) -> bool:
     """True when :func:`make_controller` builds a controller that starts from a cost prior
-    for ``settings`` (the online policy; not a replaced factory)."""
+    for ``settings`` (the online policy's Thompson algorithm; not a replaced factory)."""
     return (_factory_override is None and settings.adaptive_speculation
-            and settings.adaptive_policy == "online")
+            and settings.adaptive_policy == "online"
+            and settings.adaptive_online_algorithm == "thompson")
+
+
+# 0.14.3's settings -> UcbConfig fields (each knob means what it meant there).
+_UCB_OVERRIDES = {
+    "adaptive_online_window": "window",
+    "adaptive_online_exploration": "exploration",
+    "adaptive_online_warmup_samples": "warmup_samples",
+    "adaptive_hysteresis": "hysteresis",
+    "adaptive_control_interval": "control_interval",
+    "adaptive_max_gamma_step": "max_gamma_step",
+    "adaptive_ewma_weight": "ewma_weight",
+}
+
+
+def _ucb_anchor(method: str, arms: range) -> int | None:
+    """0.14.3's graph-backed starting gamma per method (None: the middle arm)."""
+    if method == "draft":
+        g: int | None = 2
+    elif method == "eagle3":
+        g = min(arms[-1], max(arms[0], 5))
+    elif method == "mtp":
+        g = min(arms[-1], max(arms[0], 4))
+        g -= g % 2
+    else:
+        g = None
+    return g if g is not None and g in arms else None
+
+
+def ucb_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
+    """Keyword arguments for ``adaptive.build_controller`` with the 'ucb1' algorithm: the
+    settings under 0.14.3's meanings, its per-method starting gamma and probe cost, and one
+    extra hold of a first visit under asynchronous scheduling (the in-flight frame)."""
+    min_gamma = min(int(settings.adaptive_min_gamma or 0), max_gamma)
+    stride = settings.adaptive_gamma_stride
+    kwargs: dict[str, Any] = {"min_gamma": min_gamma, "max_gamma": max_gamma,
+                              "algorithm": "ucb1"}
+    if stride > 1:
+        kwargs["gamma_stride"] = stride
+    for field_name, keyword in _UCB_OVERRIDES.items():
+        value = getattr(settings, field_name, None)
+        if value is not None:
+            kwargs[keyword] = value
+    warmup_return = settings.adaptive_online_warmup_return or "best"
+    if warmup_return != "best":
+        kwargs["warmup_return"] = warmup_return
+    anchor = _ucb_anchor(settings.method, range(min_gamma, max_gamma + 1, stride))
+    if anchor is not None:
+        kwargs["initial_gamma"] = anchor
+    if settings.method == "eagle3":
+        # a width change also rebinds EAGLE-3's graphs and recurrent state: 0.14.3 priced an
+        # unplayed arm's shared cost at 8 drafter passes there (2 elsewhere)
+        kwargs["probe_shared_cost_units"] = 8.0
+    if settings.adaptive_async:
+        kwargs["inflight_padding"] = 1
+    return kwargs
 
 
 def controller_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
@@ -119,7 +175,10 @@ def make_controller(settings: Settings, max_gamma: int,
     from vllm_hust_vspec.adaptive import build_controller
 
     policy = settings.adaptive_policy
-    kwargs = controller_kwargs(settings, max_gamma)
+    if policy == "online" and settings.adaptive_online_algorithm == "ucb1":
+        kwargs = ucb_kwargs(settings, max_gamma)
+    else:
+        kwargs = controller_kwargs(settings, max_gamma)
     if not takes_cost_prior(settings):
         cost_prior = None
     if cost_prior is not None:
@@ -134,4 +193,4 @@ def make_controller(settings: Settings, max_gamma: int,
 
 
 __all__ = ["ControllerFactory", "controller_kwargs", "make_controller", "set_factory",
-           "takes_cost_prior"]
+           "takes_cost_prior", "ucb_kwargs"]
