@@ -119,16 +119,31 @@ def test_graph_per_gamma_is_on_under_every_full_graph_mode(mode: str, on: bool) 
     assert "graph_per_gamma" not in ascend.features_for(fixed)
 
 
-def test_graph_per_gamma_fails_closed_on_a_native_k_host(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_graph_per_gamma_installs_on_a_native_k_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A K-taking _propose sets num_speculative_tokens itself, which picks the draft graph:
+    the runner and dispatcher get the graph patches, the proposer none (the fork's own
+    classes: tests/host/test_ascend_hust_drafting.py)."""
     from vllm_hust_vspec.host.worker.ascend import proposer
 
-    monkeypatch.setattr(ascend, "resolve", lambda mod, name: type(name, (), {}))
+    graph_methods = ("_check_and_update_cudagraph_mode", "_warmup_and_capture",
+                     "_determine_batch_execution_and_padding", "_pad_query_start_loc_for_fia",
+                     "propose_draft_token_ids", "dispatch")
+    classes: dict[str, type] = {}
+
+    def resolve(mod: str, name: str) -> type:
+        return classes.setdefault(name, type(name, (), {m: lambda self: None
+                                                         for m in graph_methods}))
+
+    monkeypatch.setattr(ascend, "resolve", resolve)
     monkeypatch.setattr(proposer, "install_proposer", lambda *a, **k: "native")
     s = Settings(method="mtp", gamma=3, adaptive_speculation=True,
                  graph_mode="full-decode-only")
-    assert "graph_per_gamma" in ascend.features_for(s)
-    with pytest.raises(gw.GraphWidthsError, match="K channel is 'native'"):
-        ascend.install(Patcher("native"), lambda: s)
+    patcher = Patcher("native")
+    plan = ascend.install(patcher, lambda: s)
+    assert plan.k_channel == "native" and plan.graph_widths
+    patched = {r.label.rsplit(".", 1)[-1] for r in patcher.records}
+    assert set(graph_methods) <= patched and "_propose" not in patched
+    patcher.undo()
 
 
 def test_propose_wrapper_gives_the_drafter_the_steps_verify_width() -> None:

@@ -94,3 +94,46 @@ def test_relaxed_acceptance_applies_to_the_forks_all_greedy_batches() -> None:
     # request is verified strictly (the sampled one's count is random)
     assert found["relaxed_mixed"][0] == found["strict_greedy"][0]
     assert found["undone_greedy"] == found["strict_greedy"]
+
+
+GAMMAS = {1, 2, 3, MAX_K}
+
+
+def test_full_decode_only_without_vspec_leaves_every_narrower_verify_width_eager() -> None:
+    """The fork runner's uniform-decode test needs 1 + configured K tokens a request."""
+    host = run("graphs")["host_FULL_DECODE_ONLY"]
+    assert host["target"] == {"1": "NONE", "2": "NONE", "3": "NONE", "4": "NONE",
+                              str(MAX_K + 1): "FULL"}
+    narrow = [f for f in host["frames"] if f["gamma"] < MAX_K]
+    assert narrow and all(f["target_mode"] == "NONE" and f["draft"] == "eager" for f in narrow)
+
+
+def test_combined_full_without_vspec_replays_one_draft_graph_whatever_gamma() -> None:
+    """Graphs keyed by BatchDescriptor only: every frame at the shared token count replays the
+    draft graph captured first (K steps, its batch), whatever the step asked for."""
+    frames = run("graphs")["host_FULL"]["frames"]
+    assert len({f["graph"] for f in frames}) == 1
+    wrong = [f for f in frames if f["shape"] != [f["batch"], f["gamma"]]]
+    assert {f["gamma"] for f in wrong} == {1, 2, 3}
+    assert all(f["draft_steps"] == MAX_K for f in frames)
+
+
+@pytest.mark.parametrize("mode", ["FULL_DECODE_ONLY", "FULL"])
+def test_vspec_graphs_every_verify_width_and_draft_gamma_on_the_native_k_shape(mode: str) -> None:
+    """vSpec's per-width target keys and per-gamma draft graphs on the fork's runner and
+    ACLGraphWrapper with upstream's K-taking proposer: every frame's target runs FULL, every
+    draft replays a graph captured with exactly gamma steps, one graph per gamma."""
+    found = run("graphs")[f"vspec_{mode}"]
+    assert set(found["target"].values()) == {"FULL"}
+    frames = found["frames"]
+    assert {f["gamma"] for f in frames} == GAMMAS
+    for f in frames:
+        assert f["target_mode"] == "FULL", f
+        if mode == "FULL_DECODE_ONLY":
+            assert f["target_width"] == 1 + f["gamma"], f
+        assert f["draft"] == "replay" and f["draft_steps"] == f["gamma"], f
+        assert f["shape"] == [f["batch"], f["gamma"]], f
+    graph_of = {f["gamma"]: f["graph"] for f in frames}
+    assert all(graph_of[f["gamma"]] == f["graph"] for f in frames)
+    assert len(set(graph_of.values())) == len(GAMMAS)
+    assert found["draft_gammas"] == sorted(GAMMAS)

@@ -3,14 +3,15 @@
 vllm-ascend runs vLLM's own scheduler, so the upstream scheduler hook (``host.vllm``) is
 shared; this package adds what the NPU worker side needs:
 
-* ``proposer``: the K channel backport on release lines whose
-  ``AscendSpecDecodeBaseProposer._propose`` takes no ``num_speculative_tokens`` (v0.18..v0.26,
-  vLLM-Ascend-HUST); nothing on lines that take K (0.30+ / main).
+* ``proposer``: the K channel backport on lines whose ``AscendSpecDecodeBaseProposer._propose``
+  takes no ``num_speculative_tokens`` (v0.18..v0.26, vLLM-Ascend-HUST's PEARL line); nothing on
+  lines that take K (0.30+, vLLM-Ascend-HUST's main line).
 * ``graphs``: ``mtp_strict_graph`` (stop instead of silently running eager).
 * ``graph_widths``: graph-per-gamma: target FULL decode graphs per verify width and one
   merged draft graph per gamma, each with its own graph params (``mtp_strict_graph`` is
   checked in the same wrapper then); under combined FULL (``--graph-mode full``) the
-  host's shared target graphs and params, and merged draft graphs per gamma.
+  host's shared target graphs and params, and merged draft graphs per gamma. Either K
+  channel: the drafter's ``num_speculative_tokens`` picks the draft graph when it runs.
 * ``rejection``: relaxed acceptance modes on ``AscendRejectionSampler``'s path (strict is the
   host's own behaviour: nothing patched).
 
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING
 from vllm_hust_vspec.backends.acceptance import STRICT, AcceptanceParams
 from vllm_hust_vspec.host.abi import requirements as req
 from vllm_hust_vspec.host.patching import Patcher, resolve
+from vllm_hust_vspec.host.worker.ascend.proposer import BACKPORT, NATIVE
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.settings import Settings
@@ -100,15 +102,12 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> AscendPla
             plan_from_settings,
         )
 
-        if k_channel != "backport":
-            # The per-gamma draft graph is chosen by the drafter's num_speculative_tokens,
-            # which the backport sets per step; a host that takes K natively is not built.
+        if k_channel not in (BACKPORT, NATIVE):
             raise GraphWidthsError(
-                f"vSpec graph-per-gamma on vLLM-Ascend needs the K backport (vllm-ascend "
-                f"0.18..0.26 lines); this host's K channel is '{k_channel}', for which "
-                f"per-gamma ACL graphs are not built. Use --graph-mode piecewise, or "
-                f"--no-adaptive-speculation")
-
+                "vSpec graph-per-gamma on vLLM-Ascend needs gamma to reach the drafter; "
+                "adaptive speculation is off. Use --graph-mode piecewise")
+        # The per-gamma draft graph is chosen by the drafter's num_speculative_tokens at the
+        # moment it runs: the backport sets it per call, a K-taking _propose sets it itself.
         runner = resolve(req.A_RUNNER_MOD, req.A_RUNNER)
         dispatcher = resolve(req.A_DISPATCHER_MOD, req.A_DISPATCHER)
         plan = plan_from_settings(settings)

@@ -14,6 +14,7 @@ shape (another query width, another gamma) would overwrite each other's entries 
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
@@ -88,9 +89,13 @@ class GammaDraftGraphs:
 
 def make_graph_params(acl_graph: Any, sizes: list[int]) -> Any:
     """A fresh ``acl_graph.GraphParams`` for these token counts (what ``set_graph_params``
-    builds, without touching the module global)."""
-    return acl_graph.GraphParams({s: [] for s in sizes}, {s: None for s in sizes},
-                                 {s: [] for s in sizes}, {s: [] for s in sizes})
+    builds, without touching the module global): every field a dict keyed by size, a list per
+    size except ``workspaces`` (None). Fields are read from the host's dataclass, as lines add
+    some (vLLM-Ascend-HUST keeps causal-conv1d params there too)."""
+    names = [f.name for f in dataclasses.fields(acl_graph.GraphParams)]
+    return acl_graph.GraphParams(**{
+        name: {s: None for s in sizes} if name == "workspaces" else {s: [] for s in sizes}
+        for name in names})
 
 
 class _FieldView(MutableMapping):
@@ -128,14 +133,13 @@ class RoutedGraphParams:
     sees the ``GraphParams`` of the key ``key_fn()`` names at that moment.
     """
 
-    FIELDS = ("events", "workspaces", "handles", "attn_params")
-
     def __init__(self, label: str, by_key: dict[Any, Any], key_fn: Callable[[], Any]) -> None:
         self.label = label
         self.by_key = by_key
         self.key_fn = key_fn
-        for name in self.FIELDS:
-            setattr(self, name, _FieldView(self, name))
+        # every field of the host's GraphParams (they differ between lines)
+        for f in dataclasses.fields(next(iter(by_key.values()))):
+            setattr(self, f.name, _FieldView(self, f.name))
 
     def current(self, strict: bool = True) -> Any:
         key = self.key_fn()
