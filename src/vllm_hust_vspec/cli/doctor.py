@@ -28,8 +28,10 @@ from vllm_hust_vspec.host.abi import (
     check_static,
     compat,
     merge,
+    neighbours,
     render_text,
     runners,
+    targets,
 )
 
 EXIT_OK = 0
@@ -60,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "--source-only")
     ap.add_argument("--source-only", action="store_true",
                     help="static tier only: never import the host")
+    ap.add_argument("--with-plugins", action="store_true",
+                    help="load the other vllm.general_plugins first, as vLLM does (each gates "
+                    "itself on its own variable), to show which of vSpec's targets they wrap")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     return ap
 
@@ -67,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> Report:
     """Run the requested tiers and return the merged report."""
     features = tuple(FEATURES) if args.all_features else tuple(dict.fromkeys(args.feature))
+    if getattr(args, "with_plugins", False) and not (args.source_only or args.source):
+        neighbours.load_plugins()
     static = check_static(args.method, args.adaptive, sources=args.source, features=features)
     live = None
     if not (args.source_only or args.source):
@@ -110,11 +117,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         doc["predecessor_switches"] = [
             {"flag": sw.flag, "upstream": sw.upstream, "vllm_ascend": sw.ascend}
             for sw in compat.SWITCHES]
+        doc.update(_neighbours_doc())
         print(json.dumps(doc, indent=2, sort_keys=True))
     else:
         sys.stdout.write(_report_text(report, found))
         sys.stdout.write(_runner_text(rows))
         sys.stdout.write(_switch_text())
+        sys.stdout.write(neighbours.render_text())
     if not found:
         print(f"vllm-hust-vspec-doctor: error: {no_host_message()}", file=sys.stderr)
         return EXIT_FAIL
@@ -129,6 +138,22 @@ def _report_text(report: Report, found: bool) -> str:
         return text
     head = text.rstrip("\n").rpartition("\n")[0]
     return f"{head}\nresult: FAILED (no vLLM host found; see the error below)\n"
+
+
+def _neighbours_doc() -> dict[str, object]:
+    """Other plugins, their wrappers on vSpec's targets and the rule for each (JSON)."""
+    plugins = neighbours.installed_plugins()
+    wrappers = neighbours.foreign_wrappers(only_imported=False)
+    return {
+        "other_plugins": [
+            {"distribution": p.dist, "version": p.version, "entry_points": p.entry_points,
+             "enabled": p.enabled, "rule": p.known.rule if p.known else None,
+             "why": p.known.why if p.known else None} for p in plugins],
+        "foreign_wrappers": [
+            {"target": w.target, "plugin": w.plugin, "via": w.via, "known": w.known}
+            for w in wrappers],
+        "patched_targets": [t.label for t in targets.targets()],
+    }
 
 
 def _switch_text() -> str:

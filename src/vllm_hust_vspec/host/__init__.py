@@ -70,8 +70,13 @@ def apply(settings: Settings) -> None:
         if _state is not None:
             _state.ref.settings = settings
             return
-        from vllm_hust_vspec.host.abi import capabilities
+        from vllm_hust_vspec.host.abi import capabilities, neighbours
 
+        # the other plugins beside vSpec, named before anything is patched or loaded
+        on_npu = ascend.is_ascend_platform()
+        neighbours.check_at_startup(
+            ascend=on_npu,
+            graph_per_gamma=on_npu and "graph_per_gamma" in ascend.features_for(settings))
         caps = capabilities.detect()
         capabilities.require_upstream(caps)
         patcher = Patcher("vspec-upstream-vllm")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +31,10 @@ logger = logging.getLogger("vllm_hust_vspec.host")
 
 # Top-level packages whose functions are the host's own (not another plugin's wrapper).
 HOST_PACKAGES = ("vllm", "vllm_ascend")
+# Libraries whose decorators and generated methods sit on host classes: not plugins' layers
+# (the standard library counts too).
+LIBRARY_PACKAGES = frozenset({"torch", "typing_extensions", "numba", "pydantic",
+                              "pydantic_core", "triton", "transformers", "msgspec"})
 VSPEC = "vllm-hust-vspec"
 
 
@@ -190,8 +195,6 @@ def _top_package(fn: Any) -> str:
 
 @functools.lru_cache(maxsize=512)
 def _module_of_file(filename: str) -> str:
-    import sys
-
     best = ""
     for name, mod in list(sys.modules.items()):
         path = getattr(mod, "__file__", None)
@@ -271,6 +274,14 @@ def chain(fn: Any, name: str, *, limit: int = 32) -> list[Layer]:
     return out
 
 
+def _plugin_layer(layer: Layer) -> bool:
+    if layer.host or layer.by == VSPEC:
+        return False
+    package = _top_package(layer.function)
+    return bool(package) and package not in LIBRARY_PACKAGES \
+        and package not in sys.stdlib_module_names
+
+
 def layers(owner: Any, name: str) -> list[Layer]:
     """The chain installed at ``owner.name`` now (see :func:`chain`)."""
     value = _raw(owner, name)
@@ -283,7 +294,7 @@ def host_function(fn: Any, name: str) -> tuple[Any, list[Layer]]:
     """The host's own function under any wrappers on ``fn``, or ``None`` when a wrapper
     hides it; with the foreign layers (neither vSpec's nor the host's) passed on the way."""
     found = chain(fn, name)
-    foreign = [layer for layer in found if not layer.host and layer.by != VSPEC]
+    foreign = [layer for layer in found if _plugin_layer(layer)]
     bottom = found[-1] if found else None
     return (bottom.function if bottom is not None and bottom.host else None), foreign
 
@@ -420,6 +431,24 @@ class Patcher:
                         record.label, owner_of(_function_of(on_top)))
 
 
+def settle_retired() -> int:
+    """Take out vSpec's pass-through layers that nothing wraps any more (the plugin that
+    wrapped on top of them removed its wrapper): restore what they wrapped. Returns how
+    many were removed."""
+    removed = 0
+    with _LOCK:
+        for record in list(_RETIRED.values()):
+            if _raw(record.owner, record.name) is record.replacement:
+                if record.inherited:
+                    if record.name in vars(record.owner):
+                        delattr(record.owner, record.name)
+                else:
+                    setattr(record.owner, record.name, record.original)
+                _forget(record)
+                removed += 1
+    return removed
+
+
 def _layer_function(layer: _Layer, below: Any) -> Callable[..., Any]:
     def vspec_layer(*args: Any, **kwargs: Any) -> Any:
         return layer.impl(*args, **kwargs)
@@ -457,4 +486,5 @@ __all__ = [
     "owner_of",
     "resolve",
     "resolve_any",
+    "settle_retired",
 ]

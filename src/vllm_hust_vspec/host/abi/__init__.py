@@ -203,6 +203,10 @@ def check_live(
     elif not missing_wanted:
         tier.skipped_reason = "no host package imports here"
     report.tiers.append(tier)
+    if resolver.looked_through:
+        # Other plugins' wrappers sit on host methods: the checks read the host's code under
+        # them; say so, so a reader knows the live answers are not the wrappers'.
+        report.decisions["live_probes"] = "; ".join(dict.fromkeys(resolver.looked_through))
     _decide(report)
     return report
 

@@ -2,7 +2,10 @@
 
 Only used when the host imports in this process (the plugin inside vLLM, or the doctor on a
 machine where vLLM/vllm-ascend import). Method bodies (for the call/source probes) are read
-with ``inspect.getsource`` of the unwrapped function.
+with ``inspect.getsource`` of the host's own function: the probes look through vSpec's layers
+and other plugins' wrappers (``__wrapped__``, or the function a wrapper closes over), and
+where a wrapper hides the host's function entirely they read the host's installed source
+file statically. :attr:`LiveResolver.looked_through` says where they had to.
 """
 
 from __future__ import annotations
@@ -15,12 +18,13 @@ import textwrap
 from typing import Any
 
 from vllm_hust_vspec.host.abi.info import ClassInfo, FuncInfo, func_from_ast
+from vllm_hust_vspec.host.patching import HOST_PACKAGES, host_function
 
 
 def _func_info(name: str, fn: Any) -> FuncInfo | None:
     target = inspect.unwrap(fn)
     try:
-        sig = inspect.signature(fn)
+        sig = inspect.signature(target)
     except (TypeError, ValueError):
         return None
     params = tuple(
@@ -55,6 +59,35 @@ class LiveResolver:
     def __init__(self) -> None:
         self.errors: dict[str, str] = {}
         self._classes: dict[tuple[str, str], ClassInfo | None] = {}
+        # "module.Class.method: how" for every probe that had to look through a wrapper
+        # another plugin installed.
+        self.looked_through: list[str] = []
+        self._static: dict[str, Any] = {}
+
+    def _host_view(self, label: str, attr: str, fn: Any) -> Any:
+        """``fn`` itself, or the host's function under other plugins' wrappers (noted); None
+        when a wrapper hides it (the caller reads the source statically)."""
+        if label.partition(".")[0] not in HOST_PACKAGES:
+            return fn  # a library's class (torch.nn.Module): its own functions, not a host's
+        found, foreign = host_function(fn, attr)
+        if foreign:
+            hidden = found is None
+            how = ", ".join(f"{layer.by}'s wrapper (via {layer.via or 'nothing: opaque'})"
+                            for layer in foreign)
+            tail = "; read the host's source file instead" if hidden else ""
+            self.looked_through.append(f"{label}: looked through {how}{tail}")
+        return found if found is not None else (None if foreign else fn)
+
+    def _static_method(self, module: str, cls: str, attr: str) -> FuncInfo | None:
+        from vllm_hust_vspec.host.abi.source import StaticResolver, installed_source
+
+        package = module.partition(".")[0]
+        if package not in self._static:
+            src = installed_source(package)
+            self._static[package] = StaticResolver([src]) if src is not None else None
+        resolver = self._static[package]
+        info = resolver.get_class(module, cls) if resolver is not None else None
+        return info.methods.get(attr) if info is not None else None
 
     def _import(self, module: str) -> Any:
         try:
@@ -83,7 +116,9 @@ class LiveResolver:
                 if isinstance(value, property) and value.fget is not None:
                     fn = value.fget  # a property is a method in the static tier's view too
                 if inspect.isfunction(fn) or inspect.isfunction(inspect.unwrap(fn)):
-                    fi = _func_info(attr, fn)
+                    seen = self._host_view(f"{module}.{name}.{attr}", attr, fn)
+                    fi = (_func_info(attr, seen) if seen is not None
+                          else self._static_method(module, name, attr))
                     if fi is not None:
                         methods[attr] = fi
             fields = set(vars(cls).get("__annotations__", {}))
@@ -100,7 +135,8 @@ class LiveResolver:
         fn = getattr(mod, name, None) if mod is not None else None
         if fn is None or not callable(fn):
             return None
-        return _func_info(name, fn)
+        seen = self._host_view(f"{module}.{name}", name, fn)
+        return _func_info(name, seen if seen is not None else fn)
 
 
 __all__ = ["LiveResolver"]

@@ -3,10 +3,14 @@ requests are admitted together, by the one hold rule (adaptive/admission.py)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from vllm_hust_vspec.adaptive.admission import RefillHold
+from vllm_hust_vspec.host.abi.neighbours import other_admission_policy
 from vllm_hust_vspec.host.engine.metrics import VSpecMetrics
+
+logger = logging.getLogger("vllm_hust_vspec.host")
 
 
 class RefillAdmission:
@@ -19,9 +23,13 @@ class RefillAdmission:
     ``max_num_active_reqs`` or, on hosts without it (the vLLM-HUST core),
     ``max_num_running_reqs``. Holding sets that limit to the slots occupied now, which stops
     admission under both hosts' tests (``>=`` upstream, ``==`` on vLLM-HUST) and keeps the
-    HUST scheduler's ``len(running) <= max_num_running_reqs`` invariant."""
+    HUST scheduler's ``len(running) <= max_num_running_reqs`` invariant.
 
-    __slots__ = ("rule", "held", "_metrics", "_saved")
+    When another plugin's admission policy is enabled (host/abi/neighbours.py, e.g. DLA's
+    reserved-KV gate) the hold steps aside and says so once: two policies deciding on one
+    waiting queue would each undo what the other measured."""
+
+    __slots__ = ("rule", "held", "_metrics", "_saved", "yields_to")
 
     def __init__(self, batch: int, metrics: VSpecMetrics | None = None,
                  mode: str = "speculating") -> None:
@@ -29,6 +37,11 @@ class RefillAdmission:
         self.held = False
         self._metrics = metrics
         self._saved: tuple[str, int] | None = None  # the limit a hold replaced
+        # the other admission policy this hold steps aside for (None: it holds as ruled)
+        self.yields_to = other_admission_policy() if batch > 1 else None
+        if self.yields_to is not None:
+            logger.info("vSpec: refill hold off: %s's admission policy is enabled and decides "
+                        "admission alone", self.yields_to)
 
     @property
     def batch(self) -> int:
@@ -46,6 +59,9 @@ class RefillAdmission:
         to the occupied slot count for the call, as the last thing done). Call :meth:`end`
         after the call however it exits. ``speculating``: no sticky zero pins the running
         cohort; ``gamma``: what its steps verify. Returns whether it holds."""
+        if self.yields_to is not None:
+            self.held = False
+            return False
         attr = admission_limit(scheduler)
         limit = getattr(scheduler, attr)
         occupied = self._occupied(scheduler) if scheduler.running else 0

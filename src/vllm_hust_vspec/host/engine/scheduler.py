@@ -43,7 +43,7 @@ from vllm_hust_vspec.host.engine.hook import (
 )
 from vllm_hust_vspec.host.engine.metrics import get_metrics
 from vllm_hust_vspec.host.frontend import declared_schedule
-from vllm_hust_vspec.host.patching import Patcher, is_patched, resolve
+from vllm_hust_vspec.host.patching import Patcher, host_function, is_patched, resolve
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.settings import Settings
@@ -250,6 +250,10 @@ def wrap_overrides(scheduler_cls: type) -> list[str]:
     wrapped = []
     for name, make in _STEP_METHODS:
         owner = next(c for c in scheduler_cls.__mro__ if name in vars(c))
+        for layer in host_function(vars(owner)[name], name)[1]:
+            # every plugin has loaded by the time a scheduler is built
+            logger.info("vSpec: %s.%s is also wrapped by %s", owner.__qualname__, name,
+                        layer.by)
         if is_patched(owner, name):
             continue
         if _patcher is None:
