@@ -1,7 +1,9 @@
 """Policy names -> controllers for a scenario.
 
-Names: ``fixed:K``, ``online`` and ``profile`` (ours, from the adaptive package; ``online@N``
-is ``online`` with Thompson sampler seed ``N``, the host's being 0), ``oracle``,
+Names: ``fixed:K``, ``online``, ``online-ucb1`` and ``profile`` (ours, from the adaptive
+package: ``online-ucb1`` is the online policy with ``--adaptive-online-algorithm ucb1`` and its
+default knobs; ``online@N`` is ``online`` with Thompson sampler seed ``N``, the host's being
+0), ``oracle``,
 and the published baselines ``vllm-batch-schedule``, ``sglang-adaptive``, ``hf-heuristic``,
 ``ucb1`` (:mod:`.baselines`) and, from current upstream, ``vllm-acceptance-adaptive-k``,
 ``vllm-dflash-adaptive-k``, ``sglang-per-batch-ema``, ``nightjar-bandit``
@@ -23,7 +25,7 @@ from .oracle import Oracle
 from .per_request import PerRequestOracle, VllmAdaptiveVerification
 from .scenario import Scenario
 
-OURS = ("online", "profile")
+OURS = ("online", "online-ucb1", "profile")
 BASELINES = ("vllm-batch-schedule", "sglang-adaptive", "hf-heuristic", "ucb1",
              "vllm-acceptance-adaptive-k", "vllm-dflash-adaptive-k", "sglang-per-batch-ema",
              "nightjar-bandit")
@@ -91,6 +93,10 @@ def make_controller(name: str, scenario: Scenario, seed: int = 0) -> Controller:
         return SglangPerBatchEma(lo, hi)
     if name == "nightjar-bandit":
         return NightjarBandit(lo, hi)
+    if name == "online-ucb1":
+        from ..adaptive import build_controller  # noqa: PLC0415
+
+        return build_controller("online", min_gamma=lo, max_gamma=hi, algorithm="ucb1")
     if name == "pred-ucb":
         return PredecessorUcb(lo, hi)
     if name == "pred-ucb-eagle":
