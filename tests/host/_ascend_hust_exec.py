@@ -257,14 +257,16 @@ def run_upstream(tree: Path, upstream: Path) -> dict[str, Any]:
     from vllm_hust_vspec.host.worker.ascend.proposer import install_proposer
 
     result: dict[str, Any] = {"stubbed_vllm": sorted(set(fi.STUBBED_VLLM))}
-    patcher = Patcher("fork-exec")
-    result["k_channel"] = install_proposer(patcher, cls, lambda: "sync")
-    for async_on in (False, True):
-        tag = "async" if async_on else "sync"
-        p, rec = make_proposer(cls, mod, async_on=async_on, line="upstream")
-        result[f"k_keyword_{tag}"] = frames(p, rec, lambda q, s, g: q._propose(
-            num_speculative_tokens=g, **call_kwargs(s)))
-    patcher.undo()
+    for zero in ("sticky", "sync"):
+        patcher = Patcher("fork-exec")
+        result["k_channel"] = install_proposer(patcher, cls, lambda z=zero: z)
+        result[f"patched_{zero}"] = sorted(r.label for r in patcher.records)
+        for async_on in (False, True):
+            tag = "async" if async_on else "sync"
+            p, rec = make_proposer(cls, mod, async_on=async_on, line="upstream")
+            result[f"k_keyword_{tag}_{zero}"] = frames(p, rec, lambda q, s, g: q._propose(
+                num_speculative_tokens=g, **call_kwargs(s)))
+        patcher.undo()
     return result
 
 

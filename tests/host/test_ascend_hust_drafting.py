@@ -39,12 +39,13 @@ def run(line: str) -> dict[str, Any]:
     return _cache[line]
 
 
-def _check_gamma_frames(frames: list[dict[str, Any]], *, restores: bool) -> None:
+def _check_gamma_frames(frames: list[dict[str, Any]], *, restores: bool,
+                        sync_zero: bool = True) -> None:
     assert {f["gamma"] for f in frames} >= {0, 1, 2, 3, MAX_K}
     for f in frames:
         gamma = f["gamma"]
         # gamma 0 in sync mode drafts one token (draft KV cache kept in step) and hands none
-        assert f["passes"] == max(gamma, 1 if restores else 0), f
+        assert f["passes"] == max(gamma, 1 if sync_zero else 0), f
         assert f["attn_steps"] == max(gamma - 1, 0), f
         assert f["shape"] == [3, gamma], f
         if restores:
@@ -68,13 +69,17 @@ def test_pearl_line_with_vspec_drafts_gamma_passes(call: str, mode: str) -> None
     assert found["undone"]
 
 
+@pytest.mark.parametrize("zero", ["sticky", "sync"])
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_native_k_line_drafts_gamma_passes_untouched(mode: str) -> None:
-    """Upstream's K-taking _propose (the fork main line's contract): vSpec patches nothing and
-    the runner's K reaches the loops."""
+def test_native_k_line_drafts_gamma_passes(mode: str, zero: str) -> None:
+    """Upstream's K-taking _propose (the fork main line's contract): the runner's K reaches
+    the loops. vSpec patches nothing there, but for sync gamma 0, where the host's K = 0 path
+    would skip the drafter's first pass."""
     found = run("upstream")
     assert found["k_channel"] == "native"
-    _check_gamma_frames(found[f"k_keyword_{mode}"], restores=False)
+    assert bool(found[f"patched_{zero}"]) == (zero == "sync")
+    _check_gamma_frames(found[f"k_keyword_{mode}_{zero}"], restores=False,
+                        sync_zero=zero == "sync")
 
 
 def test_only_the_core_tree_module_is_stubbed_on_the_vllm_side() -> None:

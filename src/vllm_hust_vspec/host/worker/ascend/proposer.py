@@ -5,7 +5,8 @@ vllm-ascend release lines v0.18..v0.26 (and the vLLM-Ascend-HUST line) call
 always draft ``self.num_speculative_tokens``. The backport reads gamma from that
 ``scheduler_output`` (``num_spec_tokens_to_schedule``, set by the scheduler hook) and drafts
 exactly gamma tokens. Lines whose ``_propose`` already takes ``num_speculative_tokens`` are
-left alone. Which case applies is read from the host's own signature, never a version.
+left alone but for ``sync`` gamma 0, where their K = 0 path skips the drafter. Which case
+applies is read from the host's own signature, never a version.
 
 Runs on every worker (TP rank); it only reads the scheduler output all ranks share.
 """
@@ -129,6 +130,22 @@ def make_propose_backport(
     return _propose
 
 
+def make_native_sync_zero(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``sync`` gamma 0 on a K-taking ``_propose``: the host returns ``[B, 0]`` at K = 0
+    without running the drafter, so the draft KV cache would miss the step's tokens. Draft one
+    token instead (the drafter's first pass covers them) and hand back none, as the backport
+    does; a step the scheduler marked to skip (sticky) keeps the host's K = 0 path."""
+
+    def _propose(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs.get(K_PARAM) != 0 or getattr(kwargs.get(SCHED_OUT_PARAM),
+                                                        SKIP_ATTR, False):
+            return original(self, *args, **kwargs)
+        kwargs[K_PARAM] = 1
+        return original(self, **kwargs)[:, :0]
+
+    return _propose
+
+
 def make_truncating_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     """For a proposer with its own K-less ``_propose`` (Step3p5 MTP): draft max K as before,
     hand back only the scheduler's gamma (verification shrinks; draft cost does not)."""
@@ -152,6 +169,9 @@ def install_proposer(
 ) -> str:
     """Patch ``base_cls._propose`` when it lacks K; return ``"native"`` or ``"backport"``.
 
+    A K-taking ``_propose`` is left as it is, except in ``sync`` gamma-0 mode
+    (:func:`make_native_sync_zero`).
+
     ``extra_k_less``: subclasses with their own ``_propose`` (Step3p5) that get the
     truncating wrapper when their ``_propose`` lacks K.
     """
@@ -162,6 +182,8 @@ def install_proposer(
             f"(host version not supported; run vllm-hust-vspec-doctor)"
         )
     if takes_k(fn):
+        if gamma0_mode() == "sync":
+            patcher.wrap(base_cls, "_propose", make_native_sync_zero)
         return NATIVE
     if SCHED_OUT_PARAM not in inspect.signature(fn).parameters:
         raise PatchError(
@@ -183,6 +205,7 @@ __all__ = [
     "NATIVE",
     "SKIP_ATTR",
     "install_proposer",
+    "make_native_sync_zero",
     "make_propose_backport",
     "make_truncating_wrapper",
     "requested_gamma",
