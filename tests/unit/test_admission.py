@@ -73,15 +73,44 @@ def test_speculating_holds_only_while_speculating_and_for_a_bounded_time() -> No
             for _ in range(5)]
     assert held == [True, True, True, False, True]
     with pytest.raises(ValueError, match="auto"):
-        RefillHold(4, "always", 16)
+        RefillHold(4, "sometimes", 16)
+
+
+def test_always_holds_at_any_gamma_like_the_predecessor() -> None:
+    # 0.14.3's hold never read gamma: a pinned zero (no speculation) holds too
+    rule = RefillHold(8, "always", 0)
+    assert all(rule.decide(occupied=120, free=3, waiting=50, speculating=False, gamma=0)
+               for _ in range(40))
+    assert not rule.decide(occupied=120, free=8, waiting=50, speculating=False, gamma=0)
+    assert not RefillHold(1, "always", 0).decide(occupied=120, free=3, waiting=50,
+                                                 speculating=False, gamma=0)
 
 
 def test_the_simulated_npu_host_holds_at_gamma_zero_and_gains() -> None:
     """On the calibrated Ascend scenario an admitting step costs ~5 decode steps: target-only
-    steps with auto holds beat the same steps under the predecessor's rule."""
+    steps with auto holds beat the same steps held only while speculating (never, here)."""
     sc = load_scenario("npu-b128-gsm8k-draft")
     assert sc.refill_hold == "auto"
     old = dataclasses.replace(sc, refill_hold="speculating")
     auto = simulate(sc, make_controller("fixed:0", sc), 1).goodput
     speculating = simulate(old, make_controller("fixed:0", old), 1).goodput
     assert auto > 1.2 * speculating
+
+
+def test_fair_baselines_name_what_holds_are_worth_on_both_readings() -> None:
+    """Target-only with the same holds is the fair baseline: on the shipped fit holds alone
+    carry target-only most of the way to vSpec online; on the alternative reading (target-only
+    admissions priced like the EAGLE host's) they do not, and fixed gamma 2 wins."""
+    from vllm_hust_vspec.sim.npu_data import load_measurements
+    from vllm_hust_vspec.sim.npu_fair import alternative_calibration, fair_rows
+    from vllm_hust_vspec.sim.npu_scenarios import load_record
+
+    data, cal = load_measurements(), load_record()
+    shipped = {r.label.split(" (")[0]: r.tok_s for r in fair_rows(cal, data, "draft", (1,))}
+    alt = {r.label.split(" (")[0]: r.tok_s
+           for r in fair_rows(alternative_calibration(cal, data), data, "draft", (1,))}
+    held = "target-only + 0.14.3's holds"
+    assert shipped[held] > 1.2 * shipped["target-only, no holds"]
+    assert shipped[held] > shipped["fixed gamma 2 + vSpec's holds"]
+    assert alt[held] < 0.9 * shipped[held]
+    assert alt["fixed gamma 2 + vSpec's holds"] > alt[held]

@@ -28,6 +28,8 @@ _MIN_MIXED = 4  # admitting steps (with a steady reference) before any verdict
 _CONFIDENCE = 2.0  # standard errors the fixed cost must clear
 # A hold never lasts longer than this many consecutive steps (no starvation): vSpec's bound.
 REFILL_MAX_HOLD_STEPS = 16
+# When the queue is held: "auto" (while grouping admissions pays), "speculating", "always".
+REFILL_HOLD_MODES: tuple[str, ...] = ("auto", "speculating", "always")
 
 
 class _Line:
@@ -147,20 +149,24 @@ class RefillHold:
       (:meth:`AdmissionCost.confident_fixed_cost`), at any gamma, and only as long as the
       throughput the free slots lose while held (free / slots x the steady step, summed over
       the hold) stays below what admitting them together saves (one fixed cost per slot held);
-    * ``speculating``: whenever speculation runs (the predecessor's rule: cohorts for
-      speculation).
+    * ``speculating``: whenever speculation runs (vllm-hust-vSpec 0.14.3 held at any gamma,
+      a pinned zero too: the same at gamma >= 1);
+    * ``always``: at any gamma, a pinned zero included (vllm-hust-vSpec 0.14.3's rule: its
+      hold never read gamma).
 
     Either way at most ``max_hold_steps`` steps in a row (0: no limit), which bounds the
     delay a hold adds to a waiting request's first token.
     """
 
-    __slots__ = ("batch", "cost", "max_hold_steps", "held_steps", "_loss")
+    __slots__ = ("always", "batch", "cost", "max_hold_steps", "held_steps", "_loss")
 
     def __init__(self, batch: int, mode: str,
                  max_hold_steps: int = REFILL_MAX_HOLD_STEPS) -> None:
-        if mode not in ("auto", "speculating"):
-            raise ValueError(f"refill hold mode must be 'auto' or 'speculating', not {mode!r}")
+        if mode not in REFILL_HOLD_MODES:
+            raise ValueError(f"refill hold mode must be one of {', '.join(REFILL_HOLD_MODES)},"
+                             f" not {mode!r}")
         self.batch = batch
+        self.always = mode == "always"
         self.cost = AdmissionCost() if mode == "auto" and batch > 1 else None
         self.max_hold_steps = max_hold_steps
         self.held_steps = 0
@@ -182,7 +188,7 @@ class RefillHold:
             return False  # a bound on the first-token delay a hold adds
         cost = self.cost
         if cost is None:
-            return speculating
+            return speculating or self.always
         fixed = cost.confident_fixed_cost()
         steady = cost.steady_time(occupied, gamma)
         if fixed is None or steady is None:
@@ -198,4 +204,4 @@ class RefillHold:
             self.cost.observe(batch, gamma, interval_s, prefill_tokens)
 
 
-__all__ = ["REFILL_MAX_HOLD_STEPS", "AdmissionCost", "RefillHold"]
+__all__ = ["REFILL_HOLD_MODES", "REFILL_MAX_HOLD_STEPS", "AdmissionCost", "RefillHold"]

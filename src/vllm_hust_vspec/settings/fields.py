@@ -256,8 +256,10 @@ class Settings:
     adaptive_refill_hold: str = _opt(
         "auto", "When refill holds the queue: 'auto' while the measured fixed cost of a step"
         " that admits requests says grouping admissions pays (more than the idle slots lose),"
-        " at any gamma including a pinned zero; 'speculating' whenever speculation runs"
-        " (vllm-hust-vSpec 0.14's rule).", group="adaptive", choices=("auto", "speculating"),
+        " at any gamma including a pinned zero; 'speculating' whenever speculation runs;"
+        " 'always' at any gamma, a pinned zero included (vllm-hust-vSpec 0.14.3's rule; the"
+        " same as 'speculating' while gamma >= 1).", group="adaptive",
+        choices=("auto", "speculating", "always"),
     )
     adaptive_trace: str | None = _opt(
         None, "Write one JSON line per controller decision to this file; given without a path"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..adaptive._files import read_utf8_text
-from ..adaptive.admission import REFILL_MAX_HOLD_STEPS
+from ..adaptive.admission import REFILL_HOLD_MODES, REFILL_MAX_HOLD_STEPS
 from ._strict import ScenarioError, StrictObject
 from .acceptance import AcceptanceSpec, parse_acceptance
 from .cost import AnyCost, parse_cost
@@ -30,7 +30,7 @@ KNOWN_TAGS = ("stationary", "non-stationary")
 #             skipped step never draft again (their draft KV has holes); unsettled zeros are
 #             sync zeros.
 GAMMA0_MODES = ("free", "sync", "sticky")
-REFILL_HOLDS = ("auto", "speculating")
+REFILL_HOLDS = REFILL_HOLD_MODES
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +55,8 @@ class Scenario:
     # (vSpec's host: REFILL_MAX_HOLD_STEPS; 0: no limit, the predecessor's runtime).
     # refill_hold: when holds apply, as the host's adaptive_refill_hold: "auto" once the
     # measured fixed cost of an admitting step pays for them (adaptive/admission.py), at any
-    # gamma; "speculating" whenever speculation runs (never while a sticky zero pins).
+    # gamma; "speculating" whenever speculation runs (never while a sticky zero pins);
+    # "always" at any gamma (vllm-hust-vSpec 0.14.3's rule).
     refill_batch: int = 1
     refill_max_hold_steps: int = REFILL_MAX_HOLD_STEPS
     refill_hold: str = "auto"
