@@ -240,3 +240,15 @@ def test_refill_hold_steps_aside_for_dla(monkeypatch: pytest.MonkeyPatch,
     assert len(said) == (1 if dla else 0)
     if dla:
         assert "vllm-hust-dla" in said[0]
+
+
+def test_betterscale_refusal_from_the_serve_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = ["vllm", "serve", "m", "--worker-cls", "betterscale.worker.Worker"]
+    assert nb.worker_cls_from_argv(argv) == "betterscale.worker.Worker"
+    assert nb.worker_cls_from_argv(["x", "--worker_cls=a.B"]) == "a.B"
+    assert nb.worker_cls_from_argv(["vllm", "serve", "m"]) is None
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(nb.PluginConflictError, match="vllm-betterscale.*--graph-mode piecewise"):
+        nb.check_at_startup(ascend=True, graph_per_gamma=True)
+    assert [f.rule for f in nb.check_at_startup(ascend=True, graph_per_gamma=False)
+            if f.plugin == "vllm-betterscale"] == [nb.COMPOSES]

@@ -314,10 +314,25 @@ def other_admission_policy(env: Mapping[str, str] | None = None) -> str | None:
     return None
 
 
+def worker_cls_from_argv(argv: list[str] | None = None) -> str | None:
+    """The ``--worker-cls`` a ``vllm serve`` command line names (the front end loads the
+    plugins with these arguments in ``sys.argv``), or None."""
+    args = sys.argv if argv is None else argv
+    for i, arg in enumerate(args):
+        for flag in ("--worker-cls", "--worker_cls"):
+            if arg == flag and i + 1 < len(args):
+                return args[i + 1]
+            if arg.startswith(flag + "="):
+                return arg.partition("=")[2]
+    return None
+
+
 def check_at_startup(*, ascend: bool = False, worker_cls: str | None = None,
                      graph_per_gamma: bool = False) -> list[Finding]:
     """Log the other plugins, their wrappers on vSpec's targets and the rule for each; raise
-    :class:`PluginConflictError` for a refused pair (before any model loads)."""
+    :class:`PluginConflictError` for a refused pair (before any model loads). Without
+    ``worker_cls`` the command line's ``--worker-cls`` is used."""
+    worker_cls = worker_cls or worker_cls_from_argv()
     plugins = installed_plugins()
     if plugins:
         logger.info("vSpec: other plugins installed: %s", "; ".join(
@@ -396,5 +411,5 @@ __all__ = [
     "ForeignWrapper", "Plugin", "PluginConflictError", "Sibling", "check_at_startup",
     "enabled", "findings", "foreign_wrappers", "installed_plugins", "load_plugins",
     "other_admission_policy",
-    "render_text", "sibling",
+    "render_text", "sibling", "worker_cls_from_argv",
 ]
