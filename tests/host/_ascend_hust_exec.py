@@ -125,6 +125,7 @@ def make_proposer(cls: Any, mod: Any, *, async_on: bool, line: str) -> tuple[Any
     p.attn_layer_names = ["draft.layers.0.attn"]
     p.model = CountingDraft(returns_tuple=True)
     p.dynamic_spec = None
+    p._last_draft_probs = None
     builder = SimpleNamespace(build=lambda *a, **k: SimpleNamespace(
         num_prefills=0, causal=True, seq_lens_cpu=torch.full((BATCH,), 10)))
     p.draft_attn_groups = [SimpleNamespace(get_metadata_builder=lambda: builder,
@@ -578,11 +579,85 @@ def run_graphs(tree: Path, upstream: Path) -> dict[str, Any]:
             for mode in ("FULL_DECODE_ONLY", "FULL") for who in ("host", "vspec")}
 
 
+def run_runner_k(tree: Path, upstream: Path) -> dict[str, Any]:
+    """The fork main line's own runner drives the drafter: ``propose_draft_token_ids`` passes
+    the scheduler output's ``num_spec_tokens_to_schedule`` (the field vSpec's hook writes) to
+    upstream's K-taking ``_propose``; then the runner's draft copy and ``take_draft_token_ids``
+    hand the scheduler what was drafted. Eager drafting, synchronous scheduling."""
+    mods = fi.load_fork({
+        "vllm_ascend.compilation.acl_graph": tree / "vllm_ascend/compilation/acl_graph.py",
+        "vllm_ascend.spec_decode.llm_base_proposer":
+            upstream / "vllm_ascend/spec_decode/llm_base_proposer.py",
+        "vllm_ascend.worker.model_runner_v1": tree / "vllm_ascend/worker/model_runner_v1.py",
+    }, HERE.parent)
+    import torch
+
+    rmod = mods["vllm_ascend.worker.model_runner_v1"]
+    pmod = mods["vllm_ascend.spec_decode.llm_base_proposer"]
+    fc: dict[str, Any] = {"fc": None}
+    fork_module_globals(pmod, fc)
+    # proposer classes of modules not in the saved tree: types nothing is an instance of
+    for name in ("AscendNgramProposer", "AscendNgramProposerNPU", "AscendSuffixDecodingProposer",
+                 "AscendMedusaProposer", "AscendExtractHiddenStatesProposer"):
+        setattr(rmod, name, type(name, (), {}))
+    p, rec = make_proposer(pmod.AscendSpecDecodeBaseProposer, pmod, async_on=False,
+                           line="upstream")
+    spec = SimpleNamespace(use_eagle=lambda: True, uses_draft_model=lambda: False,
+                           uses_extract_hidden_states=lambda: False, method="eagle",
+                           disable_padded_drafter_batch=False)
+    r = object.__new__(rmod.NPUModelRunner)
+    r.drafter = p
+    r.speculative_config = spec
+    r.vllm_config = SimpleNamespace(speculative_config=spec)
+    r.num_spec_tokens = MAX_K
+    r.use_async_scheduling = False
+    r.dcp_size = r.pcp_size = 1
+    r.requests = {}
+    r.num_discarded_requests = 0
+    r.discard_request_indices = SimpleNamespace(gpu=None)
+    r.valid_sampled_token_count_event = None
+    r.use_aux_hidden_state_outputs = False
+    r.get_model = lambda: object()
+    r.input_ids = SimpleNamespace(gpu=torch.arange(BUF, dtype=torch.int32) % VOCAB)
+    r._get_positions = lambda n: torch.full((n,), 9)
+    r.draft_token_ids_event = torch.npu.Event()
+    r.draft_token_ids_copy_stream = torch.npu.Stream()
+    r.draft_token_ids_cpu = torch.zeros(BUF, MAX_K, dtype=torch.int64)
+    r._draft_token_req_ids = None
+    req_ids = [f"r{i}" for i in range(BATCH)]
+    r.input_batch = SimpleNamespace(req_ids=req_ids, num_reqs=BATCH, lora_id_to_lora_request={},
+                                    sampling_metadata=SimpleNamespace(output_token_ids=[]))
+    p.prepare_next_token_ids_padded = lambda sampled, *a: (
+        sampled[:, 0].to(torch.int32), torch.ones(BATCH, dtype=torch.int32))
+    frames_out = []
+    for step, gamma in enumerate(FRAMES):
+        before = len(p.model.passes)
+        sched = SimpleNamespace(num_spec_tokens_to_schedule=gamma,
+                                num_scheduled_tokens=dict.fromkeys(req_ids, 1),
+                                has_structured_output_requests=False)
+        drafts = r.propose_draft_token_ids(
+            valid_sampled_token_ids=torch.full((BATCH, 1), 5 + step),
+            sampling_metadata=None, scheduler_output=sched, spec_decode_metadata=None,
+            spec_decode_common_attn_metadata=cad(), positions=torch.full((BATCH,), 9),
+            num_scheduled_tokens=BATCH, hidden_states=torch.zeros(BATCH, HIDDEN),
+            target_model_batch_desc=SimpleNamespace(uniform=False))
+        r._draft_token_ids = drafts
+        r._copy_draft_token_ids_to_cpu(sched)
+        taken = r.take_draft_token_ids()
+        frames_out.append({
+            "gamma": gamma, "passes": len(p.model.passes) - before,
+            "shape": list(drafts.shape), "prev_num_spec_tokens": r.prev_num_spec_tokens,
+            "scheduler_gets": [len(t) for t in taken.draft_token_ids] if taken else None,
+        })
+    return {"frames": frames_out}
+
+
 def main() -> None:
     mode, tree, upstream = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
     runs = {"pearl": lambda: run_pearl(tree), "upstream": lambda: run_upstream(tree, upstream),
             "rejection": lambda: run_rejection(tree),
-            "graphs": lambda: run_graphs(tree, upstream)}
+            "graphs": lambda: run_graphs(tree, upstream),
+            "runner_k": lambda: run_runner_k(tree, upstream)}
     try:
         found = runs[mode]()
     except BaseException:  # noqa: BLE001 - report the traceback to the test

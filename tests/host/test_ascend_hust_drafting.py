@@ -142,3 +142,16 @@ def test_vspec_graphs_every_verify_width_and_draft_gamma_on_the_native_k_shape(m
     assert all(graph_of[f["gamma"]] == f["graph"] for f in frames)
     assert len(set(graph_of.values())) == len(GAMMAS)
     assert found["draft_gammas"] == sorted(GAMMAS)
+
+
+def test_the_main_line_runner_drives_the_drafter_from_the_scheduler_output() -> None:
+    """The fork's own ``propose_draft_token_ids`` passes ``num_spec_tokens_to_schedule`` (the
+    field vSpec's hook writes) to a K-taking ``_propose``; its draft copy and
+    ``take_draft_token_ids`` hand the scheduler exactly gamma drafts per request."""
+    frames = run("runner_k")["frames"]
+    assert {f["gamma"] for f in frames} >= {0, 1, 2, 3, MAX_K}
+    for f in frames:
+        gamma = f["gamma"]
+        assert f["passes"] == gamma and f["shape"] == [3, gamma], f
+        assert f["prev_num_spec_tokens"] == gamma, f
+        assert f["scheduler_gets"] == [gamma] * 3, f
