@@ -144,3 +144,24 @@ def test_an_opaque_wrapper_hides_the_host(world) -> None:
     found, _foreign = host_function(cls.schedule, "schedule")
     assert found is None
     assert chain(cls.schedule, "schedule")[-1].via == ""
+
+
+def test_vspec_markers_from_the_factory_travel_with_the_layer(world) -> None:
+    cls, _plugin = world
+
+    def make(orig):  # type: ignore[no-untyped-def]
+        def schedule(self, n):  # type: ignore[no-untyped-def]
+            return orig(self, n)
+
+        schedule.__vspec_backport__ = True
+        schedule.unrelated = True
+        return schedule
+
+    p = Patcher("t")
+    p.wrap(cls, "schedule", make)
+    try:
+        assert getattr(cls.schedule, "__vspec_backport__", False)
+        assert not hasattr(cls.schedule, "unrelated")
+    finally:
+        p.undo()
+    assert not hasattr(cls.schedule, "__vspec_backport__")

@@ -456,6 +456,10 @@ def _layer_function(layer: _Layer, below: Any) -> Callable[..., Any]:
     # Name, docstring and signature of what it wraps; not its __dict__ (another plugin's
     # markers stay on that plugin's function).
     functools.update_wrapper(vspec_layer, below, updated=())
+    # vSpec's own markers set by the wrapper factory travel with the installed function
+    for key, value in getattr(layer.impl, "__dict__", {}).items():
+        if key.startswith(("__vspec", "_vspec")):
+            setattr(vspec_layer, key, value)
     vspec_layer.__vspec_original__ = below  # type: ignore[attr-defined]
     return vspec_layer
 
