@@ -145,6 +145,7 @@ def _run_vspec(spec: dict[str, Any]) -> list[int]:
     return _ucb_replay.run(spec, ctrl.decide, feed)
 
 
+@pytest.mark.build
 def test_decisions_match_the_predecessor(predecessor: Path, tmp_path: Path) -> None:
     specs = _specs()
     path = tmp_path / "specs.json"
