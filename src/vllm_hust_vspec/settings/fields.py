@@ -176,9 +176,9 @@ class Settings:
         True, "Pick gamma every step (off: fixed gamma, vSpec only observes).", group="adaptive"
     )
     adaptive_policy: str = _opt(
-        "online", "Controller: 'online' learns step costs and acceptance as it serves (one "
-        "cost posterior, Thompson sampling); 'profile' reads step costs from an offline "
-        "profile and learns acceptance online.",
+        "online", "Controller: 'online' learns as it serves (by default one cost posterior "
+        "and Thompson sampling; --adaptive-online-algorithm ucb1: 0.14.3's UCB1); 'profile' "
+        "reads step costs from an offline profile and learns acceptance online.",
         group="adaptive", choices=("online", "profile"),
     )
     adaptive_online_algorithm: str = _opt(
