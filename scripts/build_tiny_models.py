@@ -633,10 +633,63 @@ def _derive_draft_padded(out: Path, man: dict[str, Any]) -> dict[str, Any]:
             "notes": f"draft + {pad} zero rows in embed_tokens and lm_head (padded vocab)"}
 
 
+MOE_EXPERTS, MOE_TOP_K = 4, 2
+
+
+def _derive_target_moe(out: Path, man: dict[str, Any]) -> dict[str, Any]:
+    """``target`` as a Mixtral MoE: every one of its 4 experts is a copy of the target's MLP
+    and the router (top-2, renormalised) is random, so each token's expert mix equals the
+    dense MLP and the draft models keep their agreement, while the forward still routes
+    tokens and, under data parallel, runs vLLM's MoE dispatch and combine."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import MixtralConfig
+
+    src = json.loads((out / "target" / "config.json").read_text())
+    dense = load_file(str(out / "target" / "model.safetensors"))
+    gen = torch.Generator().manual_seed(int(man.get("seed", DEFAULT_SEED)) + 51)
+    tensors: dict[str, Any] = {}
+    for key, value in dense.items():
+        if ".mlp." not in key:
+            tensors[key] = value
+    for layer in range(int(src["num_hidden_layers"])):
+        pre = f"model.layers.{layer}"
+        moe = f"{pre}.block_sparse_moe"
+        tensors[f"{moe}.gate.weight"] = torch.randn(
+            MOE_EXPERTS, int(src["hidden_size"]), generator=gen) * 0.02
+        for e in range(MOE_EXPERTS):
+            # w1 = gate, w3 = up, w2 = down (Mixtral's names for the SwiGLU MLP)
+            for mine, theirs in (("w1", "gate_proj"), ("w3", "up_proj"), ("w2", "down_proj")):
+                tensors[f"{moe}.experts.{e}.{mine}.weight"] = dense[
+                    f"{pre}.mlp.{theirs}.weight"].clone()
+    rope = src.get("rope_parameters") or {"rope_type": "default", "rope_theta": 10000.0}
+    cfg = MixtralConfig(
+        vocab_size=src["vocab_size"], hidden_size=src["hidden_size"],
+        intermediate_size=src["intermediate_size"], num_hidden_layers=src["num_hidden_layers"],
+        num_attention_heads=src["num_attention_heads"],
+        num_key_value_heads=src["num_key_value_heads"], head_dim=src.get("head_dim"),
+        max_position_embeddings=src["max_position_embeddings"], rms_norm_eps=src["rms_norm_eps"],
+        rope_parameters=rope, num_local_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K,
+        tie_word_embeddings=False, bos_token_id=src.get("bos_token_id"),
+        eos_token_id=src.get("eos_token_id"), pad_token_id=src.get("pad_token_id"),
+        dtype="float32", architectures=["MixtralForCausalLM"],
+    )
+    d = out / "target-moe"
+    shutil.rmtree(d, ignore_errors=True)
+    save_raw(tensors, cfg, d)
+    copy_tokenizer(out / "tokenizer", d)
+    return {"path": "target-moe", "architecture": "MixtralForCausalLM",
+            "params": int(sum(t.numel() for t in tensors.values())), "trained": True,
+            "role": "target", "derived_from": "target",
+            "notes": f"target's MLP copied into {MOE_EXPERTS} experts, random top-{MOE_TOP_K} "
+                     "router: same function as target, routed like an MoE"}
+
+
 # name: (the stage it is derived from, how)
 DERIVED: dict[str, tuple[str, Callable[[Path, dict[str, Any]], dict[str, Any]]]] = {
     "eagle-qwen2": ("heads", _derive_eagle_qwen2),
     "draft-padded-vocab": ("lm", _derive_draft_padded),
+    "target-moe": ("lm", _derive_target_moe),
 }
 
 

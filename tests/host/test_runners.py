@@ -207,12 +207,23 @@ def test_sticky_under_async_without_vllms_k_channel_keeps_the_first_draft_pass(
     assert any("K channel" in w for w in result.warnings)
 
 
-def test_data_parallel_refuses_adaptive_gamma_on_every_runner() -> None:
-    for runner in runners.RUNNERS:
+def test_lockstep_data_parallel_agrees_on_v1_and_is_refused_elsewhere() -> None:
+    v1 = runners.plan(Settings(method="eagle"), runners.V1, config(dp=2))
+    assert v1.errors == ()
+    # nothing may run (or skip) a drafter pass the other ranks do not
+    assert v1.settings.adaptive_gamma0_mode == "sync"
+    assert not v1.settings.adaptive_zero_fast_path
+    assert not v1.settings.adaptive_startup_profile
+    assert any("lockstep data parallel" in w for w in v1.warnings)
+    for runner in (runners.V2, runners.ASCEND):
         result = runners.plan(Settings(method="eagle"), runner, config(dp=2))
-        assert any("data parallel size 2" in e for e in result.errors), runner
+        assert any("lockstep data parallel (size 2" in e for e in result.errors), runner
     fixed = Settings(method="eagle", adaptive_speculation=False)
-    assert not runners.plan(fixed, runners.V1, config(dp=2)).errors
+    for runner in runners.RUNNERS:
+        assert not any("data parallel" in e
+                       for e in runners.plan(fixed, runner, config(dp=2)).errors)
+    single = runners.plan(Settings(method="eagle"), runners.V1, config(dp=1))
+    assert single.settings.adaptive_gamma0_mode == "sticky"
 
 
 def test_padded_draft_vocabulary_is_refused_on_v2_only_without_its_logits() -> None:

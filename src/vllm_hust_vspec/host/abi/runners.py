@@ -188,6 +188,7 @@ def plan(settings: Settings, runner: str, vllm_config: Any = None) -> RunnerPlan
             errors.append(f"{feature.name}: {why}")
     if vllm_config is not None:
         settings = _async_scheduling(settings, vllm_config, warnings, errors)
+        settings = _lockstep_dp(settings, vllm_config, warnings)
         errors += _engine_errors(settings, runner, vllm_config)
         warnings += _engine_warnings(settings, runner, vllm_config)
     return RunnerPlan(runner, settings, tuple(warnings), tuple(errors))
@@ -232,6 +233,44 @@ def _async_scheduling(settings: Settings, vllm_config: Any, warnings: list[str],
     return settings
 
 
+def dp_size(vllm_config: Any) -> int:
+    """The data-parallel size this engine sees (1 for a dense model's independent ranks)."""
+    parallel = getattr(vllm_config, "parallel_config", None)
+    return int(getattr(parallel, "data_parallel_size", 1) or 1)
+
+
+def lockstep_dp(vllm_config: Any) -> bool:
+    """True when this engine's data-parallel ranks step in lockstep (MoE data parallel): vLLM
+    runs a dense model's ranks as independent engines of data parallel size 1."""
+    return dp_size(vllm_config) > 1
+
+
+# What a lockstep rank cannot do alone: every step's drafter collectives must pair with the
+# other ranks', so nothing may run a drafter pass (or skip one) that its peers do not.
+_LOCKSTEP_DOWNGRADES: tuple[tuple[str, Callable[[Settings], bool], dict[str, Any], str], ...] = (
+    ("sticky gamma 0", lambda s: s.adaptive_gamma0_mode == "sticky",
+     {"adaptive_gamma0_mode": "sync", "adaptive_zero_fast_path": False},
+     "gamma 0 keeps the drafter's first pass (sync mode), as the other ranks' dummy batches "
+     "run it"),
+    ("the start-up cost profile", lambda s: s.adaptive_startup_profile,
+     {"adaptive_startup_profile": False},
+     "its timed dummy batches stop on a per-rank time budget; the controller learns the costs"),
+)
+
+
+def _lockstep_dp(settings: Settings, vllm_config: Any, warnings: list[str]) -> Settings:
+    """Under lockstep data parallel the ranks agree on gamma each step; what would let one
+    rank's drafter run passes its peers do not is turned off (one warning each)."""
+    if not settings.adaptive_speculation or not lockstep_dp(vllm_config):
+        return settings
+    for name, asked, changes, note in _LOCKSTEP_DOWNGRADES:
+        if asked(settings):
+            settings = dataclasses.replace(settings, **changes)
+            warnings.append(f"{name} is not available under lockstep data parallel "
+                            f"(size {dp_size(vllm_config)}): {note}")
+    return settings
+
+
 def _engine_errors(settings: Settings, runner: str, vllm_config: Any) -> list[str]:
     out: list[str] = []
     if runner == V2:
@@ -243,17 +282,17 @@ def _engine_errors(settings: Settings, runner: str, vllm_config: Any) -> list[st
                 "lack the propose(num_speculative_tokens=...) vSpec patches); unset "
                 "VLLM_USE_V2_MODEL_RUNNER to serve on the V1 runner")
     parallel = getattr(vllm_config, "parallel_config", None)
-    dp = int(getattr(parallel, "data_parallel_size", 1) or 1)
-    if settings.adaptive_speculation and dp > 1:
+    if settings.adaptive_speculation and lockstep_dp(vllm_config) and runner != V1:
         # The engine sees data parallel > 1 only where its ranks step in lockstep (MoE data
-        # parallel: DPEngineCoreProc); vLLM runs dense ranks as independent engines with
-        # data parallel size 1, and there one controller per engine is right.
+        # parallel: DPEngineCoreProc); dense ranks run as independent engines.
         out.append(
-            f"adaptive gamma with data parallel size {dp} in lockstep (an MoE model's "
-            "data-parallel ranks run each step together): every rank runs its own "
-            "controller, and ranks that pick different gamma deadlock (vLLM disables its own "
-            "dynamic speculation under data parallel for the same reason); use "
-            "--no-adaptive-speculation or data parallel 1"
+            f"adaptive gamma under lockstep data parallel (size {dp_size(vllm_config)}, an MoE "
+            f"model) on {RUNNER_NAMES[runner]}: the ranks agree on one gamma per step "
+            "(host/engine/dp_agreement.py), but an idle rank's dummy batch drafts it only "
+            "through the V1 proposer's dummy_run, and this runner's dummy drafting was not "
+            "verified to pair with a busy rank's; use the V1 runner "
+            "(VLLM_USE_V2_MODEL_RUNNER=0 upstream), --no-adaptive-speculation or data "
+            "parallel 1"
         )
     spec = getattr(vllm_config, "speculative_config", None)
     out += _fixed_shape_errors(settings, runner, spec, parallel)
@@ -427,6 +466,8 @@ __all__ = [
     "RunnerFeatureError",
     "RunnerPlan",
     "check_worker",
+    "dp_size",
+    "lockstep_dp",
     "plan",
     "runner_of",
     "table_rows",

@@ -37,6 +37,7 @@ from vllm_hust_vspec.host.worker.k_channel import K_FIELD
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.adaptive.cost_prior import CostPrior
+    from vllm_hust_vspec.host.engine.dp_agreement import DPAgreement
     from vllm_hust_vspec.settings import Settings
 
 logger = logging.getLogger("vllm_hust_vspec.host")
@@ -128,6 +129,8 @@ class SchedulerHook:
         # (host/engine/cost_prior/calibration.py)
         self.calibration_pending = False
         self.startup_profile: CostPrior | None = None  # this engine's dummy batches, if timed
+        # lockstep data parallel: the ranks' one gamma per step (host/engine/dp_agreement.py)
+        self.agreement: DPAgreement | None = None
 
     def _fallback(self) -> None:
         if self._metrics is not None:
@@ -211,12 +214,16 @@ class SchedulerHook:
 
     # ---- decision ---------------------------------------------------------------------
     def decide(self, batch_size: int) -> int:
-        """The gamma for this step (called by the scheduler through :class:`GammaLookup`)."""
+        """The gamma for this step (called by the scheduler through :class:`GammaLookup`).
+        Under lockstep data parallel it is the group's agreed gamma, this rank's decision
+        being one vote."""
         if self.mode == "sticky" and self.sticky.pinned():
             gamma = 0  # the controller is not asked while a cohort is pinned
         else:
             self.settle()
             gamma = self.guard.decide(batch_size, self.token_budget)
+        if self.agreement is not None:
+            gamma = self.agreement.agree(gamma, batch_size)
         self._decided = gamma
         return gamma
 
@@ -458,6 +465,8 @@ class SchedulerHook:
             return
         self.settle()
         self.closed = True
+        if self.agreement is not None:
+            logger.info("vSpec: %s", self.agreement.summary())
         if self.cost_state is not None:
             self.cost_state.save()
         self.telemetry.close(self.guard)

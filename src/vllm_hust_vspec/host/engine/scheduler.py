@@ -22,6 +22,7 @@ How gamma reaches the drafter (vLLM 0.32 ``vllm/v1/core/sched/scheduler.py``):
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -32,7 +33,7 @@ from vllm_hust_vspec.host.abi.capabilities import (
     ENGINE_CORE_PROC,
     SCHEDULER,
 )
-from vllm_hust_vspec.host.engine import controller_factory, startup_faults
+from vllm_hust_vspec.host.engine import controller_factory, dp_agreement, startup_faults
 from vllm_hust_vspec.host.engine.cost_prior import calibration, dummy_batches
 from vllm_hust_vspec.host.engine.cost_prior.persisted import CostState, fingerprint_of
 from vllm_hust_vspec.host.engine.hook import (
@@ -158,6 +159,17 @@ def calibrate_engine(core: Any) -> None:
     with startup_faults.stage("adaptive trace"):
         trace = hook.open_trace(prior)
     hook.restart(controller, prior, trace)
+
+
+def attach_agreement(core: Any) -> None:
+    """Join a lockstep data-parallel engine's hook to its peers' (one gamma per step,
+    host/engine/dp_agreement.py). Every rank runs this before its loop's first step; building
+    the group waits for all of them."""
+    hook = hook_of(getattr(core, "scheduler", None))
+    if hook is None or not hook.adaptive or hook.agreement is not None:
+        return
+    with startup_faults.stage("DP gamma agreement"):
+        hook.agreement = dp_agreement.for_engine(core, hook.max_gamma)
 
 
 def hook_of(scheduler: Any) -> SchedulerHook | None:
@@ -303,9 +315,26 @@ def _make_busy_loop_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
         # inside EngineCore.__init__, so the __init__ wrapper never runs there: the engine
         # is calibrated here instead, before its loop reads the first request.
         calibrate_engine(self)
+        attach_agreement(self)
         return orig(self, *args, **kwargs)
 
     return run_busy_loop
+
+
+def _make_dummy_batch_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def execute_dummy_batch(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # An idle lockstep rank: it takes part in the step's agreement without a vote and its
+        # dummy batch drafts the agreed gamma, so its drafter's collectives pair with the
+        # busy ranks'.
+        hook = getattr(getattr(self, "scheduler", None), HOOK_ATTR, None)
+        agreement = hook.agreement if hook is not None else None
+        if agreement is None or not agreement.enabled:
+            return orig(self, *args, **kwargs)
+        gamma = agreement.agree(None, 0)
+        self.model_executor.collective_rpc(dp_agreement.dummy_batch_at, args=(gamma,))
+        return None
+
+    return execute_dummy_batch
 
 
 def _make_post_step_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -331,8 +360,13 @@ def _make_kv_init_wrapper(
         def _initialize_kv_caches(self: Any, vllm_config: Any, *args: Any, **kwargs: Any) -> Any:
             out = orig(self, vllm_config, *args, **kwargs)
             # The model is warm and the KV cache allocated; the scheduler is built next.
+            settings = get_settings()
+            if runners.lockstep_dp(vllm_config):
+                # lockstep ranks profile nothing alone (host/abi/runners.py _lockstep_dp)
+                settings = runners.plan(settings, runners.runner_of(vllm_config),
+                                        vllm_config).settings
             with startup_faults.stage("start-up cost profile"):
-                dummy_batches.profile_engine(self.model_executor, vllm_config, get_settings())
+                dummy_batches.profile_engine(self.model_executor, vllm_config, settings)
             return out
 
         return _initialize_kv_caches
@@ -356,6 +390,13 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
     patcher.wrap(resolve(*ENGINE_CORE), "shutdown", _make_engine_shutdown_wrapper)
     patcher.wrap(resolve(*ENGINE_CORE), "__init__", _make_engine_init_wrapper)
     patcher.wrap(resolve(*ENGINE_CORE_PROC), "run_busy_loop", _make_busy_loop_wrapper)
+    dp_core = getattr(importlib.import_module(dp_agreement.DP_ENGINE_CORE_PROC[0]),
+                      dp_agreement.DP_ENGINE_CORE_PROC[1], None)
+    if dp_core is not None and "run_busy_loop" in vars(dp_core):
+        # the lockstep data-parallel loop is its own (it never calls EngineCoreProc's); a
+        # host without it has no lockstep data parallel to agree in
+        patcher.wrap(dp_core, "run_busy_loop", _make_busy_loop_wrapper)
+    patcher.wrap(resolve(*ENGINE_CORE), "execute_dummy_batch", _make_dummy_batch_wrapper)
     patcher.wrap(resolve(*ENGINE_CORE), "post_step", _make_post_step_wrapper)
     patcher.wrap(resolve(*ENGINE_CORE), "_initialize_kv_caches",
                  _make_kv_init_wrapper(get_settings))
@@ -369,6 +410,7 @@ __all__ = [
     "SchedulerHook",
     "VSpecHostError",
     "attach",
+    "attach_agreement",
     "hook_of",
     "install",
 ]

@@ -11,8 +11,11 @@ vLLM sizes its graphs and picks its graph modes from
   changes at run time (``VllmConfig._maybe_override_dynamic_sd_cudagraph_mode``), and sizes
   its capture list per width tier;
 * data parallel > 1 (and, in 0.33, a V1 method that cannot draft a per-step K) turns the
-  schedule off; for a dense model, whose data-parallel ranks are independent engines, vSpec
-  keeps its declared schedule there (:func:`_make_dp_wrapper`).
+  schedule off, as ranks choosing different K would deadlock. vSpec keeps its declared
+  schedule there (:func:`_make_dp_wrapper`): a dense model's ranks are independent engines,
+  and an MoE model's lockstep ranks agree on one gamma per step (host/engine/dp_agreement.py)
+  on the V1 runner; on another runner vLLM's rule stays (and vSpec refuses adaptive gamma
+  there, host/abi/runners.py).
 
 A vSpec launch with adaptive gamma changes K every step, so it declares a schedule listing
 every K from 0 to the upper bound, and vLLM's own rules apply to it as to any dynamic
@@ -118,20 +121,32 @@ def _make_create_wrapper(
 def _make_dp_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
     def _maybe_disable_dynamic_sd_for_data_parallel(self: Any, *args: Any, **kwargs: Any) -> Any:
         # vLLM drops every dynamic schedule under data parallel > 1, as its ranks could pick
-        # different K in lockstep. A dense model's ranks are independent engines (data
-        # parallel 1 inside each; one vSpec controller per engine), so vSpec's declared
-        # schedule stays and graphs keep every verify width. MoE ranks step in lockstep:
-        # vLLM's rule applies (and vSpec refuses adaptive gamma there, host/abi/runners.py).
+        # different K in lockstep. A dense model's ranks are independent engines (one vSpec
+        # controller each); an MoE model's lockstep ranks agree on one gamma per step on the
+        # V1 runner. There the declared schedule stays and graphs keep every verify width.
         spec = self.speculative_config
         model = getattr(self, "model_config", None)
-        if spec is not None and is_declared(spec) and model is not None \
-                and not getattr(model, "is_moe", True):
+        if spec is None or not is_declared(spec) or model is None:
+            return orig(self, *args, **kwargs)
+        if not getattr(model, "is_moe", True):
             logger.info("vSpec: keeping the declared gamma schedule under data parallel "
                         "(a dense model's ranks run as independent engines)")
+            return None
+        if not _builds_v2(self):
+            logger.info("vSpec: keeping the declared gamma schedule under data parallel "
+                        "(the MoE ranks agree on one gamma per lockstep step)")
             return None
         return orig(self, *args, **kwargs)
 
     return _maybe_disable_dynamic_sd_for_data_parallel
+
+
+def _builds_v2(vllm_config: Any) -> bool:
+    """True when the engine builds Model Runner V2 (where vSpec does not agree under DP)."""
+    try:
+        return bool(vllm_config.use_v2_model_runner)
+    except AttributeError:
+        return False
 
 
 def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
