@@ -35,10 +35,11 @@ from typing import Any
 PKG = "vllm_hust_vspec"
 DIST = "vllm-hust-vspec"
 EXTENSION_ID = "org.vllm-hust.vspec"
-# The discovered manifest (alone in the bundle package) and the explicit 0.3-experimental one.
-MANIFEST_02 = f"{PKG}/manifests/vllm-hust-extension-v0.2.json"
-MANIFEST_03 = f"{PKG}/manifests/v0_3/vllm-hust-extension-v0.3.json"
-MANIFESTS = ((MANIFEST_02, "0.2-experimental"), (MANIFEST_03, "0.3-experimental"))
+# The discovered manifest (alone in the bundle package; schema 0.3-experimental, with the
+# resource claims) and its claim-less 0.2-experimental form.
+MANIFEST_BUNDLE = f"{PKG}/manifests/vllm-hust-extension-v0.2.json"
+MANIFEST_02 = f"{PKG}/manifests/v0_2/vllm-hust-extension-v0.2.json"
+MANIFESTS = ((MANIFEST_BUNDLE, "0.3-experimental"), (MANIFEST_02, "0.2-experimental"))
 SCHEMAS = (
     f"{PKG}/manifests/schemas/manifest-0.3-experimental.schema.json",
     f"{PKG}/manifests/schemas/manifest-0.2-experimental.schema.json",
@@ -49,7 +50,7 @@ LICENSE = "LICENSE"
 LICENSE_EXPRESSION = "Apache-2.0"
 WHEEL_REQUIRED = (
     f"{PKG}/__init__.py", f"{PKG}/_version.py", f"{PKG}/manifests/__init__.py",
-    f"{PKG}/manifests/v0_3/__init__.py", f"{PKG}/metadata.py", MANIFEST_02, MANIFEST_03,
+    f"{PKG}/manifests/v0_2/__init__.py", f"{PKG}/metadata.py", MANIFEST_BUNDLE, MANIFEST_02,
     *SCHEMAS,
 )
 ENTRY_POINTS = {
@@ -60,7 +61,7 @@ ENTRY_POINTS = {
 SDIST_FILES = (
     "PKG-INFO", "pyproject.toml", "README.md", "MANIFEST.in", "manage.sh", "install.sh",
     "uninstall.sh", "release.sh", MOD_METADATA, LICENSE, f"src/{PKG}/_version.py",
-    f"src/{MANIFEST_02}", f"src/{MANIFEST_03}", *(f"src/{s}" for s in SCHEMAS),
+    f"src/{MANIFEST_BUNDLE}", f"src/{MANIFEST_02}", *(f"src/{s}" for s in SCHEMAS),
 )
 SDIST_TREES = ("scripts", "configs", "profiles", "docs")
 # A hard dependency on any of these would make pip replace the operator's host stack.
@@ -221,7 +222,7 @@ def wheel_problems(path: Path, version: str, bundle: ModuleType | None) -> list[
         if out:
             return out
         direct = [n for n in names if re.fullmatch(rf"{PKG}/manifests/[^/]+\.json", n)]
-        if direct != [MANIFEST_02]:
+        if direct != [MANIFEST_BUNDLE]:
             out.append(f"the bundle package must hold exactly one manifest, "
                        f"found {sorted(direct)}")
         meta = Parser().parsestr(zf.read(f"{info}/METADATA").decode("utf-8"))

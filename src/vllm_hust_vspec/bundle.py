@@ -1,14 +1,16 @@
 """The Extension-Manager bundle: locate, load and validate vSpec's static manifests.
 
-Two manifests ship in the wheel, one per manager schema:
+Two manifests ship in the wheel:
 
-* ``0.2-experimental`` in ``vllm_hust_vspec/manifests/vllm-hust-extension-v0.2.json`` -- the
-  discovered one. The ``vllm_hust.extension_bundles`` entry point names that package, and
-  every Extension Manager requires exactly one manifest from its list of file names directly
-  in it; this name is on every list and this schema is accepted by every manager's parser.
-* ``0.3-experimental`` in ``vllm_hust_vspec/manifests/v0_3/`` -- the same content plus
-  ``requires_extensions`` and ``resource_claims``, for a manager pointed at it explicitly.
-  Plain ``0.3`` is not used: one manager line rejects it.
+* ``0.3-experimental`` in ``vllm_hust_vspec/manifests/vllm-hust-extension-v0.2.json`` -- the
+  discovered one, with vSpec's ``resource_claims``. The ``vllm_hust.extension_bundles`` entry
+  point names that package, and every Extension Manager requires exactly one manifest from its
+  list of file names directly in it. Managers that decide conflicts from claims parse
+  ``0.3-experimental`` and list this file name (none lists a ``-v0.3`` name *and* leaves out
+  this one), and they pick the parser by ``schema_version``, not by file name. Plain ``0.3``
+  is not used: one manager line rejects it.
+* ``0.2-experimental`` in ``vllm_hust_vspec/manifests/v0_2/`` -- the same content without
+  ``requires_extensions`` and ``resource_claims``; not discovered.
 
 Validation needs only the standard library; it is stronger when ``packaging`` (PEP 440
 ranges, host matching) and ``jsonschema`` (the JSON Schemas in ``manifests/schemas/``) are
@@ -82,17 +84,29 @@ _REQUIRED = _COMMON_FIELDS - {"components", "activation"}
 
 # The discovered manifest first: it is the default of `manifest show` and validated first.
 SPECS: dict[str, ManifestSpec] = {
-    "0.2-experimental": ManifestSpec(
-        "0.2-experimental", "vllm_hust_vspec.manifests", "vllm-hust-extension-v0.2.json",
-        "manifest-0.2-experimental.schema.json", _COMMON_FIELDS, _REQUIRED,
-    ),
     "0.3-experimental": ManifestSpec(
-        "0.3-experimental", "vllm_hust_vspec.manifests.v0_3", "vllm-hust-extension-v0.3.json",
+        "0.3-experimental", "vllm_hust_vspec.manifests", "vllm-hust-extension-v0.2.json",
         "manifest-0.3-experimental.schema.json",
         _COMMON_FIELDS | {"requires_extensions", "resource_claims"}, _REQUIRED,
     ),
+    "0.2-experimental": ManifestSpec(
+        "0.2-experimental", "vllm_hust_vspec.manifests.v0_2", "vllm-hust-extension-v0.2.json",
+        "manifest-0.2-experimental.schema.json", _COMMON_FIELDS, _REQUIRED,
+    ),
 }
-DEFAULT_SCHEMA = "0.2-experimental"
+DEFAULT_SCHEMA = "0.3-experimental"
+# vSpec's claims, all scoped to one vLLM process. Exclusive: what only vSpec may drive, the
+# per-step K (gamma) it sends to the workers and the drafting patches that follow it. Shared:
+# the scheduler methods it wraps compositionally (any load order, undo keeps other layers; see
+# host/abi/neighbours.py) and the Qwen2-EAGLE class it registers only when the host has none.
+CLAIMS: tuple[tuple[str, str], ...] = (
+    ("vllm.spec-decode.num-spec-tokens-per-step", "exclusive"),
+    ("vllm.spec-decode.patch-set", "exclusive"),
+    ("vllm.scheduler.schedule", "shared"),
+    ("vllm.scheduler.update-from-output", "shared"),
+    ("vllm.model-registry/qwen2-eagle", "shared"),
+)
+CLAIM_SCOPE = "vllm-process"
 
 
 class ManifestError(ValueError):
@@ -375,6 +389,13 @@ def _check_claims(doc: dict[str, Any], out: list[str]) -> None:
             deps.add(str(dep.get("extension_id")))
 
 
+def _check_claims_match(doc: dict[str, Any], out: list[str]) -> None:
+    # The claims mirror the runtime rules; a drift either way is a release problem.
+    want = [{"resource": r, "scope": CLAIM_SCOPE, "mode": m} for r, m in CLAIMS]
+    if doc.get("resource_claims") != want:
+        out.append(f"resource_claims: must be exactly vSpec's claims {want}")
+
+
 def rule_problems(doc: dict[str, Any], expected_version: str | None = None) -> list[str]:
     """vSpec's manifest rules (stdlib only): fields, id pattern, PEP 440, ranges, activation.
 
@@ -395,6 +416,8 @@ def rule_problems(doc: dict[str, Any], expected_version: str | None = None) -> l
     _check_components(doc, out)
     if "resource_claims" in spec.fields:
         _check_claims(doc, out)
+        if not out:
+            _check_claims_match(doc, out)
     return out
 
 

@@ -8,6 +8,9 @@ one manifest from a fixed list of names, no symlinks), the experimental ``parse_
 the distribution ``host.name``, ranged protocols must be advertised, an unverified trusted
 in-process extension is refused). No release of either manager is installable from the package
 index, so the rules are restated here, compactly, and evaluated with the real ``packaging``.
+
+The conflict rule (``core.py`` ``reject_conflicting_plans``) is restated too and applied to
+vSpec's discovered manifest beside the real kvcompress wheel's (``tests/_siblings.py``).
 """
 
 from __future__ import annotations
@@ -224,7 +227,7 @@ def bundle_dir() -> Path:
 
 
 DISCOVERED = bundle_dir()
-V03 = DISCOVERED / "v0_3" / "vllm-hust-extension-v0.3.json"
+V02 = DISCOVERED / "v0_2" / "vllm-hust-extension-v0.2.json"  # claim-less, not discovered
 
 
 @pytest.mark.parametrize("names", [HUST_NAMES, INTELLI_NAMES])
@@ -233,20 +236,47 @@ def test_bundle_directory_holds_one_discoverable_manifest(names: tuple[str, ...]
     assert discover(DISCOVERED, names).name == "vllm-hust-extension-v0.2.json"
 
 
-def test_discovered_manifest_parses_under_every_manager() -> None:
-    docs = [vllm_hust_manager(DISCOVERED), vllm_hust_manager(DISCOVERED, older=True),
-            intellistream_manager(DISCOVERED)]
-    assert {d["schema_version"] for d in docs} == {"0.2-experimental"}
-
-
-def test_v03_manifest_parses_under_both_newest_parsers() -> None:
-    assert vllm_hust_manager(V03)["schema_version"] == "0.3-experimental"
-    assert intellistream_manager(V03)["resource_claims"]
+def test_discovered_manifest_carries_exclusive_claims_for_claim_aware_managers() -> None:
+    for doc in (vllm_hust_manager(DISCOVERED), intellistream_manager(DISCOVERED)):
+        assert doc["schema_version"] == "0.3-experimental"
+        assert {c["mode"] for c in doc["resource_claims"]} == {"exclusive", "shared"}
+    # A parser without claims (vLLM-HUST before 0.3.0) refuses it; it would refuse a
+    # 0.2-experimental manifest that carried them as well (unknown field), and no file name
+    # reaches the claim-aware managers without also reaching it (test below).
     with pytest.raises(Rejected, match="unsupported schema_version"):
-        vllm_hust_manager(V03, older=True)  # why it is not the discovered one
+        vllm_hust_manager(DISCOVERED, older=True)
+    with_claims = {**json.loads(V02.read_text()),
+                   "resource_claims": intellistream_manager(DISCOVERED)["resource_claims"]}
+    for schemas in (HUST_OLDER_SCHEMAS, INTELLI_SCHEMAS):
+        with pytest.raises(Rejected):
+            parse(with_claims, schemas)
 
 
-@pytest.mark.parametrize("target", [DISCOVERED, V03])
+def test_no_one_directory_serves_the_claimless_parsers_and_shows_claims(tmp_path: Path) -> None:
+    """Every layout of the two forms: the pre-0.3.0 vLLM-HUST parser and a claim-aware
+    manager never both accept, with the claims seen, the manifest they discover."""
+    claims_doc, plain = json.loads((DISCOVERED / HUST_NAMES[0]).read_text()), V02.read_text()
+    wins = []
+    for name_a in INTELLI_NAMES:
+        for name_b in (None, *INTELLI_NAMES):
+            if name_b == name_a:
+                continue
+            d = tmp_path / f"{name_a}-{name_b}"
+            d.mkdir()
+            (d / name_a).write_text(json.dumps(claims_doc))
+            if name_b:
+                (d / name_b).write_text(plain)
+            try:
+                older = vllm_hust_manager(d, older=True)
+                seen = [m(d).get("resource_claims") for m in (vllm_hust_manager,
+                                                               intellistream_manager)]
+            except Rejected:
+                continue
+            wins.append((older, seen))
+    assert not [w for w in wins if all(w[1])]
+
+
+@pytest.mark.parametrize("target", [DISCOVERED, V02])
 @pytest.mark.parametrize("version", HOST_VERSIONS)
 def test_run_gate_compatible_on_every_host(target: Path, version: str) -> None:
     doc = intellistream_manager(target)
@@ -263,7 +293,7 @@ def test_run_gate_refuses_without_a_readable_host() -> None:
 
 
 def test_old_shapes_fail(tmp_path: Path) -> None:
-    doc = json.loads(V03.read_text())
+    doc = json.loads((DISCOVERED / "vllm-hust-extension-v0.2.json").read_text())
     plain = tmp_path / "plain-0.3.json"
     plain.write_text(json.dumps({**doc, "schema_version": "0.3"}))
     with pytest.raises(Rejected, match="unsupported schema_version"):
@@ -282,15 +312,16 @@ def test_old_shapes_fail(tmp_path: Path) -> None:
 def test_two_manifests_or_a_symlink_are_refused(tmp_path: Path) -> None:
     two = tmp_path / "two"
     shutil.copytree(DISCOVERED, two)
-    shutil.copy(V03, two / "vllm-hust-extension-v0.3.json")
+    shutil.copy(V02, two / "vllm-hust-extension-v0.3.json")
     with pytest.raises(Rejected, match="exactly one"):
         intellistream_manager(two)
-    shutil.copy(V03, two / "extension-bundle-v1.json")
+    shutil.copy(V02, two / "extension-bundle-v1.json")
     with pytest.raises(Rejected, match="exactly one"):
         vllm_hust_manager(two)
-    only_v03 = tmp_path / "only-v03"  # a 0.3 manifest alone: vLLM-HUST finds nothing
+    only_v03 = tmp_path / "only-v03"  # under a -v0.3 name alone: vLLM-HUST finds nothing
     only_v03.mkdir()
-    shutil.copy(V03, only_v03 / "vllm-hust-extension-v0.3.json")
+    shutil.copy(DISCOVERED / "vllm-hust-extension-v0.2.json",
+                only_v03 / "vllm-hust-extension-v0.3.json")
     with pytest.raises(Rejected, match="exactly one"):
         vllm_hust_manager(only_v03)
     link = tmp_path / "link"
@@ -355,13 +386,29 @@ def _handed_over_configuration(tmp_path: Path, core_version: str) -> dict[str, A
     return json.loads(lines[2])
 
 
+CLAIM_AWARE = [m for m, row in MANAGERS.items() if "0.3-experimental" in row[1]]
+# pre-0.3.0 vLLM-HUST builds: no resource_claims field in their model; the CHANGELOG calls
+# 0.3.0 "First formally published ECPA release", so these are unreleased development commits
+CLAIMLESS = [m for m in MANAGERS if m not in CLAIM_AWARE]
+
+
+@pytest.mark.parametrize("manager", CLAIMLESS)
+def test_claimless_managers_refuse_the_claiming_manifest(manager: str) -> None:
+    names, schemas, null_ok, _ = MANAGERS[manager]
+    with pytest.raises(Rejected, match="unsupported schema_version"):
+        parse(_load(DISCOVERED, names), schemas, null_protocol_range=null_ok)
+    # ... and parse the claim-less form, were it the discovered one
+    assert parse(json.loads(V02.read_text()), schemas, null_protocol_range=null_ok)
+
+
 @pytest.mark.parametrize("core_version", CORE_VERSIONS)
-@pytest.mark.parametrize("manager", list(MANAGERS))
-def test_every_manager_runs_vspec_on_the_core_without_hand_edits(
+@pytest.mark.parametrize("manager", CLAIM_AWARE)
+def test_every_claim_aware_manager_runs_vspec_on_the_core_without_hand_edits(
     manager: str, core_version: str, tmp_path: Path
 ) -> None:
     names, schemas, null_ok, skip_null = MANAGERS[manager]
     doc = parse(_load(DISCOVERED, names), schemas, null_protocol_range=null_ok)
+    assert doc["resource_claims"]
     assert discover(DISCOVERED, names).name == "vllm-hust-extension-v0.2.json"
     core = installed(**{"vllm-hust": core_version})  # no `vllm` distribution to read
     # as the manager finds it: nothing to read under host.name "vllm"
@@ -374,7 +421,7 @@ def test_every_manager_runs_vspec_on_the_core_without_hand_edits(
 
 def test_null_protocol_ranges_fail_under_some_manager() -> None:
     """Why vSpec lists no protocol: each form of a null-ranged entry is refused somewhere."""
-    doc = json.loads((DISCOVERED / "vllm-hust-extension-v0.2.json").read_text())
+    doc = json.loads(V02.read_text())
     assert doc["protocols"] == []
     listed = {**doc, "protocols": [{"name": "vllm.general_plugins", "version_range": None}]}
     with pytest.raises(Rejected, match="non-empty string"):
@@ -383,3 +430,116 @@ def test_null_protocol_ranges_fail_under_some_manager() -> None:
                                skip_null=False)  # @983ac89b and later vLLM-HUST
     assert status == "unknown" and refusal is not None
     assert run_gate(listed, installed(vllm="0.17.2.post1")) == ("compatible", None)  # intelli
+
+
+# --- the conflict rule: vSpec beside kvcompress ---------------------------------------------
+# core.py ``reject_conflicting_plans`` (intellistream @2694cb11, the same function in
+# vLLM-HUST @0061862): claims keyed by (scope, resource); a second claim on a key conflicts
+# when either is exclusive. Then every generated_config key of plans of one provider must be
+# equal. ``extension enable`` (intellistream cli.py @00c9b336 ``_validate_resource_ownership``)
+# checks the claims only; ``run`` and ``extension env`` check whole provider plans, whose
+# generated_config (providers/vllm.py @4ce977b ``plan``) holds the activation environment, the
+# stored configuration and the declared vLLM plugin names.
+
+
+def claim_conflict(docs: list[dict[str, Any]]) -> str | None:
+    """The refusal of ``extension enable`` for this enabled set, or None."""
+    seen: dict[tuple[str, str], tuple[str, str]] = {}
+    for doc in docs:
+        for c in doc.get("resource_claims", []):
+            key = (c["scope"], c["resource"])
+            if key in seen and "exclusive" in (seen[key][1], c["mode"]):
+                return (f"extensions {seen[key][0]!r} and {doc['extension_id']!r} conflict on "
+                        f"{key[0]}:{key[1]} ({seen[key][1]} versus {c['mode']})")
+            seen[key] = (doc["extension_id"], c["mode"])
+    return None
+
+
+def plan_conflict(docs: list[dict[str, Any]],
+                  configurations: dict[str, dict[str, Any]]) -> str | None:
+    """The refusal of ``run`` / ``extension env`` for this enabled set, or None."""
+    if (refusal := claim_conflict(docs)) is not None:
+        return refusal
+    seen: dict[tuple[str, str], tuple[str, Any]] = {}
+    for doc in docs:
+        act = doc.get("activation", {})
+        plugins = [e["name"] for e in act.get("entry_points", [])
+                   if e["group"] in ("vllm.general_plugins", "vllm.platform_plugins")]
+        generated = {"environment": act.get("environment", {}),
+                     "additional_config": act.get("additional_config", {}),
+                     "user_config": configurations.get(doc["extension_id"], {}),
+                     "vllm_json_options": {}, "vllm_plugins": plugins}
+        for k, v in generated.items():
+            key = (doc["host"]["provider"], k)
+            if key in seen and seen[key][1] != v:
+                return (f"extensions {seen[key][0]!r} and {doc['extension_id']!r} conflict on "
+                        f"{key[0]}.{k}")
+            seen[key] = (doc["extension_id"], v)
+    return None
+
+
+def kvcompress_bundle() -> Path:
+    """The bundle directory of the real kvcompress 0.10.0 wheel."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import _siblings
+
+    root = _siblings.path("vllm-ascend-kvcompress-hust")
+    return root / "vllm_ascend_kvcompress" / "manifests"
+
+
+def test_kvcompress_manifest_is_what_the_docs_say() -> None:
+    kvc = discover(kvcompress_bundle(), INTELLI_NAMES)
+    assert kvc.name == "vllm-hust-extension-v0.3.json"
+    doc = intellistream_manager(kvcompress_bundle())
+    assert doc["resource_claims"] == [{"resource": "vllm-ascend.kv-cache.mutation",
+                                       "scope": "vllm-process", "mode": "exclusive"}]
+    assert doc["activation"]["environment"] == {"VLLM_ASCEND_KVCOMPRESS_ENABLED": "1"}
+    text = (ROOT / "docs" / "extension-manager.md").read_text()
+    assert "`vllm-ascend.kv-cache.mutation`" in text
+
+
+@pytest.mark.parametrize("manager", list(MANAGERS))
+def test_each_manager_beside_kvcompress(manager: str) -> None:
+    """What docs/extension-manager.md says per manager, from its rules."""
+    names, schemas, null_ok, _ = MANAGERS[manager]
+
+    def load(target: Path) -> dict[str, Any] | str:
+        try:
+            return parse(_load(target, names), schemas, null_protocol_range=null_ok)
+        except Rejected as exc:
+            return str(exc)
+
+    vspec, kvc = load(DISCOVERED), load(kvcompress_bundle())
+    # kvcompress ships only a -v0.3 file name: vLLM-HUST discovery never finds it
+    if "intellistream" not in manager:
+        assert isinstance(kvc, str) and "exactly one" in kvc
+    if manager in CLAIMLESS:
+        assert isinstance(vspec, str) and "unsupported schema_version" in vspec
+        return
+    assert isinstance(vspec, dict) and vspec["resource_claims"]
+    if isinstance(kvc, str):
+        return
+    # both discovered: enabling the pair is approved (no claim in common) ...
+    assert claim_conflict([kvc, vspec]) is None and claim_conflict([vspec, kvc]) is None
+    # ... and run refuses any two vllm-provider bundles whose activation environments differ,
+    # claims or not
+    refusal = plan_conflict([kvc, vspec], {"org.vllm-hust.vspec": {"host_version": "0.23.0"}})
+    assert refusal is not None and refusal.endswith("conflict on vllm.environment")
+
+
+def test_claims_refuse_what_vspec_owns() -> None:
+    """The claims can refuse: a sibling claiming the per-step K, or the scheduler exclusively."""
+    vspec = intellistream_manager(DISCOVERED)
+    kvc = intellistream_manager(kvcompress_bundle())
+    for resource in ("vllm.spec-decode.num-spec-tokens-per-step", "vllm.scheduler.schedule"):
+        rival = {**kvc, "resource_claims": [
+            {"resource": resource, "scope": "vllm-process", "mode": "exclusive"}]}
+        refusal = claim_conflict([rival, vspec])
+        assert refusal is not None and resource in refusal
+    # a shared claim on a method vSpec wraps compositionally composes, as at runtime
+    sharer = {**kvc, "resource_claims": [
+        {"resource": "vllm.scheduler.schedule", "scope": "vllm-process", "mode": "shared"}]}
+    assert claim_conflict([sharer, vspec]) is None
+    # kvcompress's own claim on the KV cache is not one vSpec makes
+    kv_claims = {c["resource"] for c in kvc["resource_claims"]}
+    assert not kv_claims & {c["resource"] for c in vspec["resource_claims"]}

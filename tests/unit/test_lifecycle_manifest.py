@@ -77,8 +77,14 @@ def test_pattern_and_pep440_rules(schema: str) -> None:
 def test_03_claims_and_activation() -> None:
     d = doc("0.3-experimental")
     claims = {(c["resource"], c["scope"], c["mode"]) for c in d["resource_claims"]}
-    assert claims == {("vllm.spec-decode.patch-set", "vllm-process", "exclusive"),
-                      ("vllm.model-registry/qwen2-eagle", "vllm-process", "exclusive")}
+    assert claims == {
+        ("vllm.spec-decode.num-spec-tokens-per-step", "vllm-process", "exclusive"),
+        ("vllm.spec-decode.patch-set", "vllm-process", "exclusive"),
+        ("vllm.scheduler.schedule", "vllm-process", "shared"),
+        ("vllm.scheduler.update-from-output", "vllm-process", "shared"),
+        ("vllm.model-registry/qwen2-eagle", "vllm-process", "shared")}
+    # nothing on the KV cache: vSpec does not claim what kvcompress claims exclusively
+    assert not [c for c in claims if "kv-cache" in c[0]]
     assert d["requires_extensions"] == []
     for schema in SCHEMAS:
         s = doc(schema)
@@ -98,12 +104,13 @@ def test_discovery_package_holds_exactly_one_manifest_and_no_code() -> None:
     pkg = resources.files("vllm_hust_vspec.manifests")
     direct = sorted(p.name for p in pkg.iterdir() if p.name.endswith(".json"))
     assert direct == ["vllm-hust-extension-v0.2.json"]
-    assert doc("0.2-experimental") == json.loads(pkg.joinpath(direct[0]).read_text())
-    v03 = resources.files("vllm_hust_vspec.manifests.v0_3")
-    assert sorted(p.name for p in v03.iterdir() if p.name.endswith(".json")) == [
-        "vllm-hust-extension-v0.3.json"]
-    assert not pkg.joinpath("v0_2").is_dir()
-    for init in (pkg / "__init__.py", v03 / "__init__.py"):
+    # the discovered manifest is the 0.3-experimental one (claims included)
+    assert doc("0.3-experimental") == json.loads(pkg.joinpath(direct[0]).read_text())
+    v02 = resources.files("vllm_hust_vspec.manifests.v0_2")
+    assert sorted(p.name for p in v02.iterdir() if p.name.endswith(".json")) == [
+        "vllm-hust-extension-v0.2.json"]
+    assert not pkg.joinpath("v0_3").is_dir()
+    for init in (pkg / "__init__.py", v02 / "__init__.py"):
         tree = ast.parse(init.read_text(encoding="utf-8"))
         assert not [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
 
@@ -127,6 +134,8 @@ BAD = [
     (V03, ("activation", "environment"), {}, "HUST_VSPEC_ENABLED"),
     (V03, ("resource_claims",), [{"resource": "a", "scope": "vllm-process", "mode": "x"}],
      "mode"),
+    (V03, ("resource_claims", 0, "mode"), "shared", "vSpec's claims"),
+    (V03, ("resource_claims",), [], "vSpec's claims"),
     ("0.2-experimental", ("resource_claims",), [], "unknown field"),
     (V03, ("kind",), "scheduler_policy", "kind"),
     (V03, ("schema_version",), "0.3", "write '0.3-experimental'"),

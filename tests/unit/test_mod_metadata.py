@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 META = ROOT / metadata.FILENAME
 MANIFEST_PATHS = [
     ROOT / "src/vllm_hust_vspec/manifests/vllm-hust-extension-v0.2.json",
-    ROOT / "src/vllm_hust_vspec/manifests/v0_3/vllm-hust-extension-v0.3.json",
+    ROOT / "src/vllm_hust_vspec/manifests/v0_2/vllm-hust-extension-v0.2.json",
 ]
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 

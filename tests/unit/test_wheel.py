@@ -23,13 +23,17 @@ from vllm_hust_vspec.settings import list_presets
 from vllm_hust_vspec.metadata import load_schema
 manifests = [p.name for p in resources.files("vllm_hust_vspec.manifests").iterdir()
              if p.name.endswith(".json")]
-v03 = [p.name for p in resources.files("vllm_hust_vspec.manifests.v0_3").iterdir()
+v02 = [p.name for p in resources.files("vllm_hust_vspec.manifests.v0_2").iterdir()
        if p.name.endswith(".json")]
+bundle_doc = json.loads(resources.files("vllm_hust_vspec.manifests")
+                        .joinpath("vllm-hust-extension-v0.2.json").read_text())
 schemas = sorted(p.name for p in resources.files("vllm_hust_vspec.manifests")
                  .joinpath("schemas").iterdir())
 print(json.dumps({"eps": eps, "version": vllm_hust_vspec.__version__,
                   "file": vllm_hust_vspec.__file__, "presets": list_presets(),
-                  "manifests": manifests, "v03": v03, "schemas": schemas,
+                  "manifests": manifests, "v02": v02, "schemas": schemas,
+                  "bundle_schema": bundle_doc["schema_version"],
+                  "claims": bundle_doc["resource_claims"],
                   "license": metadata.metadata("vllm-hust-vspec")["License-Expression"],
                   "license_files": sorted(str(f) for f in metadata.files("vllm-hust-vspec")
                                           if "licenses" in str(f)),
@@ -67,7 +71,10 @@ def test_entry_points_from_installed_wheel(fresh_venv: Path) -> None:
     assert str(fresh_venv) in info["file"]  # the wheel, not the source tree
     assert "cpu-tiny" in info["presets"]
     assert info["manifests"] == ["vllm-hust-extension-v0.2.json"]  # the discovered one, alone
-    assert info["v03"] == ["vllm-hust-extension-v0.3.json"]
+    assert info["v02"] == ["vllm-hust-extension-v0.2.json"]
+    # the discovered manifest is the 0.3-experimental one and carries the exclusive claims
+    assert info["bundle_schema"] == "0.3-experimental"
+    assert {c["mode"] for c in info["claims"]} == {"exclusive", "shared"}
     assert info["schemas"] == ["manifest-0.2-experimental.schema.json",
                                "manifest-0.3-experimental.schema.json",
                                "mod-metadata.schema.json"]

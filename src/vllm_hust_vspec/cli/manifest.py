@@ -4,8 +4,8 @@ Examples::
 
     vllm-hust-vspec manifest validate                 # both shipped manifests + install + host
     vllm-hust-vspec manifest validate --file my.json  # a manifest file of either schema
-    vllm-hust-vspec manifest show                     # the discovered 0.2-experimental manifest
-    vllm-hust-vspec manifest show --schema 0.3-experimental --format path
+    vllm-hust-vspec manifest show                     # the discovered 0.3-experimental manifest
+    vllm-hust-vspec manifest show --schema 0.2-experimental   # the same without the claims
     vllm-hust-vspec manifest show --format env        # export lines of the activation env
 
 Exit status: 0 valid, 1 invalid, 2 usage or read error.
