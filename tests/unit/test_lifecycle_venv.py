@@ -101,7 +101,7 @@ def test_discovery_without_runtime_imports(installed: tuple[Path, Path, object])
                          check=True, cwd="/")
     info = json.loads(out.stdout)
     assert info["files"] == [info["wanted"]]  # exactly one manifest directly in the package
-    assert info["manifest"]["schema_version"] == "0.2-experimental"
+    assert info["manifest"]["schema_version"] == "0.3-experimental"
     assert info["manifest"]["extension_version"] == __version__
     assert info["same"]
     assert info["metadata_only"] == []  # the manager's discovery imports nothing of vSpec
