@@ -34,6 +34,8 @@ from __future__ import annotations
 import logging
 import os
 import time
+import zlib
+from collections import Counter
 from datetime import timedelta
 from typing import Any
 
@@ -73,6 +75,9 @@ class DPAgreement:
         self.busy_s = 0.0  # wall time of busy stretches between consecutive agreements
         self.busy_steps = 0
         self._last_done: float | None = None
+        # every step's gamma, in order: equal digests on all ranks = no step ran split
+        self.digest = 0
+        self.gammas: Counter[int] = Counter()
 
     def agree(self, vote: int | None, weight: int) -> int:
         """The gamma every rank runs this step, from this rank's ``vote`` (None: an idle rank
@@ -81,6 +86,7 @@ class DPAgreement:
         if not self.enabled:
             return self.fallback_gamma if vote is None else vote
         if self.failed is not None:
+            self.gammas[self.fallback_gamma] += 1
             return self.fallback_gamma
         t0 = time.perf_counter()
         gap = None if self._last_done is None else t0 - self._last_done
@@ -104,6 +110,8 @@ class DPAgreement:
             self.busy_s += done - t0 + gap  # from the previous agreement's end to this one's
             self.busy_steps += 1
         self._last_done = done
+        self.digest = zlib.crc32(bytes((min(gamma, 255),)), self.digest)
+        self.gammas[gamma] += 1
         return gamma
 
     def _all_reduce(self, share: list[int]) -> list[int]:
@@ -139,7 +147,8 @@ class DPAgreement:
         return (f"DP agreement rank {self.rank}/{self.size}: {self.seq} steps, "
                 f"{self.split_votes} with differing votes, {self.arbitrated} settled on the "
                 f"store, {per_step * 1e6:.0f} us/step inside the agreement, busy step "
-                f"{step * 1e3:.2f} ms, ratio {ratio:.4f}"
+                f"{step * 1e3:.2f} ms, ratio {ratio:.4f}, gamma counts "
+                f"{dict(sorted(self.gammas.items()))}, digest {self.digest:08x}"
                 + (f", fell back: {self.failed}" if self.failed else ""))
 
 
