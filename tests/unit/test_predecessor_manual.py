@@ -177,7 +177,7 @@ MANUAL_ITEMS: dict[str, tuple[str, str]] = {
                             "test_arc_easy_presets_are_the_predecessor_protocol"),
     "--capture-policy": (MIGRATION, "`--capture-policy` built request buckets"),
     "--adaptive-refill-batch": (MIGRATION, "the cohort refill held the queue whenever "
-                                "speculation ran"),
+                                "`--adaptive-refill-batch` > 1"),
     "--adaptive-refill-batch (sizes)": (SAME, U + "test_predecessor_semantics.py::"
                                         "test_refill_turns_off_by_switch_by_size_one_and_by_"
                                         "the_predecessors_variables"),
@@ -220,7 +220,7 @@ MANUAL_ITEMS: dict[str, tuple[str, str]] = {
     "--adaptive-online-window": (MIGRATION, "`--adaptive-online-window` (32)"),
     "--adaptive-online-exploration": (MIGRATION, "`--adaptive-online-exploration` (0.01)"),
     "--adaptive-online-warmup-samples": (MIGRATION, "`--adaptive-online-warmup-samples` (1)"),
-    "--adaptive-online-warmup-return": (MIGRATION, "`--adaptive-online-warmup-return incumbent`"),
+    "--adaptive-online-warmup-return": (MIGRATION, "`--adaptive-online-warmup-return`"),
     "--adaptive-entropy-stop": (SAME, U + "test_draft_side.py::"
                                 "test_draft_config_defaults_and_labels"),
     "--adaptive-entropy-topk": (SAME, U + "test_draft_side.py::"
