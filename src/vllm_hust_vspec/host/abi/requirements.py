@@ -259,6 +259,9 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                          _p(METHOD, WORKER_MOD, "Worker", "execute_dummy_batch"),
                          *(_p(SOURCE, BASE_PROPOSER_MOD, "SpecDecodeBaseProposer", name,
                               K_PARAM) for name in ("dummy_run", "propose")),
+                         # only MoE data parallel needs it (a WARN elsewhere, e.g. the
+                         # vLLM-HUST core 0.17.2, which has no SpecDecodeBaseProposer)
+                         required=False,
                          applies_if=_p(CLASS, ENGINE_CORE_MOD, "DPEngineCoreProc")),
                 Check(id="vllm.zero_fast_path", host=VLLM,
                       why="sticky gamma-0 steps run as plain target steps: the runner decides "
