@@ -78,6 +78,7 @@ class DPAgreement:
         # every step's gamma, in order: equal digests on all ranks = no step ran split
         self.digest = 0
         self.gammas: Counter[int] = Counter()
+        self._voted = False  # a rank decoded since the last step nobody did
 
     def agree(self, vote: int | None, weight: int) -> int:
         """The gamma every rank runs this step, from this rank's ``vote`` (None: an idle rank
@@ -90,6 +91,7 @@ class DPAgreement:
             return self.fallback_gamma
         t0 = time.perf_counter()
         gap = None if self._last_done is None else t0 - self._last_done
+        wave_end = False
         try:
             totals = self._all_reduce(dp_vote.encode(vote, weight))
         except Exception as exc:  # noqa: BLE001 - a timeout or a lost peer: gloo's own errors
@@ -97,6 +99,8 @@ class DPAgreement:
             gamma = self._settle(self.fallback_gamma)
         else:
             gamma = dp_vote.decode(totals, self.max_gamma, self.fallback_gamma)
+            wave_end = self._voted and totals[dp_vote.WEIGHT] == 0
+            self._voted = totals[dp_vote.WEIGHT] > 0
             if vote is not None and totals[dp_vote.WEIGHTED] != vote * totals[dp_vote.WEIGHT]:
                 self.split_votes += 1
             waited = time.perf_counter() - t0
@@ -112,6 +116,9 @@ class DPAgreement:
         self._last_done = done
         self.digest = zlib.crc32(bytes((min(gamma, 255),)), self.digest)
         self.gammas[gamma] += 1
+        if self.failed is None and wave_end:
+            # the first step no rank decodes after busy ones: every rank logs at the same step
+            logger.info("vSpec: %s", self.summary())
         return gamma
 
     def _all_reduce(self, share: list[int]) -> list[int]:
