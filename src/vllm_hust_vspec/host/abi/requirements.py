@@ -244,25 +244,25 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                          _p(FIELD, SPEC_CONFIG_MOD, "SpeculativeConfig",
                             "num_speculative_tokens_per_batch_size"),
                          required=False),
-                Check.of("vllm.dp_lockstep", VLLM,
-                         "under MoE data parallel the ranks agree on one gamma per lockstep "
-                         "step (host/engine/dp_agreement.py): DPEngineCoreProc's own loop is "
-                         "wrapped, its DP store (from stateless_init_dp_group) carries "
-                         "vSpec's gloo group, an idle rank's EngineCore.execute_dummy_batch "
-                         "runs the worker's dummy batch through collective_rpc with the "
-                         "proposer's num_speculative_tokens set to the agreed gamma, which "
-                         "its dummy_run drafts",
-                         _p(METHOD, ENGINE_CORE_MOD, "DPEngineCoreProc", "run_busy_loop"),
-                         _p(SOURCE, ENGINE_CORE_MOD, "DPEngineCoreProc", "_init_data_parallel",
-                            "dp_store"),
-                         _p(METHOD, ENGINE_CORE_MOD, "EngineCore", "execute_dummy_batch"),
-                         _p(METHOD, WORKER_MOD, "Worker", "execute_dummy_batch"),
-                         *(_p(SOURCE, BASE_PROPOSER_MOD, "SpecDecodeBaseProposer", name,
-                              K_PARAM) for name in ("dummy_run", "propose")),
-                         # only MoE data parallel needs it (a WARN elsewhere, e.g. the
-                         # vLLM-HUST core 0.17.2, which has no SpecDecodeBaseProposer)
-                         required=False,
-                         applies_if=_p(CLASS, ENGINE_CORE_MOD, "DPEngineCoreProc")),
+                Check(id="vllm.dp_lockstep", host=VLLM,
+                      why="under MoE data parallel the ranks agree on one gamma per lockstep "
+                          "step (host/engine/dp_agreement.py): DPEngineCoreProc's own loop is "
+                          "wrapped, its DP store (from stateless_init_dp_group) carries "
+                          "vSpec's gloo group, an idle rank's EngineCore.execute_dummy_batch "
+                          "runs the worker's dummy batch through collective_rpc with the "
+                          "proposer's num_speculative_tokens set to the agreed gamma, which "
+                          "its dummy_run drafts (without these, MoE data parallel with "
+                          "adaptive gamma stops at start-up naming the missing piece)",
+                      alternatives=tuple(
+                          (_p(METHOD, ENGINE_CORE_MOD, "DPEngineCoreProc", "run_busy_loop"),
+                           _p(SOURCE, ENGINE_CORE_MOD, "DPEngineCoreProc",
+                              "_init_data_parallel", "dp_store"),
+                           _p(METHOD, ENGINE_CORE_MOD, "EngineCore", "execute_dummy_batch"),
+                           _p(METHOD, WORKER_MOD, "Worker", "execute_dummy_batch"),
+                           _p(SOURCE, mod, "SpecDecodeBaseProposer", "dummy_run", K_PARAM))
+                          for mod in BASE_PROPOSER_MODS),
+                      required=False,
+                      applies_if=_p(CLASS, ENGINE_CORE_MOD, "DPEngineCoreProc")),
                 Check(id="vllm.zero_fast_path", host=VLLM,
                       why="sticky gamma-0 steps run as plain target steps: the runner decides "
                           "the speculative path from self.speculative_config in execute_model "
