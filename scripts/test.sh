@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Set up (cached) and run every check: ruff, mypy --strict on the pure layers, then pytest.
-#   ./scripts/test.sh                 everything (CI; under 20 minutes on 2 cores)
+#   ./scripts/test.sh                 everything (CI; about 51 minutes on 2 cores)
 #   ./scripts/test.sh --fast          the edit-test loop: no vLLM engine or server, no wheel or
-#                                     venv build, no host pair to build (under 3 minutes)
+#                                     venv build, no host pair to build (about 7 minutes)
 #   ./scripts/test.sh [--fast] ARGS   extra arguments go to pytest, e.g. tests/unit -k settings
 # pytest runs the test files on VSPEC_TEST_WORKERS (default 2) pytest-xdist workers.
 set -euo pipefail
