@@ -40,15 +40,21 @@ from _fork_proposer import (  # noqa: E402
 )
 
 
-def run_pearl(tree: Path) -> dict[str, Any]:
+def load_proposer(tree: Path, proposer_root: Path) -> Any:
+    """The proposer module from ``proposer_root`` (the fork's tree or upstream's), with the
+    fork's ACL graph module and the NPU configuration its eager path reads."""
     mods = fi.load_fork({
         "vllm_ascend.compilation.acl_graph": tree / "vllm_ascend/compilation/acl_graph.py",
         "vllm_ascend.spec_decode.llm_base_proposer":
-            tree / "vllm_ascend/spec_decode/llm_base_proposer.py",
+            proposer_root / "vllm_ascend/spec_decode/llm_base_proposer.py",
     }, HERE.parent)
     mod = mods["vllm_ascend.spec_decode.llm_base_proposer"]
-    fc: dict[str, Any] = {"fc": None}
-    fork_module_globals(mod, fc)
+    fork_module_globals(mod, {"fc": None})
+    return mod
+
+
+def run_pearl(tree: Path) -> dict[str, Any]:
+    mod = load_proposer(tree, tree)
     cls = mod.AscendSpecDecodeBaseProposer
     from vllm_hust_vspec.host.patching import Patcher
     from vllm_hust_vspec.host.worker.ascend.proposer import install_proposer
@@ -75,14 +81,7 @@ def run_pearl(tree: Path) -> dict[str, Any]:
 
 
 def run_upstream(tree: Path, upstream: Path) -> dict[str, Any]:
-    mods = fi.load_fork({
-        "vllm_ascend.compilation.acl_graph": tree / "vllm_ascend/compilation/acl_graph.py",
-        "vllm_ascend.spec_decode.llm_base_proposer":
-            upstream / "vllm_ascend/spec_decode/llm_base_proposer.py",
-    }, HERE.parent)
-    mod = mods["vllm_ascend.spec_decode.llm_base_proposer"]
-    fc: dict[str, Any] = {"fc": None}
-    fork_module_globals(mod, fc)
+    mod = load_proposer(tree, upstream)
     cls = mod.AscendSpecDecodeBaseProposer
     from vllm_hust_vspec.host.patching import Patcher
     from vllm_hust_vspec.host.worker.ascend.proposer import install_proposer
