@@ -26,16 +26,7 @@ from types import SimpleNamespace
 from typing import Any
 from unittest.mock import MagicMock
 
-
-class AnyModule(types.ModuleType):
-    """A stub module: any attribute is a MagicMock (created once, then cached)."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        value = MagicMock(name=f"{self.__name__}.{name}")
-        setattr(self, name, value)
-        return value
+from _fork_import import AnyModule  # this script's folder is on sys.path
 
 
 def stub(name: str, path: str | None = None) -> types.ModuleType:
