@@ -93,16 +93,21 @@ def target_dispatch(r: Any, width: int, batch: int) -> Any:
     return mode, desc
 
 
-def run_graphs(tree: Path, upstream: Path) -> dict[str, Any]:
-    """FULL_DECODE_ONLY on the native-K shape: the fork runner's target dispatch per verify
-    width, and the drafter (upstream's K-taking _propose) replaying the fork's ACLGraphWrapper,
-    without vSpec and with vSpec's per-width / per-gamma graphs."""
-    mods = fi.load_fork({
+def load_runner_modules(tree: Path, upstream: Path) -> dict[str, Any]:
+    """The fork's ACL graph and runner modules with upstream's K-taking proposer."""
+    return fi.load_fork({
         "vllm_ascend.compilation.acl_graph": tree / "vllm_ascend/compilation/acl_graph.py",
         "vllm_ascend.spec_decode.llm_base_proposer":
             upstream / "vllm_ascend/spec_decode/llm_base_proposer.py",
         "vllm_ascend.worker.model_runner_v1": tree / "vllm_ascend/worker/model_runner_v1.py",
     }, HERE.parent)
+
+
+def run_graphs(tree: Path, upstream: Path) -> dict[str, Any]:
+    """FULL_DECODE_ONLY on the native-K shape: the fork runner's target dispatch per verify
+    width, and the drafter (upstream's K-taking _propose) replaying the fork's ACLGraphWrapper,
+    without vSpec and with vSpec's per-width / per-gamma graphs."""
+    mods = load_runner_modules(tree, upstream)
     import torch
     from vllm.compilation.monitor import set_cudagraph_capturing_enabled
     from vllm.config import CUDAGraphMode
@@ -251,12 +256,7 @@ def run_runner_k(tree: Path, upstream: Path) -> dict[str, Any]:
     the scheduler output's ``num_spec_tokens_to_schedule`` (the field vSpec's hook writes) to
     upstream's K-taking ``_propose``; then the runner's draft copy and ``take_draft_token_ids``
     hand the scheduler what was drafted. Eager drafting, synchronous scheduling."""
-    mods = fi.load_fork({
-        "vllm_ascend.compilation.acl_graph": tree / "vllm_ascend/compilation/acl_graph.py",
-        "vllm_ascend.spec_decode.llm_base_proposer":
-            upstream / "vllm_ascend/spec_decode/llm_base_proposer.py",
-        "vllm_ascend.worker.model_runner_v1": tree / "vllm_ascend/worker/model_runner_v1.py",
-    }, HERE.parent)
+    mods = load_runner_modules(tree, upstream)
     import torch
 
     rmod = mods["vllm_ascend.worker.model_runner_v1"]
