@@ -412,12 +412,7 @@ class Patcher:
                 del _ACTIVE[key]
                 on_top = _raw(record.owner, record.name)
                 if on_top is record.replacement:
-                    if record.inherited:
-                        if record.name in vars(record.owner):
-                            delattr(record.owner, record.name)
-                    else:
-                        setattr(record.owner, record.name, record.original)
-                    _forget(record)
+                    _restore(record)
                 elif record.layer is not None:
                     record.layer.disarm()
                     _RETIRED[key] = record
@@ -439,14 +434,19 @@ def settle_retired() -> int:
     with _LOCK:
         for record in list(_RETIRED.values()):
             if _raw(record.owner, record.name) is record.replacement:
-                if record.inherited:
-                    if record.name in vars(record.owner):
-                        delattr(record.owner, record.name)
-                else:
-                    setattr(record.owner, record.name, record.original)
-                _forget(record)
+                _restore(record)
                 removed += 1
     return removed
+
+
+def _restore(record: PatchRecord) -> None:
+    """Put back what ``record`` replaced (vSpec's layer is on top) and forget it."""
+    if record.inherited:
+        if record.name in vars(record.owner):
+            delattr(record.owner, record.name)
+    else:
+        setattr(record.owner, record.name, record.original)
+    _forget(record)
 
 
 def _layer_function(layer: _Layer, below: Any) -> Callable[..., Any]:
