@@ -35,16 +35,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from vllm_hust_vspec.sim import load_scenario
-from vllm_hust_vspec.sim.npu_calibration import (
+from vllm_hust_vspec.sim.calibration.explain import ablations, sensitivity, tail_share
+from vllm_hust_vspec.sim.calibration.fit import (
     Calibration,
     Prediction,
     calibrate,
     leave_one_out,
 )
-from vllm_hust_vspec.sim.npu_data import Measurements, load_measurements
-from vllm_hust_vspec.sim.npu_explain import ablations, sensitivity, tail_share
-from vllm_hust_vspec.sim.npu_scenarios import load_record, scenario_name
-from vllm_hust_vspec.sim.npu_sim import config_scenario, simulate_config
+from vllm_hust_vspec.sim.calibration.measurements import Measurements, load_measurements
+from vllm_hust_vspec.sim.calibration.scenarios import load_record, scenario_name
+from vllm_hust_vspec.sim.calibration.simulate import config_scenario, simulate_config
 from vllm_hust_vspec.sim.policies import BASELINES
 from vllm_hust_vspec.sim.runner import evaluate
 

@@ -101,9 +101,9 @@ def test_fair_baselines_name_what_holds_are_worth_on_both_readings() -> None:
     """Target-only with the same holds is the fair baseline: on the shipped fit holds alone
     carry target-only most of the way to vSpec online; on the alternative reading (target-only
     admissions priced like the EAGLE host's) they do not, and fixed gamma 2 wins."""
-    from vllm_hust_vspec.sim.npu_data import load_measurements
-    from vllm_hust_vspec.sim.npu_fair import alternative_calibration, fair_rows
-    from vllm_hust_vspec.sim.npu_scenarios import load_record
+    from vllm_hust_vspec.sim.calibration.fair import alternative_calibration, fair_rows
+    from vllm_hust_vspec.sim.calibration.measurements import load_measurements
+    from vllm_hust_vspec.sim.calibration.scenarios import load_record
 
     data, cal = load_measurements(), load_record()
     shipped = {r.label.split(" (")[0]: r.tok_s for r in fair_rows(cal, data, "draft", (1,))}

@@ -23,7 +23,7 @@ from vllm_hust_vspec.sim import (
     make_controller,
     simulate,
 )
-from vllm_hust_vspec.sim.baselines_vllm import (
+from vllm_hust_vspec.sim.baselines.vllm_upstream import (
     DFLASH_PROFILE_CONTEXT,
     dflash_k_candidates,
     dflash_startup_cost,
@@ -125,7 +125,7 @@ def test_oracle_outside_simulator_errors() -> None:
         Oracle(0, 3).decide(1, 10)
 
 
-# -- baselines from current upstream (sim/baselines_vllm.py, baselines_per_batch.py) --
+# -- baselines from current upstream (sim/baselines/vllm_upstream.py, per_batch.py) --
 
 
 class Recorder:

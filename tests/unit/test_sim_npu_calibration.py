@@ -12,20 +12,20 @@ from _sim_helpers import scenario_dict
 
 from vllm_hust_vspec.cli.sim import main as sim_main
 from vllm_hust_vspec.sim import HostCost, make_controller, parse_scenario, simulate
-from vllm_hust_vspec.sim.baselines_pred_ucb import PredecessorUcb
-from vllm_hust_vspec.sim.npu_calibration import (
+from vllm_hust_vspec.sim.baselines.pred_ucb import PredecessorUcb
+from vllm_hust_vspec.sim.calibration.fit import (
     acceptance_inputs,
     fit_costs,
     predict,
 )
-from vllm_hust_vspec.sim.npu_data import Measurements, load_measurements
-from vllm_hust_vspec.sim.npu_scenarios import (
+from vllm_hust_vspec.sim.calibration.measurements import Measurements, load_measurements
+from vllm_hust_vspec.sim.calibration.scenarios import (
     load_npu_scenario,
     load_record,
     scenario_name,
     shipped_record,
 )
-from vllm_hust_vspec.sim.npu_trace import fit_trace
+from vllm_hust_vspec.sim.calibration.trace import fit_trace
 from vllm_hust_vspec.sim.replay import load_trace, write_trace
 from vllm_hust_vspec.sim.scenario import list_calibrated_scenarios, list_scenarios, load_scenario
 

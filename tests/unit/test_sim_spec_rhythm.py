@@ -1,4 +1,4 @@
-"""SpecRhythm's per-request TPOT-SLO budgets (sim/baselines_spec_rhythm.py) against its rules,
+"""SpecRhythm's per-request TPOT-SLO budgets (sim/baselines/spec_rhythm.py) against its rules,
 the TPOT-SLO workload and the SLO attainment metric."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from _sim_helpers import make
 from vllm_hust_vspec.adaptive.feedback import VerifyQuery
 from vllm_hust_vspec.cli.sim import main as sim_main
 from vllm_hust_vspec.sim import ScenarioError
-from vllm_hust_vspec.sim.baselines_spec_rhythm import (
+from vllm_hust_vspec.sim.baselines.spec_rhythm import (
     RhythmState,
     SpecRhythmBaseline,
     SpecRhythmRules,

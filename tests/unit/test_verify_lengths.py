@@ -17,7 +17,7 @@ from vllm_hust_vspec.adaptive.verify_lengths import (
     PerRequestController,
     PerRequestLengths,
 )
-from vllm_hust_vspec.sim.baselines import FixedGamma
+from vllm_hust_vspec.sim.baselines.reference import FixedGamma
 from vllm_hust_vspec.sim.engine import simulate
 from vllm_hust_vspec.sim.per_request import PerRequestOracle, VllmAdaptiveVerification
 from vllm_hust_vspec.sim.scenario import load_scenario

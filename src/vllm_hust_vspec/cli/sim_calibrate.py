@@ -27,10 +27,10 @@ import sys
 from pathlib import Path
 
 from ..sim._strict import ScenarioError
-from ..sim.npu_calibration import FitOptions, calibrate
-from ..sim.npu_data import load_measurements
-from ..sim.npu_scenarios import write_calibration
-from ..sim.npu_trace import scenario_from_npu_trace
+from ..sim.calibration.fit import FitOptions, calibrate
+from ..sim.calibration.measurements import load_measurements
+from ..sim.calibration.scenarios import write_calibration
+from ..sim.calibration.trace import scenario_from_npu_trace
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,9 +7,9 @@ See docs/simulator.md.
 
 from ._strict import ScenarioError
 from .acceptance import ACCEPTANCE_PRESETS, AcceptanceSpec, unconditional_to_conditional
-from .baselines import FixedGamma, HfHeuristic, SglangAdaptive, Ucb1, VllmBatchSchedule
-from .baselines_per_batch import NightjarBandit, SglangPerBatchEma
-from .baselines_vllm import AcceptanceAdaptiveK, DflashAdaptiveK
+from .baselines.per_batch import NightjarBandit, SglangPerBatchEma
+from .baselines.reference import FixedGamma, HfHeuristic, SglangAdaptive, Ucb1, VllmBatchSchedule
+from .baselines.vllm_upstream import AcceptanceAdaptiveK, DflashAdaptiveK
 from .cost import COST_PRESETS, LinearCost, TableCost
 from .engine import RunResult, Simulation, simulate
 from .host_cost import HostCost

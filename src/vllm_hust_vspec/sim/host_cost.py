@@ -1,6 +1,6 @@
 """A host step-cost model: linear in its coefficients, with graph capture sizes and admission.
 
-Calibrated from measured runs (``sim/npu_calibration.py``): every coefficient multiplies one
+Calibrated from measured runs (``sim/calibration/fit.py``): every coefficient multiplies one
 *feature* of the step, so a fit over recorded steps is a linear least-squares problem
 (:meth:`HostCost.features` gives the features, :meth:`HostCost.step_time` their weighted sum).
 

@@ -5,22 +5,22 @@ package: ``online-ucb1`` is the online policy with ``--adaptive-online-algorithm
 default knobs; ``online@N`` is ``online`` with Thompson sampler seed ``N``, the host's being
 0), ``oracle``,
 and the published baselines ``vllm-batch-schedule``, ``sglang-adaptive``, ``hf-heuristic``,
-``ucb1`` (:mod:`.baselines`) and, from current upstream, ``vllm-acceptance-adaptive-k``,
+``ucb1`` (:mod:`.baselines.reference`) and, from current upstream, ``vllm-acceptance-adaptive-k``,
 ``vllm-dflash-adaptive-k``, ``sglang-per-batch-ema``, ``nightjar-bandit``
-(:mod:`.baselines_vllm`, :mod:`.baselines_per_batch`). The predecessor's online controller
-(``pred-ucb``; ``pred-ucb-eagle`` with its EAGLE run's knobs, :mod:`.baselines_pred_ucb`) runs
+(:mod:`.baselines.vllm_upstream`, :mod:`.baselines.per_batch`). The predecessor's online controller
+(``pred-ucb``; ``pred-ucb-eagle`` with its EAGLE run's knobs, :mod:`.baselines.pred_ucb`) runs
 by name only, as do SpecRhythm's per-request TPOT-SLO budgets (``spec-rhythm``,
-``spec-rhythm-roofline``; :mod:`.baselines_spec_rhythm`).
+``spec-rhythm-roofline``; :mod:`.baselines.spec_rhythm`).
 """
 
 from __future__ import annotations
 
 from ..adaptive.feedback import Controller
-from .baselines import FixedGamma, HfHeuristic, SglangAdaptive, Ucb1, VllmBatchSchedule
-from .baselines_per_batch import NightjarBandit, SglangPerBatchEma
-from .baselines_pred_ucb import PredecessorUcb, PredUcbKnobs
-from .baselines_spec_rhythm import make_spec_rhythm
-from .baselines_vllm import AcceptanceAdaptiveK, DflashAdaptiveK, dflash_startup_cost
+from .baselines.per_batch import NightjarBandit, SglangPerBatchEma
+from .baselines.pred_ucb import PredecessorUcb, PredUcbKnobs
+from .baselines.reference import FixedGamma, HfHeuristic, SglangAdaptive, Ucb1, VllmBatchSchedule
+from .baselines.spec_rhythm import make_spec_rhythm
+from .baselines.vllm_upstream import AcceptanceAdaptiveK, DflashAdaptiveK, dflash_startup_cost
 from .oracle import Oracle
 from .per_request import PerRequestOracle, VllmAdaptiveVerification
 from .scenario import Scenario
@@ -33,9 +33,9 @@ REFERENCE = ("oracle",)
 # Per-request verify lengths (sim/per_request.py, adaptive/verify_lengths.py): run by name,
 # not part of the default suite (the per-request oracle is slow at large batches).
 PER_REQUEST = ("online-per-request", "per-request-oracle", "vllm-adaptive-verification")
-# The predecessor's controller (sim/baselines_pred_ucb.py): by name, for the calibrated NPU runs.
+# The predecessor's controller (sim/baselines/pred_ucb.py): by name, for the calibrated NPU runs.
 PREDECESSOR = ("pred-ucb", "pred-ucb-eagle")
-# SpecRhythm's per-request SLO budgets (sim/baselines_spec_rhythm.py): by name, for TPOT-SLO
+# SpecRhythm's per-request SLO budgets (sim/baselines/spec_rhythm.py): by name, for TPOT-SLO
 # workloads (without SLO classes every request gets the roofline cap).
 SPEC_RHYTHM = ("spec-rhythm", "spec-rhythm-roofline")
 # Its EAGLE run's knobs (latest_stack_eagle_online_g1to2: hysteresis 0.2, warmup return to the

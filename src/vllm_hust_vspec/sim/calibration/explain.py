@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .engine import simulate
-from .host_cost import HOST_COST_TERMS, HostCost
-from .npu_calibration import Calibration, FitOptions, fit_costs
-from .npu_data import MeasuredConfig, Measurements
-from .npu_sim import AcceptParams, config_controller, config_scenario, simulate_config
+from ..engine import simulate
+from ..host_cost import HOST_COST_TERMS, HostCost
+from .fit import Calibration, FitOptions, fit_costs
+from .measurements import MeasuredConfig, Measurements
+from .simulate import AcceptParams, config_controller, config_scenario, simulate_config
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,11 +4,11 @@ The predecessor committed no per-step traces, so ``calibrate-npu`` fits its scen
 end-to-end times and windowed rewards through the simulator. A vSpec trace (format:
 ``adaptive/trace_record.py``, docs/simulator.md) has every completed step's interval, batch,
 verified and decided gamma, drafted and accepted tokens and admitted requests, so the same
-:class:`~.host_cost.HostCost` is fitted directly: one non-negative least-squares row per step
-(its features against its measured interval, relative residuals), acceptance by the replay's
-prefix-acceptance fit. The result is a scenario of the same shape as the shipped ones (the
-exact GSM8K workload unless other lengths are given), so the first NPU run of vSpec replaces
-the predecessor-based calibration with one command::
+:class:`~vllm_hust_vspec.sim.host_cost.HostCost` is fitted directly: one non-negative least-squares
+row per step (its features against its measured interval, relative residuals), acceptance by the
+replay's prefix-acceptance fit. The result is a scenario of the same shape as the shipped ones (the
+exact GSM8K workload unless other lengths are given), so the first NPU run of vSpec replaces the
+predecessor-based calibration with one command::
 
     vllm-hust-vspec-sim calibrate-npu --trace vspec_trace.jsonl --method draft \\
         --write-scenario npu-draft-vspec.json
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..adaptive.nnls import nnls
-from .host_cost import HOST_COST_TERMS, HostCost
-from .replay import RunSelector, TraceRecord, fit_acceptance, pick_run, read_trace_runs
-from .scenario import parse_scenario
+from ...adaptive.nnls import nnls
+from ..host_cost import HOST_COST_TERMS, HostCost
+from ..replay import RunSelector, TraceRecord, fit_acceptance, pick_run, read_trace_runs
+from ..scenario import parse_scenario
 
 # Coefficients a trace fits (prefill and ingest stay inputs: admitted requests carry no
 # prompt lengths, and ingest is collinear with the per-token term within one method).

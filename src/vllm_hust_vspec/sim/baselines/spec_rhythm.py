@@ -40,11 +40,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..adaptive.feedback import SettledPolicy, StepFeedback, VerifyQuery
+from ...adaptive.feedback import SettledPolicy, StepFeedback, VerifyQuery
 
 if TYPE_CHECKING:
-    from .engine import Simulation
-    from .scenario import Scenario
+    from ..engine import Simulation
+    from ..scenario import Scenario
 
 CONTEXT_BUCKET_TOKENS = 512
 # The score's weights on urgency, progress gap and acceptance confidence.

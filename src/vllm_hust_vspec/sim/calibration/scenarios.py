@@ -24,13 +24,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..adaptive._limits import bucket_batches
-from ..adaptive.admission import REFILL_MAX_HOLD_STEPS
-from ..adaptive.fitting import FitSample, fit_profile
-from .npu_calibration import METHODS, Calibration, FitOptions, Prediction, predict
-from .npu_data import Measurements
-from .npu_sim import AcceptParams
-from .scenario import Scenario, parse_scenario
+from ...adaptive._limits import bucket_batches
+from ...adaptive.admission import REFILL_MAX_HOLD_STEPS
+from ...adaptive.fitting import FitSample, fit_profile
+from ..scenario import Scenario, parse_scenario
+from .fit import METHODS, Calibration, FitOptions, Prediction, predict
+from .measurements import DATA_PACKAGE, Measurements
+from .simulate import AcceptParams
 
 SCENARIO_DIR = "scenarios_npu"
 RECORD_NAME = "npu_calibration.json"
@@ -178,12 +178,12 @@ def write_calibration(cal: Calibration, data: Measurements, out_dir: Path,
 
 def shipped_dir() -> Path:
     """Where the shipped calibrated scenarios live (``sim/scenarios_npu``)."""
-    return Path(str(resources.files(__package__).joinpath(SCENARIO_DIR)))
+    return Path(str(resources.files(DATA_PACKAGE).joinpath(SCENARIO_DIR)))
 
 
 def shipped_record() -> Path:
     """The shipped calibration record (``sim/data/npu_calibration.json``)."""
-    return Path(str(resources.files(__package__).joinpath("data").joinpath(RECORD_NAME)))
+    return Path(str(resources.files(DATA_PACKAGE).joinpath("data").joinpath(RECORD_NAME)))
 
 
 def load_record(path: Path | None = None) -> Calibration:

@@ -1,6 +1,6 @@
 """Simulating one measured NPU configuration, recording what the calibration fits.
 
-A configuration (:class:`~.npu_data.MeasuredConfig`) becomes a scenario with the run's exact
+A configuration (:class:`~.measurements.MeasuredConfig`) becomes a scenario with the run's exact
 workload (its per-request prompt and output lengths, all 200 queued at once, at most 128
 running: the offline benchmark), its host (refill, token budget, graph capture sizes, the
 adaptive runtime's native gamma) and the candidate acceptance and cost. One simulation yields:
@@ -16,13 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..adaptive.feedback import Controller, ControllerSnapshot, SettledPolicy, StepFeedback
-from .baselines_pred_ucb import batch_bucket
-from .engine import simulate
-from .host_cost import HOST_COST_TERMS, HostCost
-from .npu_data import MeasuredConfig, Measurements
-from .policies import make_controller
-from .scenario import Scenario, parse_scenario
+from ...adaptive.feedback import Controller, ControllerSnapshot, SettledPolicy, StepFeedback
+from ..baselines.pred_ucb import batch_bucket
+from ..engine import simulate
+from ..host_cost import HOST_COST_TERMS, HostCost
+from ..policies import make_controller
+from ..scenario import Scenario, parse_scenario
+from .measurements import MeasuredConfig, Measurements
 
 WINDOW = 32  # the predecessor's reward window (steady steps per arm)
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .engine import simulate
-from .npu_calibration import Calibration, FitOptions, fit_costs
-from .npu_data import Measurements
-from .npu_scenarios import scenario_doc
-from .policies import make_controller
-from .scenario import Scenario, parse_scenario
+from ..engine import simulate
+from ..policies import make_controller
+from ..scenario import Scenario, parse_scenario
+from .fit import Calibration, FitOptions, fit_costs
+from .measurements import Measurements
+from .scenarios import scenario_doc
 
 ALTERNATIVE = "target-only admissions priced like the EAGLE host's"
 

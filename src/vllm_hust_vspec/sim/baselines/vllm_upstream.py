@@ -1,7 +1,7 @@
 """Gamma policies from current upstream vLLM, each a
 :class:`~vllm_hust_vspec.adaptive.feedback.Controller`.
 
-As in :mod:`.baselines`, these are the published *ideas* written again here, with no code
+As in :mod:`.reference`, these are the published *ideas* written again here, with no code
 copied. Each class docstring names the source it was read from (repository, path and the
 commit read), says where every default constant comes from, and lists what is modelled
 faithfully and what is simplified for the simulator, which only gives a controller the
@@ -14,7 +14,7 @@ counts, committed tokens, step interval).
 * ``DflashAdaptiveK`` -- vLLM Model Runner V2's DFlash adaptive K: K from {0, 1, 3, 7, ..,
   max}, a cost profile, a survival EMA and a per-bucket runtime-overhead EMA.
 
-The per-batch-size policies (SGLang's, Nightjar's) are in :mod:`.baselines_per_batch`.
+The per-batch-size policies (SGLang's, Nightjar's) are in :mod:`.per_batch`.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..adaptive.feedback import ControllerSnapshot, SettledPolicy, StepFeedback
-from .baselines import VllmBatchSchedule, _clip
-from .cost import CostModel
+from ...adaptive.feedback import ControllerSnapshot, SettledPolicy, StepFeedback
+from ..cost import CostModel
+from .reference import VllmBatchSchedule, _clip
 
 
 def pow2_bucket(batch_size: int) -> int:
@@ -66,7 +66,7 @@ class AcceptanceAdaptiveK(SettledPolicy):
     uses ``min(schedule_k, adaptive_k)``, as upstream does when both are configured.
 
     Simplified: the batch-size schedule is the one our ``vllm-batch-schedule`` baseline uses
-    (:func:`~.baselines.default_vllm_schedule`), since upstream ships only examples; pass
+    (:func:`~.reference.default_vllm_schedule`), since upstream ships only examples; pass
     ``schedule`` to change it or ``use_schedule=False`` for the controller alone. The step
     counter advances once per ``decide`` (upstream: once per ``schedule()`` call, which the
     simulator's engine step mirrors). CUDA-graph sizing (``possible_num_speculative_tokens``)

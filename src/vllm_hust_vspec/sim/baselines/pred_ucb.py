@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..adaptive.ucb import Ucb1Controller, batch_bucket
-from ..adaptive.ucb_config import UcbConfig
+from ...adaptive.ucb import Ucb1Controller, batch_bucket
+from ...adaptive.ucb_config import UcbConfig
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """Per-batch-size gamma policies from SGLang and the Nightjar paper, each a
 :class:`~vllm_hust_vspec.adaptive.feedback.Controller` (sources and simplifications in each
-class docstring, as in :mod:`.baselines_vllm`).
+class docstring, as in :mod:`.vllm_upstream`).
 
 * ``SglangPerBatchEma`` -- SGLang's adaptive ``speculative_num_steps``: one EMA slot per
   batch-size key with its own candidate steps, warm-up, update interval and hysteresis.
@@ -15,9 +15,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..adaptive.feedback import ControllerSnapshot, SettledPolicy, StepFeedback
-from .baselines import _clip
-from .baselines_vllm import pow2_bucket
+from ...adaptive.feedback import ControllerSnapshot, SettledPolicy, StepFeedback
+from .reference import _clip
+from .vllm_upstream import pow2_bucket
 
 # --------------------------------------------------------------------------------------------
 # SGLang: adaptive speculative_num_steps, one EMA slot per batch-size key

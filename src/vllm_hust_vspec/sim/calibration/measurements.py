@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ._strict import ScenarioError
+from .._strict import ScenarioError
 
 DATA_PACKAGE = "vllm_hust_vspec.sim"
 

@@ -8,12 +8,12 @@ Two fits, both repeatable (fixed seeds, deterministic search):
    transition counts (P(second accepted), and after an accepted / rejected one). The online
    run is simulated with the per-bucket gammas its log shows, so the fit does not depend on
    step costs.
-2. **Step cost** (:class:`~.host_cost.HostCost`), one non-negative least-squares fit over every
-   configuration of both methods: the target's terms and the admission cost are shared (one
-   target model, one host), the drafter terms are per method. Each configuration contributes
-   its elapsed time (the sum of its simulated steps' features) and, for the adaptive runs, each
-   (bucket, gamma) reward its controller logged (the features of the simulated window vs the
-   tokens of that window / the logged reward). Residuals are relative.
+2. **Step cost** (:class:`~vllm_hust_vspec.sim.host_cost.HostCost`), one non-negative least-squares
+   fit over every configuration of both methods: the target's terms and the admission cost are
+   shared (one target model, one host), the drafter terms are per method. Each configuration
+   contributes its elapsed time (the sum of its simulated steps' features) and, for the adaptive
+   runs, each (bucket, gamma) reward its controller logged (the features of the simulated window vs
+   the tokens of that window / the logged reward). Residuals are relative.
 
 ``prefill_per_token_ms`` and ``draft_ingest_per_token_ms`` are not fitted (the data cannot
 separate them from ``admission_ms`` and ``target_per_token_ms``); they are inputs (default 0),
@@ -26,10 +26,10 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from ..adaptive.nnls import nnls
-from .host_cost import HOST_COST_TERMS, HostCost
-from .npu_data import MeasuredConfig, Measurements
-from .npu_sim import AcceptParams, ConfigRun, config_scenario, host_cost_for, simulate_config
+from ...adaptive.nnls import nnls
+from ..host_cost import HOST_COST_TERMS, HostCost
+from .measurements import MeasuredConfig, Measurements
+from .simulate import AcceptParams, ConfigRun, config_scenario, host_cost_for, simulate_config
 
 METHODS = ("draft", "eagle")
 DEPTH = {"draft": 4, "eagle": 3}

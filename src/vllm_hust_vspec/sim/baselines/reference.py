@@ -12,8 +12,8 @@ These re-implement the *ideas* of published policies from their descriptions (no
 * ``Ucb1`` -- plain UCB1 over gamma arms, reward = committed tokens / step time.
 
 Policies from current upstream (vLLM's acceptance-adaptive K and DFlash adaptive K, SGLang's
-per-batch-size EMA, a Nightjar-style bandit) live in :mod:`.baselines_vllm` and
-:mod:`.baselines_per_batch`.
+per-batch-size EMA, a Nightjar-style bandit) live in :mod:`.vllm_upstream` and
+:mod:`.per_batch`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..adaptive.feedback import SettledPolicy, StepFeedback
-from ..adaptive.fixed import FixedController
+from ...adaptive.feedback import SettledPolicy, StepFeedback
+from ...adaptive.fixed import FixedController
 
 
 def _clip(g: int, lo: int, hi: int) -> int:
