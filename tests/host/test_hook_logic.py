@@ -14,11 +14,11 @@ from vllm_hust_vspec.adaptive.admission import REFILL_MAX_HOLD_STEPS  # noqa: E4
 from vllm_hust_vspec.adaptive.feedback import ControllerSnapshot  # noqa: E402
 from vllm_hust_vspec.host.engine.scheduler import (  # noqa: E402
     HOOK_ATTR,
-    SKIP_ATTR,
     GammaLookup,
     SchedulerHook,
     _make_schedule_wrapper,
 )
+from vllm_hust_vspec.host.wire import SKIP_ATTR  # noqa: E402
 from vllm_hust_vspec.settings import Settings  # noqa: E402
 
 

@@ -26,8 +26,9 @@ import _hust_sdist  # noqa: E402
 
 from vllm_hust_vspec.host import abi  # noqa: E402
 from vllm_hust_vspec.host.abi.requirements import OWN_K  # noqa: E402
-from vllm_hust_vspec.host.engine.hook import K_FIELD, SchedulerHook  # noqa: E402
+from vllm_hust_vspec.host.engine.hook import SchedulerHook  # noqa: E402
 from vllm_hust_vspec.host.engine.scheduler import HOOK_ATTR, _make_schedule_wrapper  # noqa: E402
+from vllm_hust_vspec.host.wire import K_FIELD  # noqa: E402
 from vllm_hust_vspec.host.worker import k_channel as k_backport  # noqa: E402
 from vllm_hust_vspec.settings import Settings  # noqa: E402
 

@@ -16,10 +16,10 @@ pytest.importorskip("vllm")
 
 import torch  # noqa: E402
 
-from vllm_hust_vspec.host.engine.hook import SKIP_ATTR  # noqa: E402
 from vllm_hust_vspec.host.frontend import declared_schedule as schedule  # noqa: E402
 from vllm_hust_vspec.host.patching import Patcher  # noqa: E402
 from vllm_hust_vspec.host.patching import resolve as resolve_target  # noqa: E402
+from vllm_hust_vspec.host.wire import SKIP_ATTR  # noqa: E402
 from vllm_hust_vspec.host.worker.v2 import runner as runner_v2
 from vllm_hust_vspec.settings import Settings  # noqa: E402
 

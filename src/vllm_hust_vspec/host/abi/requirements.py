@@ -21,6 +21,7 @@ from vllm_hust_vspec.host.abi.model import (
     Check,
     Probe,
 )
+from vllm_hust_vspec.host.wire import K_FIELD
 
 VLLM = "vllm"
 ASCEND = "vllm_ascend"
@@ -157,8 +158,7 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                       "num_spec_tokens_to_schedule: vLLM's field, or set by vSpec's own "
                       "channel on each output Scheduler.schedule builds (hosts without it)",
                   alternatives=(
-                      (_p(FIELD, SCHED_OUT_MOD, "SchedulerOutput",
-                          "num_spec_tokens_to_schedule"),),
+                      (_p(FIELD, SCHED_OUT_MOD, "SchedulerOutput", K_FIELD),),
                       (_p(CLASS, SCHED_OUT_MOD, "SchedulerOutput"),
                        _p(SOURCE, SCHED_MOD, "Scheduler", "schedule", "SchedulerOutput")),
                   ), variants=(NATIVE_K, OWN_K)),
@@ -179,7 +179,7 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                       "_spec_token_placeholders resized by vSpec after schedule()",
                   alternatives=(
                       (_p(SOURCE, ASYNC_SCHED_MOD, "AsyncScheduler", "_update_after_schedule",
-                          "num_spec_tokens_to_schedule"),),
+                          K_FIELD),),
                       (_p(SELF_ATTR, ASYNC_SCHED_MOD, "AsyncScheduler",
                           "_spec_token_placeholders"),
                        _p(SOURCE, ASYNC_SCHED_MOD, "AsyncScheduler", "_update_after_schedule",
@@ -217,7 +217,7 @@ def upstream_checks(method: str, adaptive: bool, *, ascend: bool) -> list[Check]
                           "scheduler output it receives",
                       alternatives=(
                           (_p(SOURCE, RUNNER_MOD, "GPUModelRunner", "propose_draft_token_ids",
-                              "num_spec_tokens_to_schedule"),),
+                              K_FIELD),),
                           (_p(METHOD, RUNNER_MOD, "GPUModelRunner", "propose_draft_token_ids",
                               "scheduler_output"),
                            _p(SOURCE, RUNNER_MOD, "GPUModelRunner", "propose_draft_token_ids",

@@ -33,7 +33,7 @@ from vllm_hust_vspec.host.engine.cost_prior.persisted import CostState
 from vllm_hust_vspec.host.engine.metrics import VSpecMetrics
 from vllm_hust_vspec.host.engine.telemetry import Telemetry
 from vllm_hust_vspec.host.engine.trace import TraceWriter, host_facts, open_trace
-from vllm_hust_vspec.host.worker.k_channel import K_FIELD
+from vllm_hust_vspec.host.wire import K_FIELD, SKIP_ATTR
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.adaptive.cost_prior import CostPrior
@@ -41,9 +41,6 @@ if TYPE_CHECKING:
     from vllm_hust_vspec.settings import Settings
 
 logger = logging.getLogger("vllm_hust_vspec.host")
-
-# Set on a SchedulerOutput when the drafter must not run after this step (sticky gamma 0).
-SKIP_ATTR = "vspec_skip_draft"
 
 
 @dataclass(slots=True)
@@ -525,5 +522,5 @@ def step_counts(
     return tuple(drafted), tuple(accepted), committed, tuple(ids)
 
 
-__all__ = ["K_FIELD", "SKIP_ATTR", "GammaLookup", "InsideStep", "SchedulerHook", "VSpecHostError",
+__all__ = ["GammaLookup", "InsideStep", "SchedulerHook", "VSpecHostError",
            "step_counts"]

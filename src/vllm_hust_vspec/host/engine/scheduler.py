@@ -36,12 +36,7 @@ from vllm_hust_vspec.host.abi.capabilities import (
 from vllm_hust_vspec.host.engine import controller_factory, dp_agreement, startup_faults
 from vllm_hust_vspec.host.engine.cost_prior import calibration, dummy_batches
 from vllm_hust_vspec.host.engine.cost_prior.persisted import CostState, fingerprint_of
-from vllm_hust_vspec.host.engine.hook import (
-    SKIP_ATTR,
-    GammaLookup,
-    SchedulerHook,
-    VSpecHostError,
-)
+from vllm_hust_vspec.host.engine.hook import GammaLookup, SchedulerHook, VSpecHostError
 from vllm_hust_vspec.host.engine.metrics import get_metrics
 from vllm_hust_vspec.host.frontend import declared_schedule
 from vllm_hust_vspec.host.patching import Patcher, host_function, is_patched, resolve
@@ -404,7 +399,6 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
 
 __all__ = [
     "HOOK_ATTR",
-    "SKIP_ATTR",
     "SUPPORTED_METHODS",
     "GammaLookup",
     "SchedulerHook",

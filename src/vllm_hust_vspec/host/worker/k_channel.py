@@ -18,10 +18,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from vllm_hust_vspec.host.abi.requirements import K_PARAM
+from vllm_hust_vspec.host.wire import K_FIELD
 
-# The SchedulerOutput field that carries the step's gamma to every worker (upstream vLLM's
-# name; set as an attribute by the scheduler hook's own channel where the host lacks it).
-K_FIELD = "num_spec_tokens_to_schedule"
 # Per proposer instance: the configured maximum K (buffers and graphs were sized for it).
 MAX_K_ATTR = "_vspec_max_k"
 # The proposer attributes a K-less drafter's loops and buffers read for its step count.
@@ -194,7 +192,6 @@ def make_draft_copy_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
 
 __all__ = [
     "FULL_CPU_ATTR",
-    "K_FIELD",
     "MAX_K_ATTR",
     "STEP_ATTRS",
     "clamp_gamma",

@@ -20,6 +20,7 @@ from typing import Any
 
 from vllm_hust_vspec.host.abi.requirements import K_PARAM, SCHED_OUT_PARAM
 from vllm_hust_vspec.host.patching import Patcher, PatchError
+from vllm_hust_vspec.host.wire import SKIP_ATTR
 from vllm_hust_vspec.host.worker.k_channel import (
     MAX_K_ATTR,
     clamp_gamma,
@@ -33,9 +34,6 @@ from vllm_hust_vspec.host.worker.k_channel import (
 
 logger = logging.getLogger("vllm_hust_vspec.host.worker.ascend")
 
-# Set on a SchedulerOutput when the drafter must not run after this step (sticky gamma 0);
-# the same name the upstream hook uses (host/engine/scheduler.py SKIP_ATTR).
-SKIP_ATTR = "vspec_skip_draft"
 # Per-instance: {gamma: runnable} draft graphs captured for that gamma (see graphs.py).
 GAMMA_RUNNABLES_ATTR = "_vspec_gamma_runnables"
 
@@ -203,7 +201,6 @@ __all__ = [
     "GAMMA_RUNNABLES_ATTR",
     "MAX_K_ATTR",
     "NATIVE",
-    "SKIP_ATTR",
     "install_proposer",
     "make_native_sync_zero",
     "make_propose_backport",

@@ -1,7 +1,7 @@
 """The V1 model runner's side of the per-step gamma (worker process, every rank).
 
 The scheduler's decision arrives inside the scheduler output: a sticky skip flag
-(:data:`~vllm_hust_vspec.host.engine.hook.SKIP_ATTR`) makes ``propose_draft_token_ids`` skip the
+(:data:`~vllm_hust_vspec.host.wire.SKIP_ATTR`) makes ``propose_draft_token_ids`` skip the
 drafter, and on hosts whose runner does not pass the scheduler's gamma to the proposer (the
 vLLM-HUST core) vSpec's own K field does (host/worker/k_channel.py). Before the weights load,
 a feature this runner cannot apply stops the worker.
@@ -15,10 +15,9 @@ from typing import TYPE_CHECKING, Any
 from vllm_hust_vspec.host.abi import runners
 from vllm_hust_vspec.host.abi.capabilities import MODEL_RUNNER, WORKER
 from vllm_hust_vspec.host.engine import startup_faults
-from vllm_hust_vspec.host.engine.hook import SKIP_ATTR
 from vllm_hust_vspec.host.patching import Patcher, resolve
+from vllm_hust_vspec.host.wire import K_FIELD, SKIP_ATTR
 from vllm_hust_vspec.host.worker import k_channel
-from vllm_hust_vspec.host.worker.k_channel import K_FIELD
 from vllm_hust_vspec.host.worker.v1 import fast_path
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ stores the drafts per request in ``req_states.draft_tokens`` and hands the first
 the scheduler. So:
 
 * **Sticky gamma 0.** The scheduler hook marks a pinned step on its output
-  (:data:`~vllm_hust_vspec.host.engine.hook.SKIP_ATTR`); the wrapped ``execute_model`` remembers the
+  (:data:`~vllm_hust_vspec.host.wire.SKIP_ATTR`); the wrapped ``execute_model`` remembers the
   mark, the wrapped ``sample_tokens`` arms the speculator for that one call, and the wrapped
   ``propose`` returns all -1 drafts without running the drafter (the same value the
   speculators return for K = 0). Dummy runs (profiling, graph capture, DP padding) always run.
@@ -54,8 +54,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from vllm_hust_vspec.host.engine.hook import SKIP_ATTR
 from vllm_hust_vspec.host.patching import Patcher, resolve
+from vllm_hust_vspec.host.wire import SKIP_ATTR
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.host.worker.v1.drafting import DraftSideConfig
