@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Stuck runs under a toggling CPU hog (the online controller's bar): invocations of
-bench_cpu_e2e.py, each beside scripts/cpu_hog.py with its own seed, and the adaptive runs that
-spent at least half their steps at a losing arm.
+bench_cpu_e2e.py, each beside a CPU hog with its own seed, and the adaptive runs that spent at
+least half their steps at a losing arm.
 
 An arm is losing when its fixed-gamma median, pooled over every invocation's repetitions, is
 below 0.9 x the best fixed one's (one invocation's medians under the hog are too noisy to tell
@@ -11,6 +11,13 @@ each adaptive run spent its steps is.
 
     .venv/bin/python scripts/bench_cpu_hog.py                    # 6 invocations, noise-medium
     .venv/bin/python scripts/bench_cpu_hog.py --invocations 2 --drafter draft-cheap-agree
+
+The hog alone (``--hog-only``): one busy core on for a random 0.05-0.6 s, off for as long,
+until killed or ``--seconds`` have passed; run it beside any benchmark to load the machine the
+way a noisy neighbour does (the load the controller's filter has to tell from arm costs)::
+
+    .venv/bin/python scripts/bench_cpu_hog.py --hog-only --seconds 300 &
+    .venv/bin/python scripts/bench_cpu_e2e.py --drafters draft-noise-medium --reps 2
 """
 
 from __future__ import annotations
@@ -18,10 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +41,27 @@ HERE = Path(__file__).resolve().parent
 BENCH_BATCH = 8  # concurrent prompts of every invocation (bench_cpu_e2e.py --batch)
 
 
+def hog(seconds: float, seed: int, min_s: float = 0.05, max_s: float = 0.6) -> None:
+    """Toggle one busy core: on and off in random phases of ``min_s``..``max_s`` seconds
+    (seeded), for ``seconds``."""
+    rng = random.Random(seed)
+    end = time.monotonic() + seconds
+    busy = True
+    while time.monotonic() < end:
+        phase_end = time.monotonic() + rng.uniform(min_s, max_s)
+        if busy:
+            x = 0
+            while time.monotonic() < phase_end:
+                x += 1  # spin
+        else:
+            time.sleep(max(0.0, phase_end - time.monotonic()))
+        busy = not busy
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n", 1)[0].replace("\n", " "),
+        epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--invocations", type=int, default=6, help="hog seeds 1..N")
     parser.add_argument("--drafter", default="draft-noise-medium",
                         help="one drafter of bench_cpu_e2e.py --drafters")
@@ -41,7 +69,15 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=160, help="output tokens per prompt")
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help="also keep every invocation's bench_cpu_e2e.py JSON here")
+    only = parser.add_argument_group("the hog alone")
+    only.add_argument("--hog-only", action="store_true",
+                      help="run only the toggling hog (no benchmark) and exit")
+    only.add_argument("--seconds", type=float, default=600.0, help="stop the hog after this long")
+    only.add_argument("--seed", type=int, default=0, help="seed of the on/off durations")
     args = parser.parse_args()
+    if args.hog_only:
+        hog(args.seconds, args.seed)
+        return 0
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
@@ -49,8 +85,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="vspec-hog-") as tmp:
         for n in range(1, args.invocations + 1):
             out = Path(tmp) / f"run{n}.json"
-            hog = subprocess.Popen([sys.executable, str(HERE / "cpu_hog.py"),
-                                    "--seconds", "900", "--seed", str(n)])
+            hogging = subprocess.Popen([sys.executable, __file__, "--hog-only",
+                                        "--seconds", "900", "--seed", str(n)])
             try:
                 # the engines as vLLM leaves them in-process: with one torch thread the hog
                 # would mostly get the other core to itself, and with the heap frozen again a
@@ -63,8 +99,8 @@ def main() -> int:
                                env=env, check=False, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
             finally:
-                hog.kill()
-                hog.wait()
+                hogging.kill()
+                hogging.wait()
             # (its exit status is its own throughput targets, not met under a hog by design)
             text = out.read_text()
             runs.append(json.loads(text)[args.drafter])

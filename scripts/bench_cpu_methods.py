@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _cpu_engine import (  # scripts/ is on sys.path
+from vllm_hust_vspec.bench.cpu_engine import (
     add_load_arguments,
     batch_prompts,
     drafter_of,

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _cpu_engine import (
+from vllm_hust_vspec.bench.cpu_engine import (
     ROOT,
     batch_prompts,
     engine_core,

@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from _serve_pair import PAIRS
+from vllm_hust_vspec.bench.serve_pair import PAIRS
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _serve_pair import ARMS, LABEL, PAIRS, Pair, bench_run, pair_commands
+from vllm_hust_vspec.bench.serve_pair import ARMS, LABEL, PAIRS, Pair, bench_run, pair_commands
 from vllm_hust_vspec.bench.server import ServerProcess, ServerStartError, for_run, free_port
 from vllm_hust_vspec.launch.command import ServeCommand
 

@@ -4,19 +4,20 @@ open-loop load, each call of the step timed inside the EngineCore and the worker
 
 Both servers come from ``vllm-hust-vspec-bench pair --dry-run --json`` (they differ only in
 speculation); repetitions alternate the arms, a fresh server each. A timing plugin
-(``scripts/_step_timers.py``, loaded through ``VLLM_PLUGINS`` beside vSpec) records each call's
-wall time: the EngineCore's ``schedule``, ``get_grammar_bitmask`` and ``update_from_output``,
-and the worker's ``execute_model`` (the forward) and ``sample_tokens``. The report gives
-medians per arm over the decode-only steps of the most common batch size, and what the worker
-waits for the EngineCore between two steps (from its ``sample_tokens`` returning to its next
-``execute_model``): the EngineCore's share of the step period, which vSpec's scheduler hook
-adds to. Each figure is the median over repetitions of each run's median, so one run that fell
-behind its load (near capacity a backlog feeds itself on two cores) does not speak for all.
+(``vllm_hust_vspec.bench.step_timers``, loaded through ``VLLM_PLUGINS`` beside vSpec) records
+each call's wall time: the EngineCore's ``schedule``, ``get_grammar_bitmask`` and
+``update_from_output``, and the worker's ``execute_model`` (the forward) and ``sample_tokens``.
+The report gives medians per arm over the decode-only steps of the most common batch size, and
+what the worker waits for the EngineCore between two steps (from its ``sample_tokens``
+returning to its next ``execute_model``): the EngineCore's share of the step period, which
+vSpec's scheduler hook adds to. Each figure is the median over repetitions of each run's
+median, so one run that fell behind its load (near capacity a backlog feeds itself on two
+cores) does not speak for all.
 
     .venv/bin/python scripts/profile_serve_steps.py --repetitions 2 --num-prompts 512
 
-Unlike ``profile_serve_pair.py`` (py-spy samples: which functions run) this times whole calls,
-and every call: it resolves tens of microseconds in a ~2.5 ms step. The timers cost both arms
+Unlike a sampling profiler (py-spy: which functions run) this times whole calls, and every
+call: it resolves tens of microseconds in a ~2.5 ms step. The timers cost both arms
 the same (~1 us a call). Any ``vllm-hust-vspec-bench pair`` server flag after ``--`` reaches
 both arms' commands.
 """
@@ -36,12 +37,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _serve_pair import ARMS, LABEL, add_load_args, load, pair_commands, parse_load_args
-from _step_timers import ENV
+from vllm_hust_vspec.bench.serve_pair import (
+    ARMS,
+    LABEL,
+    add_load_args,
+    load,
+    pair_commands,
+    parse_load_args,
+)
 from vllm_hust_vspec.bench.server import ServerProcess, for_run, free_port
+from vllm_hust_vspec.bench.step_timers import ENV
 from vllm_hust_vspec.launch.command import ServeCommand
 
-SCRIPTS = Path(__file__).resolve().parent
 PLUGIN = "vspec_step_timers"
 ENGINE_CALLS = ("schedule", "update_from_output", "get_grammar_bitmask")
 WORKER_CALLS = ("execute_model",)  # sample_tokens is timed too: it marks a step's end
@@ -122,7 +129,7 @@ def run_arm(arm: str, cmd: ServeCommand, rep: int, args: argparse.Namespace
     env = {
         ENV: str(work / "timers"),
         "VLLM_PLUGINS": f"{cmd.env.get('VLLM_PLUGINS', 'vspec')},{PLUGIN}",
-        "PYTHONPATH": os.pathsep.join(p for p in (str(plugin_dir), str(SCRIPTS),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(plugin_dir),
                                                   os.environ.get("PYTHONPATH", "")) if p),
         "PROMETHEUS_MULTIPROC_DIR": str(work / "prometheus"),
     }
@@ -144,12 +151,12 @@ def run_arm(arm: str, cmd: ServeCommand, rep: int, args: argparse.Namespace
 
 
 def install_plugin(plugin_dir: Path) -> None:
-    """The timing plugin's entry point (its module is scripts/_step_timers.py)."""
+    """The timing plugin's entry point (its module is vllm_hust_vspec.bench.step_timers)."""
     info = plugin_dir / f"{PLUGIN}-0.dist-info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {PLUGIN}\nVersion: 0\n")
     (info / "entry_points.txt").write_text(
-        f"[vllm.general_plugins]\n{PLUGIN} = _step_timers:register\n")
+        f"[vllm.general_plugins]\n{PLUGIN} = vllm_hust_vspec.bench.step_timers:register\n")
 
 
 def over_runs(runs: Sequence[Sequence[Sequence[Call]]], batch: int) -> dict[str, float]:

