@@ -10,9 +10,9 @@ import pytest
 from _model_folders import PREDECESSOR_MODELS, launcher_sees_ascend, make_model_dir
 
 from vllm_hust_vspec.cli.launch import main
-from vllm_hust_vspec.launch.capture import batch_sizes, capture_plan
 from vllm_hust_vspec.launch.models import ModelNotFoundError, resolve_model
 from vllm_hust_vspec.settings import list_presets, load_settings
+from vllm_hust_vspec.settings.capture import batch_sizes, capture_plan
 
 # Folder names every preset's models resolve to under HUST_VSPEC_MODEL_DIR.
 PRESET_MODELS = (*PREDECESSOR_MODELS, "target", "draft")

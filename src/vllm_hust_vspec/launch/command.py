@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 
 from vllm_hust_vspec import ENABLE_ENV
-from vllm_hust_vspec.launch.capture import CUDAGRAPH_MODE, capture_plan
+from vllm_hust_vspec.launch.capture import CUDAGRAPH_MODE
 from vllm_hust_vspec.launch.models import default_drafter, resolve_model
 from vllm_hust_vspec.settings import (
     OPTIONS_BY_NAME,
@@ -24,6 +24,7 @@ from vllm_hust_vspec.settings import (
     SettingsError,
     render_env_value,
 )
+from vllm_hust_vspec.settings.capture import capture_plan
 
 VLLM_METHOD = {
     "draft": "draft_model",

@@ -110,7 +110,7 @@ class WidthPlan:
 
 def plan_from_settings(settings: Any) -> WidthPlan:
     """The launcher's capture plan (same function the launcher uses for the capture sizes)."""
-    from vllm_hust_vspec.launch.capture import capture_plan
+    from vllm_hust_vspec.settings.capture import capture_plan
 
     plan = capture_plan(settings)
     return WidthPlan(gammas=tuple(plan.gammas), sizes=tuple(plan.sizes))
