@@ -30,6 +30,7 @@ examples:
   vllm-hust-vspec-sim --trace vspec_trace.jsonl --all --write-scenario fitted.json
   vllm-hust-vspec-sim --trace vspec_trace.jsonl --trace-run 2 --policy online
   vllm-hust-vspec-sim calibrate-npu --out-dir npu-calibration    (see calibrate-npu --help)
+  vllm-hust-vspec-sim explain-npu --sensitivity                  (see explain-npu --help)
   vllm-hust-vspec-sim time-by-arm vspec.trace.jsonl --after-idle 2  (see time-by-arm --help)
 
 Policies: fixed:K (every K in min_gamma..max_gamma), online and profile (vSpec's
@@ -107,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         from .sim_calibrate import main as calibrate_main  # noqa: PLC0415
 
         return calibrate_main(argv[1:])
+    if argv and argv[0] == "explain-npu":
+        from .sim_explain import main as explain_main  # noqa: PLC0415
+
+        return explain_main(argv[1:])
     if argv and argv[0] == "time-by-arm":
         from .sim_time_by_arm import main as time_by_arm_main  # noqa: PLC0415
 

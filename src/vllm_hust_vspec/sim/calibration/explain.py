@@ -1,15 +1,18 @@
-"""What explains the predecessor's online run beating every fixed gamma, and what the
-calibration cannot pin: ablations and sensitivity runs on a calibration.
+"""Ablations and sensitivity runs on an NPU calibration (``vllm-hust-vspec-sim explain-npu``).
 
-:func:`ablations` re-simulates measured configurations with one mechanism changed at a time
-(the off-path admission cost, refill cohorts, the per-bucket gamma); :func:`sensitivity` refits
-the step cost with a parameter the data cannot pin set to another value and reports how the
-fitted throughputs and the online/fixed ratio move.
+:func:`ablations` simulates the draft model's measured online and fixed-gamma configurations
+with one mechanism changed at a time (the off-path admission cost, refill cohorts, the
+per-bucket gamma, the admission cost itself); :func:`tail_share` is the share of a
+configuration's simulated time spent at small batches; :func:`sensitivity` refits the step
+cost with one parameter the data cannot pin set to another value and reports the fitted
+throughputs, the online/fixed ratio and the steady gamma-2 over gamma-0 goodput at batch 128.
+:func:`explain_doc` gathers them as one JSON-ready document.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..engine import simulate
 from ..host_cost import HOST_COST_TERMS, HostCost
@@ -142,3 +145,24 @@ def sensitivity(cal: Calibration, data: Measurements) -> list[Sensitivity]:
         out.append(Sensitivity(label, _fitted(trial, data), coef,
                                steady_g2_over_g0(trial, data)))
     return out
+
+
+def explain_doc(cal: Calibration, data: Measurements, *,
+                with_sensitivity: bool = False) -> dict[str, Any]:
+    """The ablations (with each throughput over the modelled fixed gamma 3), the tail share
+    and, with ``with_sensitivity``, every sensitivity row next to the measured throughputs."""
+    variants = ablations(cal, data)
+    fixed3 = next(v.throughput for v in variants if v.label == "model: fixed 3")
+    doc: dict[str, Any] = {
+        "ablations": [{"label": v.label, "tok_s": v.throughput,
+                       "over_fixed_3": v.throughput / fixed3} for v in variants],
+        "tail_share": tail_share(cal, data),
+    }
+    if with_sensitivity:
+        doc["measured"] = {c.name: c.throughput for c in data.measured}
+        doc["sensitivity"] = [
+            {"assumption": s.label, "fitted": s.fitted, "coefficients": s.coefficients,
+             "online_over_fixed_3": s.fitted["draft-online"] / s.fitted["draft-fixed-3"],
+             "b128_g2_over_g0": s.g2_over_g0_b128}
+            for s in sensitivity(cal, data)]
+    return doc
