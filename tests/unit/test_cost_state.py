@@ -9,14 +9,10 @@ from pathlib import Path
 import pytest
 
 from vllm_hust_vspec.adaptive.cost_prior import CostPrior, CostSample
+from vllm_hust_vspec.adaptive.cost_state_file import SCHEMA, CostStateError, read_state
 from vllm_hust_vspec.adaptive.feedback import StepFeedback
 from vllm_hust_vspec.cli.launch import main
-from vllm_hust_vspec.host.engine.cost_prior.persisted import (
-    SCHEMA,
-    CostState,
-    CostStateError,
-    read_state,
-)
+from vllm_hust_vspec.host.engine.cost_prior.persisted import CostState
 
 FP = {"model": "/m/target", "device": "cpu", "max_num_seqs": "8"}
 

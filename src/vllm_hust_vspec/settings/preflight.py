@@ -50,7 +50,7 @@ def _check_profile(path: str, where: str) -> None:
 
 
 def _check_state(path: str, where: str) -> None:
-    from vllm_hust_vspec.host.engine.cost_prior.persisted import CostStateError, read_state
+    from vllm_hust_vspec.adaptive.cost_state_file import CostStateError, read_state
 
     check_writable_file(path, where)
     try:

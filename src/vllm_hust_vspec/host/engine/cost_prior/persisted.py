@@ -11,8 +11,7 @@ fingerprint (host, models, dtype, parallelism, batch and graph settings, the max
 equals this engine's; otherwise the controller starts without a prior and the log names the
 fields that differ. Acceptance is not persisted: it depends on the requests, not the engine.
 
-File format (JSON): ``{"schema": "vspec-cost-state/1", "fingerprint": {name: value},
-"saved": unix time, "samples": [{"batch", "gamma", "drafter_ran", "seconds", "count"}]}``.
+The file format is adaptive/cost_state_file.py.
 """
 
 from __future__ import annotations
@@ -28,20 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from vllm_hust_vspec.adaptive.cost_prior import CostPrior, CostSample
+from vllm_hust_vspec.adaptive.cost_state_file import read_state, state_payload
 from vllm_hust_vspec.adaptive.feedback import StepFeedback
 
 logger = logging.getLogger("vllm_hust_vspec.host")
 
-SCHEMA = "vspec-cost-state/1"
 SAVE_EVERY = 512  # observed steps between saves
 # Discount per sample of one key's mean: it follows the last ~64 steps of that key, so a
 # state saved under a briefly loaded machine is soon replaced by what the engine sees now.
 _DISCOUNT = 63.0 / 64.0
 _MAX_COUNT = 64  # effective samples a persisted mean stands for, at most
-
-
-class CostStateError(ValueError):
-    """The state file exists but is not a vSpec cost state (names the file and the key)."""
 
 
 def fingerprint_of(vllm_config: Any, max_gamma: int) -> dict[str, str]:
@@ -85,39 +80,6 @@ def fingerprint_of(vllm_config: Any, max_gamma: int) -> dict[str, str]:
         "enforce_eager": get(vllm_config, "model_config", "enforce_eager"),
         "cudagraph_mode": get(vllm_config, "compilation_config", "cudagraph_mode"),
     }
-
-
-def read_state(path: str | os.PathLike[str]) -> tuple[dict[str, str], CostPrior] | None:
-    """The file's fingerprint and samples; None if it does not exist. A file that exists but
-    is not a valid state raises :class:`CostStateError` naming the file and the key."""
-    p = Path(os.path.expanduser(os.fspath(path)))
-    if not p.exists():
-        return None
-    where = f"vSpec cost state {str(p)!r}"
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CostStateError(f"{where}: not readable JSON ({exc}); delete it or point "
-                             "adaptive_state_path elsewhere") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise CostStateError(f"{where}: key 'schema' must be {SCHEMA!r} (a file written by "
-                             "vSpec's adaptive_state_path); delete it or use another path")
-    fp = data.get("fingerprint")
-    if not isinstance(fp, dict) or not all(isinstance(v, str) for v in fp.values()):
-        raise CostStateError(f"{where}: key 'fingerprint' must map names to strings")
-    rows = data.get("samples")
-    if not isinstance(rows, list):
-        raise CostStateError(f"{where}: key 'samples' must be a list")
-    samples = []
-    for i, row in enumerate(rows):
-        try:
-            samples.append(CostSample(batch=int(row["batch"]), gamma=int(row["gamma"]),
-                                      seconds=float(row["seconds"]),
-                                      drafter_ran=bool(row["drafter_ran"]),
-                                      count=int(row["count"])))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CostStateError(f"{where}: samples[{i}] is not a cost sample ({exc})") from None
-    return dict(fp), CostPrior(source=f"persisted state {p}", samples=tuple(samples))
 
 
 class CostState:
@@ -187,11 +149,7 @@ class CostState:
         self._since_save = 0
         if not self._sums:
             return
-        payload = {"schema": SCHEMA, "fingerprint": self.fingerprint,
-                   "saved": round(time.time(), 3),
-                   "samples": [{"batch": s.batch, "gamma": s.gamma, "drafter_ran": s.drafter_ran,
-                                "seconds": s.seconds, "count": s.count}
-                               for s in self.samples()]}
+        payload = state_payload(self.fingerprint, self.samples(), time.time())
         tmp = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -212,5 +170,4 @@ class CostState:
                     os.unlink(tmp)
 
 
-__all__ = ["SCHEMA", "CostState", "CostStateError", "fingerprint_of",
-           "read_state"]
+__all__ = ["CostState", "fingerprint_of"]
