@@ -16,6 +16,8 @@ files a build of both at once makes.
 
 Usage: ``python scripts/build_tiny_models.py [--out DIR] [--seed N] [--force] [--only STAGE]``
 (``TINY_MODELS_THREADS=N`` sets torch's thread count; default: all cores, or 1 when busy).
+``python scripts/build_tiny_models.py check [--models DIR] [--bench]`` runs every built drafter
+in real vLLM and checks its greedy output equals target-only's (``check --help``).
 Importable: ``build_models(out_dir, seed=..., force=False, stages=...) -> dict`` (the
 manifest).
 """
@@ -286,14 +288,14 @@ def _n_params(sd: dict[str, Any]) -> int:
 
 
 def _target_shape() -> Any:
-    from _tiny_nn import Shape
+    from vllm_hust_vspec.bench.tiny_nn import Shape
 
     return Shape(vocab=VOCAB, hidden=128, layers=2, heads=4, kv_heads=2, inter=384)
 
 
 def _corpus(out: Path, seed: int, clock: _Clock, *, train_tok: bool) -> tuple[Any, ...]:
     """Tokenizer (trained, or the built one read back), token ids split 95/5, eval prompts."""
-    from _tiny_train import eval_set
+    from vllm_hust_vspec.bench.tiny_train import eval_set
 
     texts, corpus_sha = read_corpus()
     clock(f"corpus: {len(texts)} stdlib files, {sum(map(len, texts)) / 1e6:.2f}M chars")
@@ -320,9 +322,8 @@ def _build(out: Path, seed: int, clock: _Clock, stages: list[str],
     alone equals the same stage built in one go."""
     import torch
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _tiny_nn import TinyLM
-    from _tiny_train import greedy, train_lm
+    from vllm_hust_vspec.bench.tiny_nn import TinyLM
+    from vllm_hust_vspec.bench.tiny_train import greedy, train_lm
 
     torch.set_num_threads(_threads())
     torch.manual_seed(seed)
@@ -379,7 +380,7 @@ def _build(out: Path, seed: int, clock: _Clock, stages: list[str],
 
 
 def _measure(ctx: _Stage, name: str, target_name: str = "target") -> None:
-    from _tiny_train import hf_agreement
+    from vllm_hust_vspec.bench.tiny_train import hf_agreement
 
     a = hf_agreement(ctx.out / target_name, ctx.out / name, ctx.ref, ctx.plen)
     ctx.models[name]["target"] = target_name
@@ -392,8 +393,8 @@ def _build_lm(ctx: _Stage) -> None:
     goodput-adaptation pair (deep target, cheap drafts)."""
     import torch
 
-    from _tiny_nn import Shape, TinyLM
-    from _tiny_train import agreement, train_lm
+    from vllm_hust_vspec.bench.tiny_nn import Shape, TinyLM
+    from vllm_hust_vspec.bench.tiny_train import agreement, train_lm
 
     seed, clock, tok_ids = ctx.seed, ctx.clock, ctx.tok_ids
     ts = _target_shape()
@@ -473,8 +474,8 @@ def _build_heads(ctx: _Stage) -> None:
     target (the target's weights in the Qwen2 layout) with one MTP layer."""
     import torch
 
-    from _tiny_nn import Eagle3Head, EagleHead, MtpLayer, Shape
-    from _tiny_train import EAGLE3_AUX_IDS, head_agreement, train_head
+    from vllm_hust_vspec.bench.tiny_nn import Eagle3Head, EagleHead, MtpLayer, Shape
+    from vllm_hust_vspec.bench.tiny_train import EAGLE3_AUX_IDS, head_agreement, train_head
 
     seed, clock, tok_ids, target = ctx.seed, ctx.clock, ctx.tok_ids, ctx.target
     ts = _target_shape()
@@ -728,7 +729,15 @@ def _sha(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """Build the models (or, with ``check`` first, smoke-check the built ones)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "check":
+        from vllm_hust_vspec.bench.tiny_check import main as check_main
+
+        return check_main(argv[1:])
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n", 1)[0].replace("\n", " "),
+        epilog="check: smoke-check the built models in real vLLM (see 'check --help')")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"default {DEFAULT_OUT}")
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
     ap.add_argument("--force", action="store_true", help="rebuild even if the stamp matches")

@@ -1,6 +1,6 @@
 """Minimal torch modules mirroring vLLM's Llama / EAGLE / EAGLE-3 / MiMo-MTP forward passes.
 
-Used by ``build_tiny_models.py`` to train the tiny fixtures. Parameter names equal the
+Used by ``scripts/build_tiny_models.py`` to train the tiny fixtures. Parameter names equal the
 Hugging Face / vLLM checkpoint names, so a ``state_dict()`` can be saved as-is (or loaded into
 a ``transformers`` model and written with ``save_pretrained``). The math follows vLLM 0.32:
 RMSNorm in float32, neox-style rotary embeddings, pre-norm residual blocks, SwiGLU MLP.

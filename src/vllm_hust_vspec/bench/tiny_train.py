@@ -1,5 +1,5 @@
-"""Training and evaluation helpers for ``build_tiny_models.py`` (split out to keep one job
-per file): next-token and draft-head training loops and greedy-agreement measurement.
+"""Training and evaluation helpers for ``scripts/build_tiny_models.py`` (split out to keep
+one job per file): next-token and draft-head training loops and greedy-agreement measurement.
 
 Torch and transformers are imported inside the functions, so importing this module is cheap.
 """

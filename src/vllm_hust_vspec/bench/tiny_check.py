@@ -1,5 +1,5 @@
-#!/usr/bin/env python3
-"""Smoke-check the tiny fixtures from ``build_tiny_models.py`` as drafters in real vLLM (CPU).
+"""Smoke-check the tiny fixtures from ``scripts/build_tiny_models.py`` as drafters in real vLLM
+(CPU).
 
 For every drafter it starts an in-process vLLM engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``)
 with ``speculative_config``, decodes 8 prompts x 32 tokens greedily, checks the tokens are
@@ -10,7 +10,7 @@ identical to the target-only run, and reads acceptance from ``llm.get_metrics()`
 Each group of cases runs in its own subprocess (one engine after another inside it); use
 ``--isolate`` for one process per case. ngram is never run here (it poisons the process).
 
-Usage: ``python scripts/check_tiny_models.py [--models DIR] [--bench] [--json OUT]``.
+Usage: ``python scripts/build_tiny_models.py check [--models DIR] [--bench] [--json OUT]``.
 Exit status 1 when any case fails or differs from target-only.
 """
 
@@ -25,8 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from build_tiny_models import DEFAULT_OUT, load_manifest  # noqa: E402
+from vllm_hust_vspec.launch.models import CHECKOUT_ROOT
+
+DEFAULT_MODELS = CHECKOUT_ROOT / ".cache" / "models"  # where build_tiny_models.py writes
+MANIFEST = "manifest.json"  # build_tiny_models.py's record of what it built
 
 PROMPTS = [
     "def fibonacci(n):\n    ",
@@ -67,6 +69,15 @@ BASELINES = {"target": "target", "target-deep": "target-deep", "mtp-target": "mt
 BENCH = [("target-deep", None, 0)] + [
     (d, "draft_model", k) for d in ("draft-cheap-agree", "draft-cheap-random") for k in (1, 2, 3, 4)
 ]
+
+
+def load_manifest(models: Path) -> dict[str, Any] | None:
+    """The build's manifest in ``models``, or None when absent or unreadable."""
+    try:
+        data = json.loads((models / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _env() -> dict[str, str]:
@@ -175,7 +186,7 @@ def _child(args: argparse.Namespace) -> int:
 
 
 def _spawn(extra: list[str], models: Path, log: Path | None) -> list[dict[str, Any]]:
-    cmd = [sys.executable, __file__, "--models", str(models), *extra]
+    cmd = [sys.executable, "-m", __name__, "--models", str(models), *extra]
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True)
     if log is not None:
         with open(log, "a") as fh:
@@ -189,8 +200,13 @@ def _spawn(extra: list[str], models: Path, log: Path | None) -> list[dict[str, A
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", type=Path, default=DEFAULT_OUT)
+    """Run the cases (and ``--bench``), print the table; 1 when any case failed."""
+    ap = argparse.ArgumentParser(
+        prog="build_tiny_models.py check",
+        description=__doc__.split("\n\n", 1)[0].replace("\n", " "),
+        epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", type=Path, default=DEFAULT_MODELS,
+                    help=f"the built models (default {DEFAULT_MODELS})")
     ap.add_argument("--only", nargs="*", help="case names (default: all)")
     ap.add_argument("--isolate", action="store_true", help="one process per case")
     ap.add_argument("--bench", action="store_true", help="also run the tokens/s table")
