@@ -299,7 +299,7 @@ def test_the_manuals_profiles_ship_converted_and_launch(
     preset: str, profile: str, table: dict[int, int], model_dir: Path,
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from vllm_hust_vspec.adaptive.profile import load_profile
+    from vllm_hust_vspec.adaptive.profile_file import load_profile
 
     monkeypatch.chdir(ROOT)
     launcher_sees_ascend(monkeypatch)  # the NPU presets' graph switches need vLLM-Ascend

@@ -25,8 +25,8 @@ from .profile import (
     Profile,
     ProfileError,
     TableEntry,
-    load_profile,
 )
+from .profile_file import load_profile
 from .profile_policy import ProfileConfig, ProfilePolicy
 
 __all__ = [

@@ -10,7 +10,7 @@ from .feedback import Controller
 from .fixed import FixedController
 from .online import OnlineController
 from .online_config import OnlineConfig
-from .profile import load_profile
+from .profile_file import load_profile
 from .profile_policy import ProfileConfig, ProfilePolicy
 from .ucb import Ucb1Controller
 from .ucb_config import UcbConfig

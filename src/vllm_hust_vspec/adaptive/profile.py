@@ -19,19 +19,16 @@ per request (1: forward ``i`` attends to the ``i`` tokens drafted before it);
 The schema is documented with an example in docs/controller.md. Parsing is strict: unknown
 keys and bad values raise :class:`ProfileError` naming the file and the dotted key. A file in
 the vllm-hust-vspec 0.14 profile format (milliseconds; see :mod:`.profile_v014`) is recognised
-by its keys and converted exactly on load.
+by its keys and converted exactly on load (:mod:`.profile_file`).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from ._files import read_utf8_text
 from ._strict import StrictObject
 from .acceptance import extend_acceptance
 
@@ -184,12 +181,8 @@ class Profile:
 
     @classmethod
     def from_dict(cls, data: object, *, source: str = "<profile>") -> Profile:
-        """Parse and validate a schema-v1 mapping, or convert one in the vllm-hust-vspec 0.14
-        format (recognised by its keys); errors name ``source`` and the key."""
-        from .profile_v014 import convert_v014, is_v014_profile
-
-        if is_v014_profile(data):
-            return convert_v014(data, source=source)
+        """Parse and validate a schema-v1 mapping; errors name ``source`` and the key.
+        :func:`~.profile_file.parse_profile` also reads the vllm-hust-vspec 0.14 format."""
         r = _Reader(data, "", source)
         version = r.integer("schema_version", lo=1)
         if version != SCHEMA_VERSION:
@@ -229,18 +222,6 @@ class Profile:
             gamma_step_overhead_s=step_overhead, batch_gamma_table_mode=table_mode,
             initial_gamma=initial,
         )
-
-
-def load_profile(path: str | Path) -> Profile:
-    """Read and validate a profile JSON file; errors name the file and the key."""
-    p = Path(path)
-    text = read_utf8_text(p, "profile", ProfileError)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ProfileError(f"{p}: not valid JSON (line {exc.lineno}, column {exc.colno}): "
-                           f"{exc.msg}") from None
-    return Profile.from_dict(data, source=str(p))
 
 
 # -- strict reading -------------------------------------------------------------------------

@@ -38,7 +38,8 @@ def preflight(s: Settings, origins: Mapping[str, str]) -> None:
 
 
 def _check_profile(path: str, where: str) -> None:
-    from vllm_hust_vspec.adaptive.profile import ProfileError, load_profile
+    from vllm_hust_vspec.adaptive.profile import ProfileError
+    from vllm_hust_vspec.adaptive.profile_file import load_profile
 
     try:
         load_profile(path)
