@@ -6,7 +6,7 @@ offline simulator and prints, per scenario, each policy's goodput as a ratio to 
 fixed gamma in hindsight and to the oracle, geomean summary rows (suite, stationary,
 non-stationary), the decide+observe cost per step at batch 128 of the online controller, and
 PASS/FAIL per target. Exit code 0 when every target passes, 1 otherwise. "No scenario worse
-than before" compares with scripts/reference/online-v1.json: the previous online controller
+than before" compares with sim/data/online_v1_reference.json: the previous online controller
 (UCB over a load filter, since replaced) measured by this script at 12 seeds.
 
 ``--per-request`` runs the per-request verify lengths instead (their bars): on every
@@ -17,6 +17,13 @@ decide + verify_lengths + observe at batch 128.
 
     .venv/bin/python scripts/bench_controller.py [--seeds 3] [--jobs 2] [--json OUT.json]
     .venv/bin/python scripts/bench_controller.py --per-request [--seeds 6] [--scenario NAME]
+
+``--cost`` only times the controllers: the median and p90 microseconds of one ``decide`` +
+``observe`` pair per engine step at ``--batch`` (default 128) for the online, profile and fixed
+policies, on pre-built feedback (the host builds it anyway), so the figure is the controller's
+own cost. Speed is reported, never asserted.
+
+    .venv/bin/python scripts/bench_controller.py --cost [--batch 128] [--steps 20000]
 """
 
 from __future__ import annotations
@@ -27,13 +34,14 @@ import math
 import random
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from vllm_hust_vspec.adaptive import StepFeedback, build_controller  # noqa: E402
-from vllm_hust_vspec.sim import (  # noqa: E402
+import vllm_hust_vspec.sim
+from vllm_hust_vspec.adaptive import StepFeedback, build_controller
+from vllm_hust_vspec.adaptive.profile import Profile
+from vllm_hust_vspec.sim import (
     ScenarioReport,
     all_policies,
     geomean,
@@ -42,8 +50,8 @@ from vllm_hust_vspec.sim import (  # noqa: E402
     run_many,
     summarise,
 )
-from vllm_hust_vspec.sim.policies import BASELINES, fixed_names  # noqa: E402
-from vllm_hust_vspec.sim.runner import paired_ratio, seeds_for  # noqa: E402
+from vllm_hust_vspec.sim.policies import BASELINES, fixed_names
+from vllm_hust_vspec.sim.runner import paired_ratio, seeds_for
 
 COLUMNS = ["online", "profile", "oracle", *BASELINES]
 SHORT = {"vllm-batch-schedule": "vllm-bs", "sglang-adaptive": "sglang",
@@ -56,7 +64,7 @@ TARGET_COST_US = 20.0
 # The online controller's bars (on top of the targets above).
 TARGET_NOISE_FREE = 0.99
 TARGET_ORACLE = 0.95
-REFERENCE = Path(__file__).resolve().parent / "reference" / "online-v1.json"
+REFERENCE = Path(vllm_hust_vspec.sim.__file__).parent / "data" / "online_v1_reference.json"
 # The bars for per-request verify lengths.
 PR_POLICIES = ("online", "online-per-request", "per-request-oracle",
                "vllm-adaptive-verification")
@@ -133,6 +141,74 @@ def controller_cost_us(batch: int = 128, steps: int = 20000, max_gamma: int = 5,
         ctrl.observe(fb)
         samples.append(clock() - t0)
     return statistics.median(samples) / 1e3, statistics.fmean(samples) / 1e3
+
+
+# The profile the ``profile`` policy reads in --cost (a plausible host; only its cost matters).
+_COST_PROFILE = {
+    "schema_version": 1,
+    "target": {"constant_s": 0.010, "per_batched_token_s": 2e-5, "per_context_token_s": 1e-9},
+    "draft": {"constant_s": 0.0008, "per_batched_token_s": 2e-6, "per_context_token_s": 0.0},
+    "per_gamma_overhead_s": 0.0001,
+    "assumed_context_tokens": 1024,
+    "default_acceptance": 0.7,
+}
+
+
+def _cost_feedbacks(batch: int, max_gamma: int, seed: int) -> dict[int, list[StepFeedback]]:
+    """Pre-built feedback per verified gamma (16 variants each, random acceptance)."""
+    rng = random.Random(seed)
+    out: dict[int, list[StepFeedback]] = {}
+    for g in range(max_gamma + 1):
+        variants = []
+        for _ in range(16):
+            acc = []
+            for _ in range(batch):
+                a = 0
+                while a < g and rng.random() < 0.7:
+                    a += 1
+                acc.append(a)
+            step_s = (0.010 + 2e-5 * batch * (1 + g) + 0.0008 * g) * (1 + 0.05 * rng.gauss(0, 1))
+            variants.append(StepFeedback(
+                batch_size=batch, gamma=g, drafted=(g,) * batch, accepted=tuple(acc),
+                committed=sum(acc) + batch, interval_s=step_s, token_budget=8192,
+            ))
+        out[g] = variants
+    return out
+
+
+def step_costs_us(policy: str, batch: int, steps: int, max_gamma: int,
+                  profile_path: str | None) -> list[float]:
+    """Per-step decide + observe cost of ``policy``'s controller in microseconds, the first
+    tenth (warm-up, sweep) left out."""
+    ctrl = build_controller(policy, min_gamma=0, max_gamma=max_gamma, profile_path=profile_path)
+    fbs = _cost_feedbacks(batch, max_gamma, seed=0)
+    prev = max_gamma
+    costs: list[float] = []
+    clock = time.perf_counter_ns
+    for i in range(steps):
+        fb = fbs[prev][i & 15]
+        t0 = clock()
+        g = ctrl.decide(batch, 8192)
+        ctrl.observe(fb)
+        costs.append((clock() - t0) / 1000.0)
+        prev = g
+    return costs[steps // 10:]
+
+
+def cost_main(args: argparse.Namespace) -> int:
+    """--cost: a table of median / p90 microseconds per step for each policy."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "profile.json"
+        path.write_text(json.dumps(Profile.from_dict(_COST_PROFILE).to_dict()))
+        print(f"decide+observe cost per step, batch {args.batch}, max_gamma {args.max_gamma}, "
+              f"{args.steps} steps, {sys.implementation.name} {sys.version.split()[0]}")
+        print(f"{'policy':10s} {'median_us':>10s} {'p90_us':>8s}")
+        for policy in ("online", "profile", "fixed"):
+            costs = sorted(step_costs_us(policy, args.batch, args.steps, args.max_gamma,
+                                         str(path)))
+            print(f"{policy:10s} {statistics.median(costs):10.2f} "
+                  f"{costs[int(0.9 * len(costs))]:8.2f}")
+    return 0
 
 
 def per_request_main(args: argparse.Namespace) -> int:
@@ -227,7 +303,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="also run the online controller with Thompson sampler seeds 1..K-1 "
                          "(online@N) and print how much of each ratio is the sampler's draw "
                          "(default 1: the host's seed 0 only; the targets are judged on it)")
+    cost = ap.add_argument_group("controller cost only (--cost)")
+    cost.add_argument("--cost", action="store_true",
+                      help="only time decide + observe per step of each policy (no suite)")
+    cost.add_argument("--batch", type=int, default=128, help="decode batch size (default 128)")
+    cost.add_argument("--steps", type=int, default=20000, help="steps per policy (default 20000)")
+    cost.add_argument("--max-gamma", type=int, default=4, help="largest gamma (default 4)")
     args = ap.parse_args(argv)
+    if args.cost:
+        return cost_main(args)
     if args.per_request:
         return per_request_main(args)
 
