@@ -24,51 +24,15 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from vllm_hust_vspec.bench.dataset_rows import BenchRequest, DatasetError, iter_jsonl
+from vllm_hust_vspec.bench.speed_bench import parse_row
+
 DATASETS = ("gsm8k", "arc-easy", "spec_bench", "speed-bench", "custom", "random")
 FILE_DATASETS = ("gsm8k", "arc-easy", "spec_bench", "speed-bench", "custom")
-
-
-class DatasetError(ValueError):
-    """A dataset file or option is unusable; the message names the file, line and key."""
-
-
-@dataclass(frozen=True)
-class BenchRequest:
-    """One benchmark request: the prompt text and how many tokens to generate."""
-
-    prompt: str
-    output_tokens: int
-
-
-def _iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for every non-blank line; errors name file and line."""
-    try:
-        fh = path.open(encoding="utf-8")
-    except OSError as exc:
-        raise DatasetError(f"{path}: cannot read dataset: {exc.strerror or exc}") from None
-    with fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(
-                    f"{path}:{lineno}: not valid JSON (column {exc.colno}): {exc.msg}"
-                ) from None
-            if not isinstance(obj, dict):
-                raise DatasetError(
-                    f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}"
-                )
-            yield lineno, obj
-
-
-iter_jsonl = _iter_jsonl  # public name for the other dataset readers
 
 
 def _text(obj: dict[str, Any], key: str, where: str, need: str) -> str:
@@ -131,8 +95,6 @@ def _spec_bench(obj: dict[str, Any], where: str) -> str:
 
 
 def _speed_bench(obj: dict[str, Any], where: str) -> str:
-    from vllm_hust_vspec.bench.speed_bench import parse_row  # it imports this module
-
     path, _, lineno = where.rpartition(":")
     return parse_row(obj, Path(path), int(lineno)).prompt
 
@@ -215,7 +177,7 @@ def load_requests(
     p = Path(path)
     parse = _PARSERS[dataset]
     pool: list[BenchRequest] = []
-    for lineno, obj in _iter_jsonl(p):
+    for lineno, obj in iter_jsonl(p):
         where = f"{p}:{lineno}"
         prompt = parse(obj, where)
         out = _line_output_tokens(obj, where, output_tokens) if dataset == "custom" else (

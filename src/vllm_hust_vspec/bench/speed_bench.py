@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_hust_vspec.bench.datasets import BenchRequest, DatasetError, iter_jsonl
+from vllm_hust_vspec.bench.dataset_rows import BenchRequest, DatasetError, iter_jsonl
 
 SPLITS = ("qualitative", "throughput")
 # The published qualitative domains (80 prompts each), in the dataset card's order.
