@@ -47,3 +47,13 @@ def test_a_skewed_load_is_where_agreement_loses() -> None:
     assert large.ratio("agreed-oracle") < 0.9 < small.ratio("agreed-oracle")
     with pytest.raises(ValueError, match=">= 2 ranks"):
         run(SCENARIOS["alike"], 1, COST)
+
+
+def test_the_sim_cli_prints_the_lockstep_table(capsys: pytest.CaptureFixture[str]) -> None:
+    from vllm_hust_vspec.cli.sim import main
+
+    assert main(["lockstep-dp", "--steps", "4"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("cost mtp-head, gamma 0..5, fixed = 5, 4 steps, seed 0")
+    assert "| scenario | ranks | agreed (vote) |" in out
+    assert all(f"* {name}:" in out for name in SCENARIOS)

@@ -32,6 +32,7 @@ examples:
   vllm-hust-vspec-sim calibrate-npu --out-dir npu-calibration    (see calibrate-npu --help)
   vllm-hust-vspec-sim explain-npu --sensitivity                  (see explain-npu --help)
   vllm-hust-vspec-sim time-by-arm vspec.trace.jsonl --after-idle 2  (see time-by-arm --help)
+  vllm-hust-vspec-sim lockstep-dp --cost mtp-head                (see lockstep-dp --help)
 
 Policies: fixed:K (every K in min_gamma..max_gamma), online and profile (vSpec's
 controllers), oracle (knows the true acceptance), and the published baselines
@@ -112,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         from .sim_explain import main as explain_main  # noqa: PLC0415
 
         return explain_main(argv[1:])
+    if argv and argv[0] == "lockstep-dp":
+        from .sim_lockstep_dp import main as lockstep_dp_main  # noqa: PLC0415
+
+        return lockstep_dp_main(argv[1:])
     if argv and argv[0] == "time-by-arm":
         from .sim_time_by_arm import main as time_by_arm_main  # noqa: PLC0415
 
