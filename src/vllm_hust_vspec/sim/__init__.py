@@ -3,6 +3,10 @@
 Use it to compare gamma policies (vSpec's controllers, fixed gamma, published baselines and an
 oracle) on scenarios with common random numbers, or to replay a trace recorded by the plugin.
 See docs/simulator.md.
+
+The simulator is this package's top level (:mod:`.engine` the step loop, :mod:`.scenario`,
+:mod:`.policies`, :mod:`.runner`, :mod:`.replay`, ...); other systems' gamma policies are in
+:mod:`.baselines`, the calibration of the NPU scenarios on measured runs in :mod:`.calibration`.
 """
 
 from ._strict import ScenarioError
