@@ -43,6 +43,7 @@ def register() -> None:
     try:
         resolved = resolve_settings(env=os.environ)
         preflight(resolved.settings, resolved.origins)
+        resolved.require_honoured()
         apply(resolved.settings)
     except (SettingsError, UnsupportedSwitchError) as exc:
         if logger.hasHandlers():

@@ -138,8 +138,8 @@ def _host_verdict(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[
 
 @pytest.mark.parametrize(("host", "preset", "words"), [
     ("vllm", "draft", ["vSpec on upstream vLLM", "--merged-full"]),
-    ("vllm_ascend", "qwen35-eagle3", ["vSpec on vLLM-Ascend", "--eagle-spec-metadata-cache",
-                                      "--graph-event-ordering"]),
+    ("vllm_ascend", "qwen35-eagle3", ["--eagle-spec-metadata-cache", "--graph-event-ordering",
+                                      "vSpec does not have"]),
 ])
 def test_with_a_host_the_dry_run_stops_as_the_launch_does(
     host: str, preset: str, words: list[str], models: Path,

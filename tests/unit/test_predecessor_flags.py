@@ -49,32 +49,64 @@ def test_every_flag_of_the_manual_is_accepted() -> None:
 def test_renamed_options_are_aliases_in_every_spelling(
     old: str, new: str, value: str, typed: Any, tmp_path: Path
 ) -> None:
+    from vllm_hust_vspec.cli.options import cli_values
+    from vllm_hust_vspec.settings.legacy import LEGACY_BY_NAME
+
     flag = "--" + old.replace("_", "-")
     ns = build_parser().parse_args(["--method", "eagle", flag, value])
-    assert getattr(ns, new) == typed
+    cli = resolve_settings(cli=cli_values(ns), env={})
+    assert getattr(cli.settings, new) == typed and cli.origins[new] == f"flag {flag}"
     env = resolve_settings(env={"HUST_VSPEC_METHOD": "eagle", f"HUST_VSPEC_{old.upper()}": value})
     assert getattr(env.settings, new) == typed
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[serve]\nmethod = "eagle"\n{old} = "{value}"\n')
     toml = resolve_settings(config=str(cfg), env={})
     assert getattr(toml.settings, new) == typed
-    assert OPTIONS_BY_NAME[old] is OPTIONS_BY_NAME[new]
-    assert old in build_parser().format_help().replace("-", "_")  # help names the alias
+    assert old not in OPTIONS_BY_NAME and LEGACY_BY_NAME[old].new == new
+    # the canonical flag given as well wins
+    both = build_parser().parse_args(["--method", "eagle", flag, value,
+                                      "--" + new.replace("_", "-"), value + "2"
+                                      if new.endswith("file") else "w8a8"])
+    assert getattr(resolve_settings(cli=cli_values(both), env={}).settings, new) != typed
 
 
-@pytest.mark.parametrize("flag", ["--eagle-tree-width", "--eagle-uniform-state-kernel",
-                                  "--eagle-spec-metadata-cache", "--graph-event-ordering",
-                                  "--eagle-zero-draft-kv-first-step", "--merged-full"])
-def test_host_switches_this_host_lacks_fail_closed(flag: str) -> None:
+@pytest.mark.parametrize("argv", [["--eagle-tree-width", "2"], ["--eagle-uniform-state-kernel"],
+                                  ["--eagle-spec-metadata-cache"], ["--graph-event-ordering"],
+                                  ["--eagle-zero-draft-kv-first-step"],
+                                  ["--merged-full-max-batch", "8"]])
+def test_host_switches_no_host_has_fail_closed(argv: list[str], tmp_path: Path) -> None:
+    """Read from any source they load (a recorded file still dry-runs, with a note); serving
+    stops on them, and the launcher hands them on so the server stops too."""
+    from vllm_hust_vspec.cli.options import cli_values
+    from vllm_hust_vspec.settings import SettingsError
+
+    flag = argv[0]
+    key = flag[2:].replace("-", "_")
+    raw = argv[1] if len(argv) > 1 else "1"
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"[serve]\n{key} = {raw if len(argv) > 1 else 'true'}\n")
+    ns = build_parser().parse_args(["--method", "eagle", *argv])
+    for resolved in (resolve_settings(cli=cli_values(ns), env={}),
+                     resolve_settings(env={f"HUST_VSPEC_{key.upper()}": raw}),
+                     resolve_settings(config=str(cfg), env={})):
+        assert key in resolved.refused and any(flag in n for n in resolved.notes)
+        with pytest.raises(SettingsError, match=re.escape(flag) + ".*drop the option"):
+            resolved.require_honoured()
+    plain = resolve_settings(cli={"method": "eagle"}, env={})
+    plain.require_honoured()
+    off = {"--eagle-tree-width": ["1"], "--merged-full-max-batch": ["0"]}.get(flag)
+    off_argv = [flag, *off] if off else ["--no-" + flag[2:]]
+    ns_off = build_parser().parse_args(["--method", "eagle", *off_argv])
+    cleared = resolve_settings(cli=cli_values(ns_off), config=str(cfg), env={})
+    assert cleared.refused == {} and cleared.settings == plain.settings
+
+
+def test_merged_full_fails_closed_on_upstream() -> None:
     from vllm_hust_vspec.host.abi import compat
 
-    argv = [flag, "2"] if flag == "--eagle-tree-width" else [flag]
-    ns = build_parser().parse_args(["--method", "eagle", *argv])
-    from vllm_hust_vspec.cli.options import cli_values
-
-    s = resolve_settings(cli=cli_values(ns), env={}).settings
+    s = _settings("--method", "eagle", "--merged-full")
     for ascend in (False, True):
-        with pytest.raises(compat.UnsupportedSwitchError, match=re.escape(flag)):
+        with pytest.raises(compat.UnsupportedSwitchError, match="--merged-full"):
             compat.require_supported(s, ascend=ascend)
     assert compat.unsupported(resolve_settings(env={}).settings, ascend=False) == []
 
@@ -82,7 +114,15 @@ def test_host_switches_this_host_lacks_fail_closed(flag: str) -> None:
 def test_env_only_switch_stops_the_plugin_with_exit_2() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUST_VSPEC_")}
     env.update({"HUST_VSPEC_ENABLED": "1", "HUST_VSPEC_METHOD": "eagle",
-                "HUST_VSPEC_EAGLE_UNIFORM_STATE_KERNEL": "1"})
+                "HUST_VSPEC_MERGED_FULL": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-c", "import vllm_hust_vspec; vllm_hust_vspec.register()"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "--merged-full" in proc.stderr and "Traceback" not in proc.stderr
+    env["HUST_VSPEC_MERGED_FULL"] = "0"
+    env["HUST_VSPEC_EAGLE_UNIFORM_STATE_KERNEL"] = "1"  # refused as the settings are read
     proc = subprocess.run(
         [sys.executable, "-c", "import vllm_hust_vspec; vllm_hust_vspec.register()"],
         env=env, capture_output=True, text=True, timeout=120,
@@ -115,12 +155,14 @@ def test_full_graph_and_async_map_to_the_hosts_switches(monkeypatch: pytest.Monk
 
 
 def test_contradicting_graph_switches_are_refused() -> None:
+    from vllm_hust_vspec.cli.options import cli_values
     from vllm_hust_vspec.settings import SettingsError
 
     # as in the predecessor, an explicit --no-async-scheduling wins over --adaptive-async
     assert _settings("--adaptive-async", "--no-async-scheduling").async_scheduling is False
-    with pytest.raises(SettingsError, match="merged_full_max_batch"):
-        _settings("--merged-full-max-batch", "8")
+    with pytest.raises(SettingsError, match="merged-full-max-batch"):
+        resolve_settings(cli=cli_values(build_parser().parse_args(
+            ["--merged-full-max-batch", "8"])), env={}).require_honoured()
 
 
 def test_merged_full_is_vllm_ascends_own_graph_under_full_graph_modes() -> None:

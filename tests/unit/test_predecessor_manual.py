@@ -257,15 +257,15 @@ MANUAL_ITEMS: dict[str, tuple[str, str]] = {
                                             "::test_after_tokens_keeps_the_first_tokens_"
                                             "strict"),
     "--eagle-spec-metadata-cache": (CLOSED, U + "test_predecessor_flags.py::"
-                                    "test_host_switches_this_host_lacks_fail_closed"),
+                                    "test_host_switches_no_host_has_fail_closed"),
     "--eagle-uniform-state-kernel": (CLOSED, U + "test_predecessor_flags.py::"
-                                     "test_host_switches_this_host_lacks_fail_closed"),
+                                     "test_host_switches_no_host_has_fail_closed"),
     "--graph-event-ordering": (CLOSED, U + "test_predecessor_flags.py::"
-                               "test_host_switches_this_host_lacks_fail_closed"),
+                               "test_host_switches_no_host_has_fail_closed"),
     "--eagle-tree-width": (CLOSED, U + "test_predecessor_flags.py::"
-                           "test_host_switches_this_host_lacks_fail_closed"),
+                           "test_host_switches_no_host_has_fail_closed"),
     "--eagle-zero-draft-kv-first-step": (CLOSED, U + "test_predecessor_flags.py::"
-                                         "test_host_switches_this_host_lacks_fail_closed"),
+                                         "test_host_switches_no_host_has_fail_closed"),
     "--eagle-draft-trace": (SAME, U + "test_settings.py::test_every_option_has_three_spellings"),
     "--eagle-draft-io-trace-dir": (SAME, U + "test_settings.py::"
                                    "test_every_option_has_three_spellings"),

@@ -70,7 +70,6 @@ def test_graph_mode_names_are_the_predecessors() -> None:
 
 @pytest.mark.parametrize(("flag", "value", "field"), [
     ("--eagle-relaxed-accept-topk", "1", "eagle_relaxed_accept_topk"),
-    ("--eagle-tree-width", "1", "eagle_tree_width"),
     ("--eagle-draft-active-vocab-size", "0", "eagle_draft_active_vocab_size"),
 ])
 def test_the_predecessors_off_values_mean_off(flag: str, value: str, field: str) -> None:
@@ -79,7 +78,14 @@ def test_the_predecessors_off_values_mean_off(flag: str, value: str, field: str)
 
 
 def test_merged_full_max_batch_zero_is_no_cap() -> None:
-    assert _settings("--merged-full", "--merged-full-max-batch", "0").merged_full_max_batch is None
+    from vllm_hust_vspec.settings import SettingsError
+
+    assert _settings("--merged-full", "--merged-full-max-batch", "0") == _settings(
+        "--merged-full")
+    assert _settings("--eagle-tree-width", "1") == _settings()
+    with pytest.raises(SettingsError, match="--merged-full-max-batch"):
+        resolve_settings(cli=cli_values(build_parser().parse_args(
+            ["--merged-full", "--merged-full-max-batch", "8"])), env={}).require_honoured()
 
 
 def test_refill_turns_off_by_switch_by_size_one_and_by_the_predecessors_variables() -> None:

@@ -114,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         preflight(resolved.settings, resolved.origins)
         if host is not None:
+            resolved.require_honoured()
             compat.require_supported(resolved.settings, ascend=host == "vllm_ascend",
                                      origins=resolved.origins)
         elif not ns.dry_run:

@@ -7,6 +7,11 @@ from typing import Any
 
 from vllm_hust_vspec.settings import OPTIONS, OptionInfo, SettingsError
 from vllm_hust_vspec.settings.coerce import coerce
+from vllm_hust_vspec.settings.legacy import LEGACY, old_names_of
+
+# argparse destination of a 0.14.3 flag: its raw value reaches resolve_settings under the old
+# name, which settings/legacy.py translates there (one place, the same as TOML keys and env).
+_LEGACY_DEST = "legacy__"
 
 GROUP_TITLES = {
     "serve": "serving options",
@@ -55,29 +60,40 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     for opt in OPTIONS:
         group = groups[opt.group]
         text = f"{opt.help} [env {opt.env}; default {describe_default(opt)}]"
-        if opt.aliases:
-            text += f" (also {', '.join(opt.alias_flags)}, the predecessor's name)"
         if opt.kind == "bool":
             group.add_argument(
-                opt.flag, *opt.alias_flags, dest=opt.name, action=argparse.BooleanOptionalAction,
+                opt.flag, dest=opt.name, action=argparse.BooleanOptionalAction,
                 default=argparse.SUPPRESS, help=text,
             )
         elif opt.kind == "ints":
             # The predecessor's spelling (--ids 15 16) and vSpec's (--ids 15,16) both parse.
             group.add_argument(
-                opt.flag, *opt.alias_flags, dest=opt.name, nargs="*", type=_typed_part(opt),
+                opt.flag, dest=opt.name, nargs="*", type=_typed_part(opt),
                 action=_JoinInts, default=argparse.SUPPRESS, metavar=opt.metavar or "ID",
                 help=text,
             )
         else:
             group.add_argument(
-                opt.flag, *opt.alias_flags, dest=opt.name, type=_typed(opt),
+                opt.flag, dest=opt.name, type=_typed(opt),
                 default=argparse.SUPPRESS,
                 **({"nargs": "?", "const": opt.bare} if opt.bare is not None else {}),
                 metavar=opt.metavar or (opt.name.upper() if not opt.choices else None),
                 choices=None, help=text + (f" (one of: {', '.join(opt.choices)})"
                                            if opt.choices else ""),
             )
+    legacy = parser.add_argument_group(
+        "0.14.3's option names (accepted; docs/migration.md gives each one's vSpec name)")
+    for row in LEGACY:
+        dest = _LEGACY_DEST + row.old
+        if row.read_kind() == "bool":
+            legacy.add_argument(row.flag, dest=dest, action=argparse.BooleanOptionalAction,
+                                default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        elif row.read_kind() == "ints":
+            legacy.add_argument(row.flag, dest=dest, nargs="*", default=argparse.SUPPRESS,
+                                help=argparse.SUPPRESS)
+        else:
+            legacy.add_argument(row.flag, dest=dest, default=argparse.SUPPRESS,
+                                help=argparse.SUPPRESS)
 
 
 def describe_default(opt: OptionInfo) -> str:
@@ -95,7 +111,10 @@ def describe_default(opt: OptionInfo) -> str:
 
 def cli_values(ns: argparse.Namespace) -> dict[str, Any]:
     """The options the user actually gave on the command line."""
-    return {o.name: getattr(ns, o.name) for o in OPTIONS if hasattr(ns, o.name)}
+    out = {o.name: getattr(ns, o.name) for o in OPTIONS if hasattr(ns, o.name)}
+    out.update({row.old: getattr(ns, _LEGACY_DEST + row.old) for row in LEGACY
+                if hasattr(ns, _LEGACY_DEST + row.old)})
+    return out
 
 
 def flag_reference_markdown() -> str:
@@ -109,10 +128,10 @@ def flag_reference_markdown() -> str:
                 continue
             flag = f"`{opt.flag}`" + (f" / `--no-{opt.flag[2:]}`" if opt.kind == "bool" else "")
             meaning = opt.help + (f" One of: {', '.join(opt.choices)}." if opt.choices else "")
-            if opt.aliases:
-                meaning += " Also spelled " + ", ".join(
-                    f"`{f}` / `{a}` / `HUST_VSPEC_{a.upper()}`"
-                    for f, a in zip(opt.alias_flags, opt.aliases, strict=True)) + "."
+            olds = old_names_of(opt.name)
+            if olds:
+                meaning += " 0.14.3's names: " + ", ".join(
+                    f"`--{a.replace('_', '-')}`" for a in olds) + " (docs/migration.md)."
             lines.append(
                 f"| {flag}<br>`{opt.name}`<br>`{opt.env}` | {describe_default(opt)} | {meaning} |"
             )

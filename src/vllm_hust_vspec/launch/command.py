@@ -25,6 +25,7 @@ from vllm_hust_vspec.settings import (
     render_env_value,
 )
 from vllm_hust_vspec.settings.capture import capture_plan
+from vllm_hust_vspec.settings.fields import ENV_PREFIX
 
 VLLM_METHOD = {
     "draft": "draft_model",
@@ -230,6 +231,8 @@ def build_serve_command(
     out_env[ENABLE_ENV] = "1"
     for name, value in sorted(s.non_defaults().items()):
         out_env[OPTIONS_BY_NAME[name].env] = render_env_value(value)
+    for old, (raw, _) in sorted(r.refused.items()):  # the server refuses them too
+        out_env[ENV_PREFIX + old.upper()] = raw
     out_env["VLLM_PLUGINS"] = plugin_list(env)
     out_env["PROMETHEUS_MULTIPROC_DIR"] = prometheus_dir(s.port, env)
     if s.model_runner != "auto":

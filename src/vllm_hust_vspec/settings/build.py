@@ -14,6 +14,7 @@ from typing import Any
 
 from vllm_hust_vspec.settings.coerce import SettingsError
 from vllm_hust_vspec.settings.fields import Settings
+from vllm_hust_vspec.settings.legacy import LEGACY_BY_NAME
 from vllm_hust_vspec.settings.sources import (
     Layer,
     config_layers,
@@ -32,7 +33,17 @@ class ResolvedSettings:
     origins: dict[str, str] = field(default_factory=dict)
     extra_env: dict[str, str] = field(default_factory=dict)
     preset: str | None = None
-    notes: tuple[str, ...] = ()  # deprecation notes: the predecessor's keys that are ignored
+    notes: tuple[str, ...] = ()  # notes: 0.14.3's keys that are ignored
+    # 0.14.3's names whose value vSpec refuses (settings/legacy.py): old name -> (env value,
+    # message); serving stops on them, a dry run shows them
+    refused: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def require_honoured(self) -> None:
+        """Raise :class:`SettingsError` naming every refused 0.14.3 option (a server must not
+        start without what they ask for)."""
+        if self.refused:
+            raise SettingsError("these 0.14.3 options ask for what vSpec does not have:\n"
+                                + "\n".join(f"  * {m}" for _, m in self.refused.values()))
 
 
 def resolve_settings(
@@ -60,18 +71,27 @@ def resolve_settings(
             table_notes += [n for checked in env_layers(layer.env) for n in checked.notes]
     if cli:
         cli_layer = Layer(name="command line")
-        for name, value in cli.items():
-            cli_layer.values[name] = value
-            cli_layer.origins[name] = "flag --" + name.replace("_", "-")
+        # 0.14.3's names first (settings/legacy.py), so a canonical flag given as well wins
+        for name, value in sorted(cli.items(), key=lambda kv: kv[0] not in LEGACY_BY_NAME):
+            where = "flag --" + name.replace("_", "-")
+            if name in LEGACY_BY_NAME:
+                cli_layer.put(name, value, where)
+            else:
+                cli_layer.values[name] = value
+                cli_layer.origins[name] = where
         layers.append(cli_layer)
 
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
     extra_env: dict[str, str] = {}
+    refused: dict[str, tuple[str, str]] = {}
     for layer in layers:
         values.update(layer.values)
         origins.update(layer.origins)
         extra_env.update(layer.env)
+        for old in layer.refused_or_cleared():
+            refused.pop(old, None)
+        refused.update(layer.refused)
     if values.get("adaptive_profile") and "adaptive_policy" not in values:
         # The predecessor's manual passes a profile without naming the policy: it implies it.
         values["adaptive_policy"] = "profile"
@@ -79,8 +99,9 @@ def resolve_settings(
     _check_pinned(layers, values, origins)
     settings = Settings(**values)
     check_consistency(settings, origins)
-    notes = tuple(dict.fromkeys([*table_notes, *(n for layer in layers for n in layer.notes)]))
-    return ResolvedSettings(settings, origins, extra_env, preset, notes)
+    notes = tuple(dict.fromkeys([*table_notes, *(n for layer in layers for n in layer.notes),
+                                 *(f"{m}; serving stops on it" for _, m in refused.values())]))
+    return ResolvedSettings(settings, origins, extra_env, preset, notes, refused)
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
@@ -212,11 +233,6 @@ def check_consistency(s: Settings, origins: Mapping[str, str]) -> None:
         raise SettingsError(
             f"adaptive_full_graph ({_where(origins, 'adaptive_full_graph')}) asks for FULL"
             f" graphs but graph_mode is eager ({_where(origins, 'graph_mode')}); drop one"
-        )
-    if s.merged_full_max_batch is not None and not s.merged_full:
-        raise SettingsError(
-            f"merged_full_max_batch ({_where(origins, 'merged_full_max_batch')}) sizes the"
-            " merged FULL draft graph; set --merged-full or drop it"
         )
     if s.method in ("mtp", "ngram") and s.draft_model:
         raise SettingsError(

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ENV_PREFIX = "HUST_VSPEC_"
-LEGACY_ENV_PREFIXES = ("HUST_SPECSLO_", "HUST_SPECASCEND_")
 
 METHODS = ("draft", "eagle", "eagle3", "mtp", "ngram")
 METHOD_ALIASES = {"draft_model": "draft", "qwen3_5_mtp": "mtp", "eagle-3": "eagle3"}
@@ -31,17 +30,14 @@ def _opt(
     minimum: float | None = None,
     maximum: float | None = None,
     metavar: str | None = None,
-    aliases: tuple[str, ...] = (),
     off: Any = None,
     bare: str | None = None,
 ) -> Any:
-    """Declare an option: a dataclass field carrying its CLI/TOML/env metadata. ``aliases``
-    are other names (the predecessor's) accepted in all three spellings. ``off`` is a value
-    that means "feature off" (the predecessor's spelling, e.g. top-K 1): it reads as the
-    default. ``bare`` is the value of the flag given without an argument (and of a TOML/env
-    boolean true)."""
+    """Declare an option: a dataclass field carrying its CLI/TOML/env metadata (0.14.3's other
+    names are in settings/legacy.py). ``off`` is a value that means "feature off" (0.14.3's
+    spelling, e.g. top-K 1): it reads as the default. ``bare`` is the value of the flag given
+    without an argument (and of a TOML/env boolean true)."""
     meta = {
-        "aliases": aliases,
         "off": off,
         "bare": bare,
         "help": help,
@@ -249,9 +245,7 @@ class Settings:
     )
     adaptive_refill: bool = _opt(
         True, "Cohort refill: hold waiting requests until a cohort of adaptive_refill_batch can"
-        " join (off: admit as the host does). Also read from the predecessor's"
-        " HUST_VSPEC_MTP_COHORT_REFILL / HUST_VSPEC_EAGLE3_COHORT_REFILL.", group="adaptive",
-        aliases=("mtp_cohort_refill", "eagle3_cohort_refill"),
+        " join (off: admit as the host does).", group="adaptive",
     )
     adaptive_refill_hold: str = _opt(
         "auto", "When refill holds the queue: 'auto' while the measured fixed cost of a step"
@@ -406,12 +400,11 @@ class Settings:
     eagle_draft_active_vocab_file: str | None = _opt(
         None, "Token-id file (JSON list or one id per line, most frequent first) for the draft's "
         "active vocabulary (build it with vllm-hust-vspec-active-vocab).", group="draft",
-        metavar="PATH", aliases=("eagle_draft_active_vocab_ids",),
+        metavar="PATH",
     )
     eagle_draft_lm_head_quant: str = _opt(
         "none", "Draft LM-head quantization (per-channel int8 weights; w8a8 also quantizes the "
         "hidden state per token).", group="draft", choices=("none", "w8a16", "w8a8"),
-        aliases=("eagle_draft_lm_head_quantization",),
     )
     eagle_target_active_vocab_ids: str | None = _opt(
         None, "Token-id file: the target's greedy argmax is taken over these ids only (greedy"
@@ -422,22 +415,6 @@ class Settings:
         True, "Accept a draft that shares the target's tokenizer but pads its vocabulary (ids"
         " past the target's are never proposed); off: the vocabularies must be equal.",
         group="draft",
-    )
-    eagle_tree_width: int | None = _opt(
-        None, "Fixed-width EAGLE tree (the predecessor's experimental path; fails closed: see"
-        " docs/hosts.md); 1 is the linear chain (off).", group="draft", minimum=2, off=1,
-    )
-    eagle_uniform_state_kernel: bool = _opt(
-        False, "The vllm-ascend-hust uniform-state kernel (fails closed where the host lacks"
-        " it: docs/hosts.md).", group="draft",
-    )
-    eagle_spec_metadata_cache: bool = _opt(
-        False, "Reuse uniform async EAGLE speculative metadata across steps (NPU graph path;"
-        " fails closed where unavailable: docs/hosts.md).", group="draft",
-    )
-    eagle_zero_draft_kv_first_step: bool = _opt(
-        False, "Zero the draft KV written by the first draft step (NPU path; fails closed where"
-        " unavailable: docs/hosts.md).", group="draft",
     )
 
     # --- diagnostics (slow: for correctness checks and active-vocabulary data only) -------
@@ -464,17 +441,9 @@ class Settings:
         "its full graph instead of silently running eager (unset: on for method mtp).",
         group="ascend",
     )
-    graph_event_ordering: bool = _opt(
-        False, "ACL graph device-event ordering between draft and target graphs (vLLM-Ascend;"
-        " fails closed where unavailable: docs/hosts.md).", group="ascend",
-    )
     merged_full: bool | None = _opt(
         None, "One merged FULL draft graph for all draft steps (vLLM-Ascend; fails closed where"
         " unavailable: docs/hosts.md).", group="ascend",
-    )
-    merged_full_max_batch: int | None = _opt(
-        None, "Largest batch the merged FULL draft graph covers (with --merged-full); 0 is no"
-        " cap.", group="ascend", minimum=1, off=0,
     )
     mtp_local_argmax_reduction: bool = _opt(
         False, "MTP: the host's local argmax reduction across TP ranks (vLLM-HUST speculative"
@@ -549,18 +518,12 @@ class OptionInfo:
     minimum: float | None
     maximum: float | None
     metavar: str | None
-    aliases: tuple[str, ...] = ()
     off: Any = None
     bare: str | None = None
 
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
-
-    @property
-    def alias_flags(self) -> tuple[str, ...]:
-        """The flags of the other names (the predecessor's spellings)."""
-        return tuple("--" + a.replace("_", "-") for a in self.aliases)
 
     @property
     def env(self) -> str:
@@ -595,14 +558,12 @@ def options() -> tuple[OptionInfo, ...]:
                 name=f.name, kind=kind, optional=optional, default=default_of(f),
                 help=m["help"], group=m["group"], choices=m["choices"],
                 minimum=m["minimum"], maximum=m["maximum"], metavar=m["metavar"],
-                aliases=tuple(m["aliases"]), off=m["off"], bare=m["bare"],
+                off=m["off"], bare=m["bare"],
             )
         )
     return tuple(out)
 
 
 OPTIONS: tuple[OptionInfo, ...] = options()
-# Every accepted name, aliases included, to its option (whose .name is the canonical field).
-OPTIONS_BY_NAME: dict[str, OptionInfo] = {
-    name: o for o in OPTIONS for name in (o.name, *o.aliases)
-}
+# Every option by its canonical name (0.14.3's other names: settings/legacy.py).
+OPTIONS_BY_NAME: dict[str, OptionInfo] = {o.name: o for o in OPTIONS}

@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from vllm_hust_vspec.settings.coerce import SettingsError, coerce
-from vllm_hust_vspec.settings.fields import (
-    ENV_PREFIX,
+from vllm_hust_vspec.settings.fields import ENV_PREFIX, METHOD_ALIASES, OPTIONS_BY_NAME
+from vllm_hust_vspec.settings.legacy import (
+    IGNORED_ENV,
+    LEGACY_BY_NAME,
+    LEGACY_CONFIG_ENVS,
     LEGACY_ENV_PREFIXES,
-    METHOD_ALIASES,
-    OPTIONS_BY_NAME,
+    Refused,
+    translate,
 )
 
 # Environment names with the vSpec prefix that are not options (the plugin gate and the model
@@ -30,18 +33,7 @@ NON_OPTION_ENV = frozenset(
         "LOG_LEVEL",
     }
 )
-# Knobs of the predecessor's own runtime (its online refill controller, EAGLE-3 and MTP
-# internals, device counters) that vSpec has no counterpart for: read, named in a note, and
-# ignored, so its config files' [env] tables load as they are (docs/migration.md).
-IGNORED_LEGACY_ENV = (
-    "REFILL_", "EAGLE3_GDN_", "EAGLE3_GROUP_TRACE", "EAGLE3_REPLICATED_", "EAGLE3_STATEFUL_",
-    "EAGLE3_DEVICE_COUNTS", "EAGLE3_FUSED_PRECOPY", "EAGLE3_ASYNC_RUNTIME_SWITCH",
-    "MTP_GRAPH_TRACE", "MTP_SYNC_TRACE", "MTP_DEVICE_COUNTS", "MTP_INCREMENTAL_STEPS",
-    "MTP_ASYNC_RUNTIME_SWITCH", "DEVICE_COUNTS_", "ADAPTIVE_INITIAL_COHORT_", "ADAPTIVE_ARRIVAL_",
-    "ADAPTIVE_ISOLATE_REFILL",
-)
 CONFIG_ENV = "VSPEC_CONFIG"
-LEGACY_CONFIG_ENVS = ("SPECASCEND_CONFIG", "SPECSLO_CONFIG")  # lowest priority first
 PRESET_DIR_ENV = ENV_PREFIX + "PRESET_DIR"
 ALIAS_KEY = "alias_of"
 BASE_KEY = "inherits"  # a preset layered on top of another (one base, no chains)
@@ -64,6 +56,36 @@ class Layer:
     env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     pinned: tuple[str, ...] = ()
+    # 0.14.3's names whose value vSpec refuses: old name -> (value as an env string, message)
+    refused: dict[str, tuple[str, str]] = field(default_factory=dict)
+    legacy_seen: set[str] = field(default_factory=set)  # 0.14.3's names this layer gives
+
+    def refused_or_cleared(self) -> set[str]:
+        """0.14.3's names this layer sets (a later accepted value clears an earlier refusal)."""
+        return self.legacy_seen
+
+    def put(self, name: str, raw: Any, where: str) -> bool:
+        """Read option ``name`` (canonical, or 0.14.3's through settings/legacy.py) with its raw
+        value; False when the name is neither."""
+        if name in LEGACY_BY_NAME:
+            self.refused.pop(name, None)
+            self.legacy_seen.add(name)
+            try:
+                mapped = translate(name, raw, where)
+            except Refused as exc:
+                self.refused[name] = (_env_str(raw) if isinstance(raw, (str, int, float, bool))
+                                      else str(raw), str(exc))
+                return True
+            if mapped is not None:
+                self.values[mapped[0]] = mapped[1]
+                self.origins[mapped[0]] = where
+            return True
+        opt = OPTIONS_BY_NAME.get(name)
+        if opt is None:
+            return False
+        self.values[opt.name] = coerce(opt, raw, where)
+        self.origins[opt.name] = where
+        return True
 
 
 def read_toml_layer(path: str | os.PathLike[str], label: str, *, base_of: Path | None = None
@@ -99,11 +121,8 @@ def read_toml_layer_data(p: Path, data: dict[str, Any], label: str) -> Layer:
         if key == "serve" and isinstance(value, dict):
             for opt_name, raw in value.items():
                 where = f"{p}: [serve] {opt_name}"
-                opt = OPTIONS_BY_NAME.get(opt_name)
-                if opt is None:
+                if not layer.put(opt_name, raw, where):
                     raise SettingsError(f"{where}: unknown key{_suggest(opt_name)}")
-                layer.values[opt.name] = coerce(opt, raw, where)  # an alias sets its option
-                layer.origins[opt.name] = where
         elif key == "env" and isinstance(value, dict):
             for env_name, raw in value.items():
                 if not isinstance(raw, (str, int, float, bool)):
@@ -139,6 +158,9 @@ def _inherit(p: Path, data: dict[str, Any], label: str, base_of: Path | None) ->
         env={**base.env, **own.env},
         notes=[*base.notes, *own.notes],
         pinned=own.pinned,
+        refused={**{k: v for k, v in base.refused.items() if k not in own.legacy_seen},
+                 **own.refused},
+        legacy_seen=base.legacy_seen | own.legacy_seen,
     )
 
 
@@ -147,8 +169,9 @@ def _pinned_names(p: Path, value: Any) -> tuple[str, ...]:
         raise SettingsError(f"{p}: {PINNED_KEY} must be a list of option names")
     unknown = [v for v in value if v not in OPTIONS_BY_NAME]
     if unknown:
-        raise SettingsError(f"{p}: {PINNED_KEY} names unknown options {unknown}")
-    return tuple(OPTIONS_BY_NAME[v].name for v in value)
+        raise SettingsError(f"{p}: {PINNED_KEY} names unknown options {unknown}"
+                            " (canonical names only)")
+    return tuple(value)
 
 
 def _load_toml(p: Path, label: str) -> dict[str, Any]:
@@ -234,21 +257,16 @@ def read_env_layer(env: Mapping[str, str], prefix: str, strict: bool) -> Layer:
         suffix = key[len(prefix) :]
         if suffix in NON_OPTION_ENV:
             continue
-        if suffix.startswith(IGNORED_LEGACY_ENV):
+        if suffix.startswith(IGNORED_ENV):
             layer.notes.append(
                 f"environment {key}: a knob of vllm-hust-vspec 0.14's own runtime that vSpec"
                 " does not have; ignored (docs/migration.md)"
             )
             continue
-        opt = OPTIONS_BY_NAME.get(suffix.lower())
-        if opt is None:
-            if strict:
-                raise SettingsError(
-                    f"environment {key}: unknown vSpec option{_suggest(suffix.lower())}"
-                )
-            continue
-        layer.values[opt.name] = coerce(opt, env[key], f"environment {key}")
-        layer.origins[opt.name] = f"environment {key}"
+        if not layer.put(suffix.lower(), env[key], f"environment {key}") and strict:
+            raise SettingsError(
+                f"environment {key}: unknown vSpec option{_suggest(suffix.lower())}"
+            )
     return layer
 
 
@@ -311,5 +329,5 @@ def preset_aliases() -> dict[str, str]:
 def _suggest(name: str) -> str:
     import difflib
 
-    close = difflib.get_close_matches(name, list(OPTIONS_BY_NAME), n=1)
+    close = difflib.get_close_matches(name, [*OPTIONS_BY_NAME, *LEGACY_BY_NAME], n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""

@@ -1,12 +1,9 @@
-"""The predecessor's (vllm-hust-vSpec 0.14) host-capability switches that vSpec does not
-realise on this host: asked for, they stop the plugin at registration (before any model loads)
-with one error naming each switch and what the host lacks, as the predecessor did. Never a
-silent no-op.
+"""Host-capability switches that depend on the host kind: asked for where the host cannot honour
+them, they stop the plugin at registration (before any model loads) with one error naming each
+switch and what the host lacks. Never a silent no-op.
 
-Each entry says why, per host kind: on upstream vLLM these are vLLM-Ascend/ACL-graph features
-(or, for the EAGLE tree, an upstream equivalent vSpec's per-step gamma cannot drive); on
-vLLM-Ascend they need the vllm-ascend-hust ABI or a vSpec implementation that does not exist
-yet (docs/hosts.md lists them).
+Each entry says why, per host kind (docs/hosts.md lists them). Switches no host honours are
+refused when the settings are read (settings/legacy.py).
 """
 
 from __future__ import annotations
@@ -41,42 +38,9 @@ class HostSwitch:
         return self.asked(settings)
 
 
-_ASCEND_TODO = "vSpec implements no such path for vLLM-Ascend; unset the switch"
 _FULL_MODES = ("full", "full-decode-only", "full-and-piecewise")
 
 SWITCHES: tuple[HostSwitch, ...] = (
-    HostSwitch(
-        "--eagle-tree-width", lambda s: s.eagle_tree_width is not None,
-        "upstream vLLM's EAGLE tree (speculative_config.speculative_token_tree) drafts one "
-        "fixed tree, which vSpec's per-step gamma cannot drive; pass the tree through "
-        "--speculative-config with --no-adaptive-speculation and without vSpec",
-        "the fixed-width tree, its target widths and tree graph commit come from the "
-        "vllm-ascend-hust ABI, which this vllm-ascend does not provide",
-    ),
-    HostSwitch(
-        "--eagle-uniform-state-kernel", lambda s: s.eagle_uniform_state_kernel,
-        "a vllm-ascend-hust NPU kernel; upstream vLLM has none",
-        "the uniform-state kernel comes from the vllm-ascend-hust ABI, which this vllm-ascend "
-        "does not provide",
-    ),
-    HostSwitch(
-        "--eagle-spec-metadata-cache", lambda s: s.eagle_spec_metadata_cache,
-        "a cache on vLLM-Ascend's async ACL-graph EAGLE path; upstream vLLM builds its "
-        "metadata per step and has no such cache",
-        _ASCEND_TODO,
-    ),
-    HostSwitch(
-        "--eagle-zero-draft-kv-first-step", lambda s: s.eagle_zero_draft_kv_first_step,
-        "a fix on vLLM-Ascend's draft KV path; upstream vLLM's proposers write the first "
-        "draft step's KV themselves",
-        _ASCEND_TODO,
-    ),
-    HostSwitch(
-        "--graph-event-ordering", lambda s: s.graph_event_ordering,
-        "ACL-graph device-event ordering (vllm_ascend.compilation.acl_graph); upstream vLLM "
-        "orders CUDA graphs on one stream",
-        _ASCEND_TODO,
-    ),
     HostSwitch(
         "--merged-full", lambda s: bool(s.merged_full),
         "a merged FULL draft graph is vLLM-Ascend's (ACLGraphWrapper(_run_merged_draft)); "
@@ -92,11 +56,6 @@ SWITCHES: tuple[HostSwitch, ...] = (
         "gamma with graph-per-gamma) and has no switch to turn it off; drop --no-merged-full "
         "or use --graph-mode piecewise",
         ascend_asked=lambda s: s.merged_full is False and s.graph_mode in _FULL_MODES,
-    ),
-    HostSwitch(
-        "--merged-full-max-batch", lambda s: s.merged_full_max_batch is not None,
-        "it sizes the merged FULL draft graph (--merged-full), which this host lacks",
-        "it sizes the merged FULL draft graph (--merged-full); " + _ASCEND_TODO,
     ),
 )
 

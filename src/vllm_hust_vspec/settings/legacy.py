@@ -1,0 +1,162 @@
+"""The one table of vllm-hust-vSpec 0.14.3's option names that are not vSpec's canonical names.
+
+Each row maps an old name to the canonical option it sets, with the value mapping between the
+two and a note. The sources (CLI flags, ``HUST_VSPEC_*`` environment variables, TOML keys of
+presets and config files) translate through :func:`translate` as they are read, so nothing past
+``settings/`` ever sees an old name. A row whose meaning vSpec does not have either maps to a
+value that keeps 0.14.3's behaviour or fails closed with a message naming the flag and what to
+use instead: never a silent no-op. ``docs/migration.md`` lists this table
+(``scripts/gen_migration_table.py`` writes it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_hust_vspec.settings.coerce import SettingsError, coerce
+from vllm_hust_vspec.settings.fields import OPTIONS_BY_NAME, OptionInfo
+
+# Environment prefixes and config-file variables of 0.14.3's earlier names (lowest priority
+# first where it matters).
+LEGACY_ENV_PREFIXES = ("HUST_SPECSLO_", "HUST_SPECASCEND_")
+LEGACY_CONFIG_ENVS = ("SPECASCEND_CONFIG", "SPECSLO_CONFIG")
+# Environment knobs of 0.14.3's own runtime (its online refill controller, EAGLE-3 and MTP
+# internals, device counters) that vSpec has no counterpart for: read, named in a note, and
+# ignored, so its config files' [env] tables load as they are.
+IGNORED_ENV = (
+    "REFILL_", "EAGLE3_GDN_", "EAGLE3_GROUP_TRACE", "EAGLE3_REPLICATED_", "EAGLE3_STATEFUL_",
+    "EAGLE3_DEVICE_COUNTS", "EAGLE3_FUSED_PRECOPY", "EAGLE3_ASYNC_RUNTIME_SWITCH",
+    "MTP_GRAPH_TRACE", "MTP_SYNC_TRACE", "MTP_DEVICE_COUNTS", "MTP_INCREMENTAL_STEPS",
+    "MTP_ASYNC_RUNTIME_SWITCH", "DEVICE_COUNTS_", "ADAPTIVE_INITIAL_COHORT_", "ADAPTIVE_ARRIVAL_",
+    "ADAPTIVE_ISOLATE_REFILL",
+)
+
+DROP = object()  # a mapped value that sets nothing (the old spelling of "leave it as it is")
+
+
+class Refused(SettingsError):
+    """An old name's value asks for something vSpec does not have. The sources record it (a
+    recorded 0.14.3 file still loads and dry-runs); serving refuses it before any model loads
+    (:meth:`ResolvedSettings.require_honoured`)."""
+
+
+@dataclass(frozen=True)
+class Legacy:
+    """One old name.
+
+    ``new`` is the canonical option it sets (None: no option; every value but ``accepted`` is
+    :class:`Refused` with ``note``). ``kind`` is how the old value is read (default: as the new
+    option reads it). ``value`` maps the old typed value to the canonical one (None: unchanged;
+    :data:`DROP`: set nothing). ``mapping`` spells the value mapping for docs/migration.md.
+    """
+
+    old: str
+    new: str | None
+    note: str
+    kind: str = ""
+    value: Callable[[Any], Any] | None = None
+    mapping: str = "same value"
+    accepted: Any = False
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.old.replace("_", "-")
+
+    def read_kind(self) -> str:
+        if self.kind:
+            return self.kind
+        assert self.new is not None
+        return OPTIONS_BY_NAME[self.new].kind
+
+    def typed(self, raw: Any, where: str) -> Any:
+        """The old value read as the old option read it."""
+        if self.kind == "" and self.new is not None:
+            base = OPTIONS_BY_NAME[self.new]
+            opt = OptionInfo(
+                name=self.old, kind=base.kind, optional=base.optional, default=base.default,
+                help="", group=base.group, choices=base.choices, minimum=base.minimum,
+                maximum=base.maximum, metavar=base.metavar, off=base.off, bare=base.bare,
+            )
+        else:
+            opt = OptionInfo(name=self.old, kind=self.kind, optional=False, default=None,
+                             help="", group="", choices=None, minimum=None, maximum=None,
+                             metavar=None)
+        return coerce(opt, raw, where)
+
+
+def _refused(host_feature: str) -> str:
+    return (f"{host_feature}; vSpec does not implement it on any host (docs/hosts.md): drop"
+            " the option")
+
+
+LEGACY: tuple[Legacy, ...] = (
+    Legacy("eagle_draft_active_vocab_ids", "eagle_draft_active_vocab_file",
+           "renamed: the value is a file of token ids"),
+    Legacy("eagle_draft_lm_head_quantization", "eagle_draft_lm_head_quant", "renamed"),
+    Legacy("mtp_cohort_refill", "adaptive_refill", "0.14.3's per-method switch of the cohort"
+           " refill; vSpec has one for every method"),
+    Legacy("eagle3_cohort_refill", "adaptive_refill", "0.14.3's per-method switch of the"
+           " cohort refill; vSpec has one for every method"),
+    Legacy("eagle_tree_width", None, _refused(
+        "the fixed-width EAGLE tree came from the vllm-ascend-hust ABI (vLLM's own tree,"
+        " speculative_config.speculative_token_tree, is one fixed tree vSpec's per-step gamma"
+        " cannot drive)"), kind="int", accepted=1, mapping="1 (the linear chain) is accepted;"
+        " any other width fails"),
+    Legacy("eagle_uniform_state_kernel", None, _refused(
+        "a vllm-ascend-hust NPU kernel"), kind="bool", mapping="off is accepted; on fails"),
+    Legacy("eagle_spec_metadata_cache", None, _refused(
+        "a cache of the NPU's async ACL-graph EAGLE path"), kind="bool",
+        mapping="off is accepted; on fails"),
+    Legacy("eagle_zero_draft_kv_first_step", None, _refused(
+        "a fix of the NPU's draft KV path (vLLM's proposers write the first draft step's KV"
+        " themselves)"), kind="bool", mapping="off is accepted; on fails"),
+    Legacy("graph_event_ordering", None, _refused(
+        "ACL-graph device-event ordering between draft and target graphs"), kind="bool",
+        mapping="off is accepted; on fails"),
+    Legacy("merged_full_max_batch", None, _refused(
+        "it capped the batch of the NPU's merged FULL draft graph, which vllm-ascend sizes"
+        " itself"),
+        kind="int", accepted=0, mapping="0 (no cap) is accepted; any cap fails"),
+)
+LEGACY_BY_NAME: dict[str, Legacy] = {row.old: row for row in LEGACY}
+
+
+def translate(old: str, raw: Any, where: str) -> tuple[str, Any] | None:
+    """The canonical (name, value) an old name and its raw value stand for; None when the value
+    sets nothing. Raises :class:`Refused` (naming ``where``) for a value vSpec does not have,
+    :class:`SettingsError` for a bad one."""
+    row = LEGACY_BY_NAME[old]
+    value = row.typed(raw, where)
+    if row.new is None:
+        if value == row.accepted or value is None:
+            return None
+        raise Refused(f"{row.flag} (0.14.3's option, set by {where}): {row.note}")
+    if row.value is not None:
+        value = row.value(value)
+    if value is DROP:
+        return None
+    return row.new, value
+
+
+def old_names_of(new: str) -> tuple[str, ...]:
+    """The old names that set canonical option ``new``."""
+    return tuple(row.old for row in LEGACY if row.new == new)
+
+
+def migration_markdown() -> str:
+    """The table of old names for docs/migration.md."""
+    lines = ["| 0.14.3 flag / TOML key / env | vSpec | value | note |", "|---|---|---|---|"]
+    for row in LEGACY:
+        env = "HUST_VSPEC_" + row.old.upper()
+        new = f"`--{row.new.replace('_', '-')}`" if row.new else "(none: fails closed)"
+        lines.append(f"| `{row.flag}`<br>`{row.old}`<br>`{env}` | {new} | {row.mapping} |"
+                     f" {row.note} |")
+    lines += ["", "Environment variables of 0.14.3's own runtime that vSpec reads, names in a"
+              " note and ignores (`HUST_VSPEC_` followed by): "
+              + ", ".join(f"`{p}*`" if p.endswith("_") else f"`{p}`" for p in IGNORED_ENV)
+              + ".", "", "Older prefixes still read (below `HUST_VSPEC_*`): "
+              + ", ".join(f"`{p}*`" for p in LEGACY_ENV_PREFIXES) + "; config-file variables: "
+              + ", ".join(f"`{v}`" for v in LEGACY_CONFIG_ENVS) + " (below `VSPEC_CONFIG`)."]
+    return "\n".join(lines) + "\n"

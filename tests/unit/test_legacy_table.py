@@ -1,0 +1,67 @@
+"""The one table of 0.14.3's option names (settings/legacy.py): every row names a canonical
+option or fails closed, every old name is read in its three spellings, and docs/migration.md
+lists exactly the table."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from vllm_hust_vspec.cli.launch import build_parser
+from vllm_hust_vspec.cli.options import cli_values
+from vllm_hust_vspec.settings import OPTIONS_BY_NAME, resolve_settings
+from vllm_hust_vspec.settings.legacy import LEGACY, LEGACY_BY_NAME, migration_markdown
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _script() -> object:
+    spec = importlib.util.spec_from_file_location(
+        "gen_migration_table", ROOT / "scripts" / "gen_migration_table.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_migration_doc_is_generated_from_the_table() -> None:
+    script = _script()
+    text = (ROOT / "docs" / "migration.md").read_text()
+    assert script.render(text) == text, "run scripts/gen_migration_table.py"  # type: ignore[attr-defined]
+    for row in LEGACY:
+        assert f"`{row.flag}`" in migration_markdown()
+
+
+def test_rows_are_old_names_of_canonical_options() -> None:
+    assert len(LEGACY_BY_NAME) == len(LEGACY)
+    for row in LEGACY:
+        assert row.old not in OPTIONS_BY_NAME, row.old
+        assert row.new is None or row.new in OPTIONS_BY_NAME, row.new
+        assert row.note
+
+
+@pytest.mark.parametrize("row", [r for r in LEGACY if r.new is not None], ids=lambda r: r.old)
+def test_every_mapped_name_is_read_in_three_spellings(row: object, tmp_path: Path) -> None:
+    from vllm_hust_vspec.settings.legacy import Legacy
+
+    assert isinstance(row, Legacy) and row.new is not None
+    kind = row.read_kind()
+    raw, toml, argv = {
+        "bool": ("0", "false", ["--no-" + row.flag[2:]]),
+        "str": ("w8a16" if "quant" in row.old else "/ids.json",
+                '"w8a16"' if "quant" in row.old else '"/ids.json"',
+                [row.flag, "w8a16" if "quant" in row.old else "/ids.json"]),
+    }[kind]
+    base = {"method": "eagle"}
+    ns = build_parser().parse_args(["--method", "eagle", *argv])
+    got = [resolve_settings(cli=cli_values(ns), env={}),
+           resolve_settings(env={"HUST_VSPEC_METHOD": "eagle",
+                                 "HUST_VSPEC_" + row.old.upper(): raw})]
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[serve]\nmethod = "eagle"\n{row.old} = {toml}\n')
+    got.append(resolve_settings(config=str(cfg), env={}))
+    values = {getattr(r.settings, row.new) for r in got}
+    assert len(values) == 1
+    assert values != {getattr(resolve_settings(cli=base, env={}).settings, row.new)}
