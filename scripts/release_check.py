@@ -2,6 +2,7 @@
 
     python scripts/release_check.py source --root .
     python scripts/release_check.py artefacts --root . [dist/*.whl dist/*.tar.gz]
+    python scripts/release_check.py tables [--check]
 
 ``source``: one version everywhere (``_version.py``, both manifests' ``extension_version``,
 artefact names in dist/), pyproject entry points and license, both manifests valid, and
@@ -10,6 +11,10 @@ artefact names in dist/), pyproject entry points and license, both manifests val
 hash) and the sdist (PKG-INFO, manifests, MOD_METADATA.json, LICENSE, the operator scripts,
 and every file of scripts/, configs/, profiles/ and docs/), then a SHA256 list. Exit 1 with
 each problem named; 2 on usage errors.
+``tables``: rewrite the generated tables of the docs (README.md's flag reference, from the
+settings definitions); ``--check``: exit 1 when one is stale instead.
+
+The package checked is the one under ``--root``'s ``src/``, not whichever copy is installed.
 """
 
 from __future__ import annotations
@@ -77,9 +82,27 @@ def tree_version(root: Path) -> str:
     return match.group(1)
 
 
+def load_tree_package(root: Path) -> ModuleType:
+    """The package of the source tree at ``root`` imported as ``vllm_hust_vspec``, so that its
+    submodules come from that tree too (a release checks its own tree, not the installed copy,
+    which may be another checkout)."""
+    pkg_dir = (root / "src" / PKG).resolve()
+    loaded = sys.modules.get(PKG)
+    if loaded is not None and Path(str(loaded.__file__)).resolve().parent == pkg_dir:
+        return loaded
+    spec = importlib.util.spec_from_file_location(
+        PKG, pkg_dir / "__init__.py", submodule_search_locations=[str(pkg_dir)])
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"release_check: no package at {pkg_dir}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[PKG] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_bundle(root: Path) -> ModuleType:
     """The source tree's ``vllm_hust_vspec.bundle`` (rules + JSON Schemas)."""
-    sys.path.insert(0, str(root / "src"))
+    load_tree_package(root)
     import vllm_hust_vspec.bundle as bundle
 
     return bundle
@@ -87,10 +110,45 @@ def load_bundle(root: Path) -> ModuleType:
 
 def load_metadata_module(root: Path) -> ModuleType:
     """The source tree's ``vllm_hust_vspec.metadata`` (MOD_METADATA.json schema + checks)."""
-    load_bundle(root)  # puts the tree's src/ first on sys.path
+    load_tree_package(root)
     import vllm_hust_vspec.metadata as metadata
 
     return metadata
+
+
+def render_table(text: str, tag: str, table: str) -> str:
+    """``text`` with the block between its ``<!-- TAG:begin ... -->`` and ``<!-- TAG:end -->``
+    lines replaced by ``table``."""
+    head, rest = text.split(f"<!-- {tag}:begin", 1)
+    begin, rest = rest.split("\n", 1)
+    _, tail = rest.split(f"<!-- {tag}:end -->", 1)
+    return f"{head}<!-- {tag}:begin{begin}\n{table}<!-- {tag}:end -->{tail}"
+
+
+def generated_tables() -> list[tuple[str, str, str]]:
+    """(file under the root, block tag, its content) of every generated table."""
+    from vllm_hust_vspec.cli.options import flag_reference_markdown
+
+    return [("README.md", "flags", flag_reference_markdown())]
+
+
+def tables_main(root: Path, check: bool) -> int:
+    """Rewrite the generated tables, or with ``check`` name the stale ones (exit 1)."""
+    load_tree_package(root)
+    stale = []
+    for rel, tag, table in generated_tables():
+        path = root / rel
+        text = path.read_text(encoding="utf-8")
+        new = render_table(text, tag, table)
+        if new == text:
+            continue
+        if check:
+            stale.append(f"{rel} ({tag})")
+        else:
+            path.write_text(new, encoding="utf-8")
+    for name in stale:
+        print(f"tables: {name} is stale: run scripts/release_check.py tables", file=sys.stderr)
+    return 1 if stale else 0
 
 
 def mod_metadata_problems(root: Path, version: str, dist_name: str) -> list[str]:
@@ -329,11 +387,15 @@ def main(argv: list[str] | None = None) -> int:
     """CLI; see the module docstring."""
     parser = argparse.ArgumentParser(prog="release_check.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=("source", "artefacts"))
+    parser.add_argument("mode", choices=("source", "artefacts", "tables"))
     parser.add_argument("files", nargs="*", type=Path, help="artefacts (default: dist/*)")
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1])
+    parser.add_argument("--check", action="store_true",
+                        help="tables: exit 1 when a generated table is stale, write nothing")
     ns = parser.parse_intermixed_args(argv)
     root = ns.root.resolve()
+    if ns.mode == "tables":
+        return tables_main(root, ns.check)
     if ns.mode == "source":
         problems = source_problems(root)
         for p in problems:

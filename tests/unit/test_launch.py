@@ -279,7 +279,7 @@ def test_readme_flag_reference_is_generated_and_fresh() -> None:
     from vllm_hust_vspec.settings import OPTIONS
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert flag_reference_markdown() in readme, "run scripts/gen_flag_reference.py"
+    assert flag_reference_markdown() in readme, "run scripts/release_check.py tables"
     for opt in OPTIONS:
         assert opt.env in readme
 
