@@ -11,8 +11,9 @@ artefact names in dist/), pyproject entry points and license, both manifests val
 hash) and the sdist (PKG-INFO, manifests, MOD_METADATA.json, LICENSE, the operator scripts,
 and every file of scripts/, configs/, profiles/ and docs/), then a SHA256 list. Exit 1 with
 each problem named; 2 on usage errors.
-``tables``: rewrite the generated tables of the docs (README.md's flag reference, from the
-settings definitions); ``--check``: exit 1 when one is stale instead.
+``tables``: rewrite the generated tables of the docs from the settings definitions
+(README.md's flag reference, docs/migration.md's 0.14.3 names); ``--check``: exit 1 when one is
+stale instead.
 
 The package checked is the one under ``--root``'s ``src/``, not whichever copy is installed.
 """
@@ -128,8 +129,10 @@ def render_table(text: str, tag: str, table: str) -> str:
 def generated_tables() -> list[tuple[str, str, str]]:
     """(file under the root, block tag, its content) of every generated table."""
     from vllm_hust_vspec.cli.options import flag_reference_markdown
+    from vllm_hust_vspec.settings.legacy import migration_markdown
 
-    return [("README.md", "flags", flag_reference_markdown())]
+    return [("README.md", "flags", flag_reference_markdown()),
+            ("docs/migration.md", "legacy", migration_markdown())]
 
 
 def tables_main(root: Path, check: bool) -> int:

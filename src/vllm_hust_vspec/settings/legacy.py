@@ -6,7 +6,7 @@ presets and config files) translate through :func:`translate` as they are read, 
 ``settings/`` ever sees an old name. A row whose meaning vSpec does not have either maps to a
 value that keeps 0.14.3's behaviour or fails closed with a message naming the flag and what to
 use instead: never a silent no-op. ``docs/migration.md`` lists this table
-(``scripts/gen_migration_table.py`` writes it).
+(``scripts/release_check.py tables`` writes it).
 """
 
 from __future__ import annotations
