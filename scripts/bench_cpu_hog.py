@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_cpu_e2e import ADAPTIVE, MAX_K, losing_arms, stuck_runs  # scripts/ is on sys.path
+from bench_cpu_e2e import ADAPTIVE, MAX_K, losing_arms, stuck_runs  # beside this script
 from vllm_hust_vspec.adaptive._limits import bucket_index
 
 HERE = Path(__file__).resolve().parent

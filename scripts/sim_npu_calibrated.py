@@ -29,10 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from vllm_hust_vspec.sim import load_scenario
 from vllm_hust_vspec.sim.calibration.explain import ablations, sensitivity, tail_share

@@ -37,12 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+from vllm_hust_vspec.bench.metrics import Sample, parse_prometheus, scrape, total
+from vllm_hust_vspec.bench.server import ServerProcess, free_port
+from vllm_hust_vspec.launch.command import ServeCommand
 
-from vllm_hust_vspec.bench.metrics import Sample, parse_prometheus, scrape, total  # noqa: E402
-from vllm_hust_vspec.bench.server import ServerProcess, free_port  # noqa: E402
-from vllm_hust_vspec.launch.command import ServeCommand  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 MODEL = "vspec-tiny"
 GREEDY_PROMPTS = [
