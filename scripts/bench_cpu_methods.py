@@ -99,9 +99,9 @@ def bench_entropy(models: Path, drafter: str, reps: int, prompts: list[str], tok
     try:
         # Each proposer fixes its draft-side features at its first draft, so every engine is
         # warmed up before the settings change for the next one.
-        for label, env in (("off", {}), ("stop", {"HUST_VSPEC_ADAPTIVE_ENTROPY_STOP": "1",
-                                                 "HUST_VSPEC_ADAPTIVE_ENTROPY_RULE": "entropy",
-                                                 "HUST_VSPEC_ADAPTIVE_ENTROPY_THRESHOLD":
+        for label, env in (("off", {}), ("stop", {"HUST_VSPEC_CONFIDENCE_STOP": "1",
+                                                 "HUST_VSPEC_CONFIDENCE_STOP_RULE": "entropy",
+                                                 "HUST_VSPEC_CONFIDENCE_STOP_THRESHOLD":
                                                  str(threshold)})):
             host.apply(settings(**env))
             llm = make_llm(target, spec)

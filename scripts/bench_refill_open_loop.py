@@ -34,7 +34,7 @@ from vllm_hust_vspec.bench.serve_pair import PAIRS
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {
-    "off": ["--no-adaptive-refill"],
+    "off": ["--adaptive-refill-batch", "1"],
     "hold-4": ["--adaptive-refill-batch", "4", "--adaptive-refill-hold", "speculating"],
     "hold-8": ["--adaptive-refill-batch", "8", "--adaptive-refill-hold", "speculating"],
     "auto": [],

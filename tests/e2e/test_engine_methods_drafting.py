@@ -42,8 +42,8 @@ def test_entropy_stop_cuts_poor_drafts_outputs_unchanged(reference: list[list[in
     spec = {"method": "draft_model", "model": es.model("draft-noise-poor"),
             "num_speculative_tokens": 4}
     plain, fb_plain = _run("target", spec, method="draft", gamma=4)
-    cut, fb_cut = _run("target", spec, method="draft", gamma=4, adaptive_entropy_stop=True,
-                       adaptive_entropy_rule="entropy", adaptive_entropy_threshold=0.5)
+    cut, fb_cut = _run("target", spec, method="draft", gamma=4, confidence_stop=True,
+                       confidence_stop_rule="entropy", confidence_stop_threshold=0.5)
     assert plain == reference and cut == reference
     d_plain, d_cut = _per_step(fb_plain, "drafted"), _per_step(fb_cut, "drafted")
     mean_plain, mean_cut = sum(d_plain) / len(d_plain), sum(d_cut) / len(d_cut)
@@ -61,7 +61,7 @@ def test_entropy_stop_with_online_controller(reference: list[list[int]], tmp_pat
         # without a start-up prior: the blind controller holds the maximum through its warm-up
         # and explores, so there are speculative steps to truncate (from a prior it pins 0
         # within a few steps here)
-        es.vspec(method="eagle", adaptive_entropy_stop=True, adaptive_trace=str(trace),
+        es.vspec(method="eagle", confidence_stop=True, adaptive_trace=str(trace),
                  adaptive_startup_profile=False, adaptive_startup_calibration=False),
         es.engine(es.model("target"), spec, max_num_seqs=8) as llm,
     ):

@@ -356,7 +356,7 @@ def test_a_dense_model_keeps_the_declared_schedule_under_data_parallel() -> None
 def test_the_confidence_stop_cuts_each_requests_drafts_after_its_first_uncertain_position(
     patched: Any,
 ) -> None:
-    SETTINGS["now"] = Settings(method="draft", adaptive_entropy_stop=True)
+    SETTINGS["now"] = Settings(method="draft", confidence_stop=True)
     spec = _standalone(draft_vocab=16, target_vocab=16)
     calls = iter(range(100))
 
@@ -418,6 +418,6 @@ def test_the_confidence_stop_leaves_drafts_uncut_when_positions_went_unrecorded(
     from vllm_hust_vspec.host.worker.v1.drafting import draft_config
 
     take = runner_v2._make_take_wrapper(
-        lambda: draft_config(Settings(method="draft", adaptive_entropy_stop=True)))(
+        lambda: draft_config(Settings(method="draft", confidence_stop=True)))(
             Runner.take_draft_token_ids)
     assert [len(d) for d in take(Runner()).draft_token_ids] == [3, 3]

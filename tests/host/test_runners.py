@@ -18,7 +18,7 @@ from vllm_hust_vspec.settings import Settings  # noqa: E402
 WORKER_OPTIONS: dict[str, Any] = {
     "adaptive_gamma0_mode": "sticky",
     "adaptive_zero_fast_path": True,
-    "adaptive_entropy_stop": True,
+    "confidence_stop": True,
     "eagle_draft_active_vocab_size": 100,
     "eagle_draft_lm_head_quant": "w8a8",
     "confidence_accept_margin": 0.2,
@@ -34,7 +34,7 @@ WORKER_OPTIONS: dict[str, Any] = {
 # those patches on V2's real classes).
 NATIVE_ON_V2 = {"adaptive_gamma0_mode", "confidence_accept_margin", "eagle_relaxed_accept_topk",
                 "eagle_draft_active_vocab_size", "eagle_draft_lm_head_quant",
-                "adaptive_entropy_stop"}
+                "confidence_stop"}
 
 
 def config(v2: bool | None = False, dp: int = 1, draft_vocab: int = 10,
@@ -94,7 +94,7 @@ def test_v2_keeps_sticky_and_refuses_what_it_cannot_honour() -> None:
 
 
 def test_the_confidence_stop_on_v2_needs_eager_drafting_except_for_a_draft_model() -> None:
-    stop = Settings(method="eagle", adaptive_entropy_stop=True)
+    stop = Settings(method="eagle", confidence_stop=True)
     graphs = config(v2=True)
     graphs.speculative_config.method = "eagle"
     graphs.compilation_config = SimpleNamespace(cudagraph_mode=SimpleNamespace(name="FULL"))
@@ -169,7 +169,7 @@ def test_ascend_keeps_sticky_but_not_the_fast_path() -> None:
 
 
 # The options NPUModelRunner's own draft path (_propose -> _run_merged_draft) never reaches.
-NOT_ON_ASCEND = {"adaptive_entropy_stop", "eagle_draft_active_vocab_size",
+NOT_ON_ASCEND = {"confidence_stop", "eagle_draft_active_vocab_size",
                  "eagle_draft_lm_head_quant", "eagle_draft_trace", "eagle_draft_io_trace_dir",
                  "eagle_target_hidden_trace_dir", "eagle_target_argmax_trace_path",
                  "eagle_target_active_vocab_ids"}
@@ -268,7 +268,7 @@ def test_relaxed_acceptance_and_vllms_fly_acceptance_exclude_each_other() -> Non
 def test_async_scheduling_refuses_the_confidence_stop_and_downgrades_the_fast_path() -> None:
     cfg = config()
     cfg.scheduler_config = SimpleNamespace(async_scheduling=True)
-    stop = Settings(method="eagle", adaptive_entropy_stop=True)
+    stop = Settings(method="eagle", confidence_stop=True)
     result = runners.plan(stop, runners.V1, cfg)
     assert any("async scheduling" in e and "confidence stop" in e for e in result.errors)
     plain = runners.plan(Settings(method="eagle"), runners.V1, cfg)

@@ -184,10 +184,10 @@ def test_protected_ids_parse_from_env_and_toml(tmp_path: Path) -> None:
         ({"HUST_VSPEC_CONFIDENCE_PROTECTED_TOKEN_IDS": "2"}, "strict acceptance never"),
         ({"HUST_VSPEC_CONFIDENCE_ACCEPT_MARGIN": "0.1",
           "HUST_VSPEC_CONFIDENCE_PROTECTED_TOKEN_IDS": "-1"}, "negative"),
-        ({"HUST_VSPEC_METHOD": "ngram", "HUST_VSPEC_ADAPTIVE_ENTROPY_STOP": "1"}, "ngram"),
+        ({"HUST_VSPEC_METHOD": "ngram", "HUST_VSPEC_CONFIDENCE_STOP": "1"}, "ngram"),
         ({"HUST_VSPEC_METHOD": "ngram", "HUST_VSPEC_EAGLE_DRAFT_LM_HEAD_QUANT": "w8a16"},
          "ngram"),
-        ({"HUST_VSPEC_ADAPTIVE_ENTROPY_STOP": "1",
+        ({"HUST_VSPEC_CONFIDENCE_STOP": "1",
           "HUST_VSPEC_EAGLE_DRAFT_ACTIVE_VOCAB_SIZE": "512"}, "use one or the other"),
     ],
 )
@@ -198,14 +198,14 @@ def test_contradictions_are_refused(env: dict[str, str], match: str) -> None:
 
 def test_draft_config_defaults_and_labels() -> None:
     # the predecessor's defaults: top-2 renormalized entropy against 0.3 ** 2 / 0.15 nats
-    cfg = draft_config(Settings(adaptive_entropy_stop=True))
+    cfg = draft_config(Settings(confidence_stop=True))
     assert cfg.entropy_stop and cfg.entropy_rule == "topk-entropy"
     assert cfg.entropy_threshold == pytest.approx(0.3 ** 2 / 0.15)
     assert cfg.entropy_topk == 2 and not cfg.head_changed
-    ours = draft_config(Settings(adaptive_entropy_stop=True, adaptive_entropy_rule="entropy"))
+    ours = draft_config(Settings(confidence_stop=True, confidence_stop_rule="entropy"))
     assert ours.entropy_threshold == conf.DEFAULT_THRESHOLD["entropy"]
     assert ours.entropy_topk == conf.DEFAULT_TOPK
-    margin = draft_config(Settings(adaptive_entropy_stop=True, adaptive_entropy_rule="margin"))
+    margin = draft_config(Settings(confidence_stop=True, confidence_stop_rule="margin"))
     assert margin.entropy_threshold == conf.DEFAULT_THRESHOLD["margin"]
     head = Settings(eagle_draft_lm_head_quant="w8a8")
     assert head.draft_head_changed() and draft_config(head).head_changed
@@ -220,7 +220,7 @@ def test_the_draft_config_reader_rebuilds_only_for_new_settings() -> None:
     read = draft_config_reader(lambda: current["s"])
     first = read()
     assert read() is first and not first.entropy_stop
-    current["s"] = Settings(method="draft", adaptive_entropy_stop=True)
+    current["s"] = Settings(method="draft", confidence_stop=True)
     assert read().entropy_stop  # a replaced settings object is read again
 
 

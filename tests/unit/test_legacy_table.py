@@ -49,16 +49,26 @@ def test_every_mapped_name_is_read_in_three_spellings(row: object, tmp_path: Pat
 
     assert isinstance(row, Legacy) and row.new is not None
     kind = row.read_kind()
-    raw, toml, argv = {
-        "bool": ("0", "false", ["--no-" + row.flag[2:]]),
-        "str": ("w8a16" if "quant" in row.old else "/ids.json",
-                '"w8a16"' if "quant" in row.old else '"/ids.json"',
-                [row.flag, "w8a16" if "quant" in row.old else "/ids.json"]),
-    }[kind]
+    sample = {"int": "3", "float": "0.5"}.get(kind)
+    if sample is not None:
+        raw, toml, argv = sample, sample, [row.flag, sample]
+    else:
+        raw, toml, argv = {
+            "bool": (("1", "true", [row.flag]) if OPTIONS_BY_NAME[row.new].default is False
+                     else ("0", "false", ["--no-" + row.flag[2:]])),
+            "str": ("w8a16" if "quant" in row.old else "/ids.json",
+                    '"w8a16"' if "quant" in row.old else '"/ids.json"',
+                    [row.flag, "w8a16" if "quant" in row.old else "/ids.json"]),
+        }[kind]
+    if row.new.startswith("confidence_stop") and row.new != "confidence_stop":
+        argv = [*argv, "--confidence-stop"]  # the stop's knobs need the stop
+        toml += "\nconfidence_stop = true"
     base = {"method": "eagle"}
     ns = build_parser().parse_args(["--method", "eagle", *argv])
+    stop = ({"HUST_VSPEC_CONFIDENCE_STOP": "1"} if "--confidence-stop" in argv
+            and row.new != "confidence_stop" else {})
     got = [resolve_settings(cli=cli_values(ns), env={}),
-           resolve_settings(env={"HUST_VSPEC_METHOD": "eagle",
+           resolve_settings(env={"HUST_VSPEC_METHOD": "eagle", **stop,
                                  "HUST_VSPEC_" + row.old.upper(): raw})]
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[serve]\nmethod = "eagle"\n{row.old} = {toml}\n')

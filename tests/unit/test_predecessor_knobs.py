@@ -236,7 +236,7 @@ def test_window_and_exploration_reach_the_online_controller() -> None:
         build_controller("profile", min_gamma=0, max_gamma=4, window=3)
 
 
-# -- adaptive_entropy_scale -------------------------------------------------------------------
+# -- confidence_stop_scale -------------------------------------------------------------------
 
 
 def test_entropy_scale_keeps_the_predecessors_direction() -> None:
@@ -245,9 +245,9 @@ def test_entropy_scale_keeps_the_predecessors_direction() -> None:
     pytest.importorskip("torch")  # the draft-side config reads the backend's defaults
     from vllm_hust_vspec.host.worker.v1.drafting import draft_config
 
-    base = draft_config(Settings(adaptive_entropy_stop=True))
-    eager = draft_config(Settings(adaptive_entropy_stop=True, adaptive_entropy_scale=0.6))
-    wide = draft_config(Settings(adaptive_entropy_stop=True, adaptive_entropy_threshold=0.6))
+    base = draft_config(Settings(confidence_stop=True))
+    eager = draft_config(Settings(confidence_stop=True, confidence_stop_scale=0.6))
+    wide = draft_config(Settings(confidence_stop=True, confidence_stop_threshold=0.6))
     assert base.entropy_threshold == pytest.approx(0.09 / 0.15)
     assert eager.entropy_threshold == pytest.approx(0.09 / 0.6)
     assert wide.entropy_threshold == pytest.approx(0.36 / 0.15)
@@ -258,8 +258,8 @@ def test_entropy_scale_keeps_the_predecessors_direction() -> None:
     assert confidence_keep(draft, rule=rule, threshold=eager.entropy_threshold) == 1
     assert confidence_keep(draft, rule=rule, threshold=wide.entropy_threshold) == 3
     with pytest.raises(SettingsError, match="topk-entropy"):
-        load_settings({"HUST_VSPEC_ADAPTIVE_ENTROPY_RULE": "entropy",
-                       "HUST_VSPEC_ADAPTIVE_ENTROPY_SCALE": "0.5"})
+        load_settings({"HUST_VSPEC_CONFIDENCE_STOP_RULE": "entropy",
+                       "HUST_VSPEC_CONFIDENCE_STOP_SCALE": "0.5"})
 
 
 @pytest.mark.parametrize(
@@ -273,7 +273,7 @@ def test_entropy_scale_keeps_the_predecessors_direction() -> None:
         ("ADAPTIVE_ONLINE_WARMUP_RETURN", "worst"),
         ("ADAPTIVE_ONLINE_EXPLORATION", "-1"),
         ("ADAPTIVE_ONLINE_WINDOW", "0"),
-        ("ADAPTIVE_ENTROPY_SCALE", "0"),
+        ("CONFIDENCE_STOP_SCALE", "0"),
     ],
 )
 def test_settings_refuse_out_of_range_knobs(name: str, value: str) -> None:

@@ -90,7 +90,8 @@ def test_merged_full_max_batch_zero_is_no_cap() -> None:
 
 def test_refill_turns_off_by_switch_by_size_one_and_by_the_predecessors_variables() -> None:
     assert _settings("--method", "draft").refill_batch() == 8
-    assert _settings("--no-adaptive-refill").refill_batch() == 1
+    assert _settings("--no-mtp-cohort-refill").refill_batch() == 1
+    assert _settings("--adaptive-refill-batch", "4", "--eagle3-cohort-refill").refill_batch() == 4
     assert _settings("--adaptive-refill-batch", "1").refill_batch() == 1
     env = {"HUST_VSPEC_METHOD": "mtp", "HUST_VSPEC_MTP_COHORT_REFILL": "0"}
     assert load_settings(env).refill_batch() == 1

@@ -155,7 +155,7 @@ def test_a_profile_alone_implies_the_profile_policy() -> None:
             {"HUST_VSPEC_EAGLE_RELAXED_ACCEPT_TOPK": "2"},
             "eagle_relaxed_accept_topk (environment HUST_VSPEC_EAGLE_RELAXED_ACCEPT_TOPK) needs",
         ),
-        ({"HUST_VSPEC_ADAPTIVE_ENTROPY_THRESHOLD": "1.0"}, "adaptive_entropy_stop is off"),
+        ({"HUST_VSPEC_CONFIDENCE_STOP_THRESHOLD": "1.0"}, "confidence_stop is off"),
         (
             {"HUST_VSPEC_DRAFT_TENSOR_PARALLEL_SIZE": "2"},
             "draft_tensor_parallel_size=2 is larger",

@@ -14,7 +14,7 @@ import torch
 from vllm_hust_vspec.adaptive.confidence import Rule, confidence_keep_batch
 
 DEFAULT_TOPK = 4
-# Defaults per rule when adaptive_entropy_threshold is unset. Entropy (nats) of the top-4 plus
+# Defaults per rule when confidence_stop_threshold is unset. Entropy (nats) of the top-4 plus
 # the rest: a confident position is near 0, a uniform guess over 5 outcomes is ln 5 = 1.61.
 # Rule topk-entropy keeps the predecessor's defaults: top-2, threshold 0.3, scale 0.15 (an
 # entropy bar of 0.3**2 / 0.15 = 0.6 nats of the renormalized top-2; ln 2 = 0.69 at most).

@@ -262,7 +262,7 @@ def build_serve_command(
             "draft LM head restricted/quantized: outputs unchanged (strict acceptance), the "
             "acceptance rate may drop"
         )
-    if s.adaptive_entropy_stop:
+    if s.confidence_stop:
         notes.append("confidence stop on: drafts are cut at their first uncertain position")
     if s.adaptive_trace and s.adaptive_trace != "log" and not s.shutdown_timeout:
         notes.append(

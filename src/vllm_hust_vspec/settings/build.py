@@ -186,11 +186,11 @@ def check_consistency(s: Settings, origins: Mapping[str, str]) -> None:
             f" (probability, {_where(origins, 'confidence_accept_prob_margin')}) are two units of"
             " one rule; give one"
         )
-    if s.adaptive_entropy_scale is not None and s.adaptive_entropy_rule != "topk-entropy":
+    if s.confidence_stop_scale is not None and s.confidence_stop_rule != "topk-entropy":
         raise SettingsError(
-            f"adaptive_entropy_scale ({_where(origins, 'adaptive_entropy_scale')}) belongs to the"
-            f" topk-entropy rule, but adaptive_entropy_rule is {s.adaptive_entropy_rule!r}"
-            f" ({_where(origins, 'adaptive_entropy_rule')}); drop it or use that rule"
+            f"confidence_stop_scale ({_where(origins, 'confidence_stop_scale')}) belongs to the"
+            f" topk-entropy rule, but confidence_stop_rule is {s.confidence_stop_rule!r}"
+            f" ({_where(origins, 'confidence_stop_rule')}); drop it or use that rule"
         )
     if s.adaptive_online_algorithm == "ucb1":
         if s.adaptive_policy != "online":
@@ -212,12 +212,12 @@ def check_consistency(s: Settings, origins: Mapping[str, str]) -> None:
             f" ({_where(origins, 'adaptive_online_exploration')}) asks to explore but"
             f" adaptive_thompson_width is 0 ({_where(origins, 'adaptive_thompson_width')})"
         )
-    if not s.adaptive_entropy_stop:
-        for name in ("adaptive_entropy_threshold", "adaptive_entropy_topk"):
+    if not s.confidence_stop:
+        for name in ("confidence_stop_threshold", "confidence_stop_topk"):
             if getattr(s, name) is not None:
                 raise SettingsError(
-                    f"{name} is set ({_where(origins, name)}) but adaptive_entropy_stop is off;"
-                    " enable it with --adaptive-entropy-stop or drop the option"
+                    f"{name} is set ({_where(origins, name)}) but confidence_stop is off;"
+                    " enable it with --confidence-stop or drop the option"
                 )
     if (
         s.draft_tensor_parallel_size is not None
@@ -273,7 +273,7 @@ def _check_acceptance(s: Settings, origins: Mapping[str, str]) -> None:
 def _check_draft(s: Settings, origins: Mapping[str, str]) -> None:
     """Draft-side options need a model-based drafter."""
     if s.method == "ngram":
-        for name in ("adaptive_entropy_stop", "eagle_draft_active_vocab_size",
+        for name in ("confidence_stop", "eagle_draft_active_vocab_size",
                      "eagle_draft_active_vocab_file"):
             if getattr(s, name):
                 raise SettingsError(
@@ -286,9 +286,9 @@ def _check_draft(s: Settings, origins: Mapping[str, str]) -> None:
                 f"eagle_draft_lm_head_quant ({_where(origins, 'eagle_draft_lm_head_quant')})"
                 " needs a model-based drafter, not method 'ngram'"
             )
-    if s.adaptive_entropy_stop and s.draft_head_changed():
+    if s.confidence_stop and s.draft_head_changed():
         raise SettingsError(
-            f"adaptive_entropy_stop ({_where(origins, 'adaptive_entropy_stop')}) reads the"
+            f"confidence_stop ({_where(origins, 'confidence_stop')}) reads the"
             " draft's full-vocabulary probabilities, but the draft LM head is restricted or"
             " quantized (eagle_draft_active_vocab_* / eagle_draft_lm_head_quant); use one or"
             " the other"

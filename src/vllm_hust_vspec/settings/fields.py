@@ -240,12 +240,9 @@ class Settings:
         "path on every step.", group="adaptive",
     )
     adaptive_refill_batch: int = _opt(
-        0, "Cohort refill admission size (0: method default, 8 for draft, 4 otherwise; 1: no"
-        " refill hold).", group="adaptive", minimum=0,
-    )
-    adaptive_refill: bool = _opt(
-        True, "Cohort refill: hold waiting requests until a cohort of adaptive_refill_batch can"
-        " join (off: admit as the host does).", group="adaptive",
+        0, "Cohort refill: hold waiting requests until a cohort of this many can join (0: the"
+        " method's default, 8 for draft, 4 otherwise; 1: no refill hold, admit as the host"
+        " does).", group="adaptive", minimum=0,
     )
     adaptive_refill_hold: str = _opt(
         "auto", "When refill holds the queue: 'auto' while the measured fixed cost of a step"
@@ -278,39 +275,6 @@ class Settings:
         "~30 s; then aborted) so a fresh controller starts from real step costs, which "
         "dummy batches misprice. Online policy; a matching --adaptive-state-path is "
         "preferred.", group="adaptive",
-    )
-    adaptive_entropy_stop: bool = _opt(
-        False, "Cut each request's draft at its first low-confidence position.",
-        group="adaptive",
-    )
-    adaptive_per_request_lengths: bool = _opt(
-        False, "Verify a different number of drafts per request, by how likely each request's "
-        "drafts survive (its own acceptance history) against the learned cost of a verified "
-        "token; only while requests differ beyond chance. Outputs unchanged. Needs "
-        "synchronous scheduling and the V1 model runner.", group="adaptive",
-    )
-    adaptive_entropy_threshold: float | None = _opt(
-        None, "Confidence bar of the stop. Rule topk-entropy (default; the predecessor's): a"
-        " position is uncertain when its top-k entropy times adaptive_entropy_scale exceeds"
-        " threshold squared (default 0.3). Rule entropy: entropy in nats above this (default"
-        " 1.0). Rule margin: top-1 minus top-2 probability below this (default 0.2).",
-        group="adaptive", minimum=0.0,
-    )
-    adaptive_entropy_topk: int | None = _opt(
-        None, "Top-k draft probabilities the confidence rule looks at (default 2 for rule"
-        " topk-entropy, 4 otherwise).", group="adaptive", minimum=2, maximum=64,
-    )
-    adaptive_entropy_rule: str = _opt(
-        "topk-entropy", "Confidence rule of the entropy stop: topk-entropy (the predecessor's:"
-        " entropy of the top-k probabilities renormalized, scaled by adaptive_entropy_scale,"
-        " against threshold squared), entropy (vSpec's: top-k entropy with the rest of the"
-        " mass as one more outcome, in nats), margin (top-1 minus top-2 probability).",
-        group="adaptive", choices=("topk-entropy", "entropy", "margin"),
-    )
-    adaptive_entropy_scale: float | None = _opt(
-        None, "Rule topk-entropy: multiplies the entropy before it is compared with threshold"
-        " squared; larger stops earlier (the predecessor's knob, default 0.15).",
-        group="adaptive", minimum=0.001, maximum=1.0,
     )
     adaptive_min_observations: int | None = _opt(
         None, "Steady samples an arm needs in a batch-size bucket before the controller compares"
@@ -417,6 +381,40 @@ class Settings:
         group="draft",
     )
 
+    confidence_stop: bool = _opt(
+        False, "Cut each request's draft at its first low-confidence position.",
+        group="draft",
+    )
+    adaptive_per_request_lengths: bool = _opt(
+        False, "Verify a different number of drafts per request, by how likely each request's "
+        "drafts survive (its own acceptance history) against the learned cost of a verified "
+        "token; only while requests differ beyond chance. Outputs unchanged. Needs "
+        "synchronous scheduling and the V1 model runner.", group="draft",
+    )
+    confidence_stop_threshold: float | None = _opt(
+        None, "Confidence bar of the stop. Rule topk-entropy (default; 0.14.3's): a"
+        " position is uncertain when its top-k entropy times confidence_stop_scale exceeds"
+        " threshold squared (default 0.3). Rule entropy: entropy in nats above this (default"
+        " 1.0). Rule margin: top-1 minus top-2 probability below this (default 0.2).",
+        group="draft", minimum=0.0,
+    )
+    confidence_stop_topk: int | None = _opt(
+        None, "Top-k draft probabilities the confidence rule looks at (default 2 for rule"
+        " topk-entropy, 4 otherwise).", group="draft", minimum=2, maximum=64,
+    )
+    confidence_stop_rule: str = _opt(
+        "topk-entropy", "Confidence rule of the entropy stop: topk-entropy (0.14.3's:"
+        " entropy of the top-k probabilities renormalized, scaled by confidence_stop_scale,"
+        " against threshold squared), entropy (vSpec's: top-k entropy with the rest of the"
+        " mass as one more outcome, in nats), margin (top-1 minus top-2 probability).",
+        group="draft", choices=("topk-entropy", "entropy", "margin"),
+    )
+    confidence_stop_scale: float | None = _opt(
+        None, "Rule topk-entropy: multiplies the entropy before it is compared with threshold"
+        " squared; larger stops earlier (0.14.3's knob, default 0.15).",
+        group="draft", minimum=0.001, maximum=1.0,
+    )
+
     # --- diagnostics (slow: for correctness checks and active-vocabulary data only) -------
     eagle_draft_trace: bool = _opt(
         False, "Log every step's draft tokens per request (slow; diagnostics only).",
@@ -459,8 +457,6 @@ class Settings:
 
     def refill_batch(self) -> int:
         """Cohort refill size, applying the method default when 0 (1: no refill hold)."""
-        if not self.adaptive_refill:
-            return 1
         if self.adaptive_refill_batch:
             return self.adaptive_refill_batch
         return 8 if self.method == "draft" else 4

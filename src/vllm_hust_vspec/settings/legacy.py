@@ -86,6 +86,10 @@ class Legacy:
         return coerce(opt, raw, where)
 
 
+def _refill(on: Any) -> Any:
+    return DROP if on else 1
+
+
 def _refused(host_feature: str) -> str:
     return (f"{host_feature}; vSpec does not implement it on any host (docs/hosts.md): drop"
             " the option")
@@ -95,10 +99,22 @@ LEGACY: tuple[Legacy, ...] = (
     Legacy("eagle_draft_active_vocab_ids", "eagle_draft_active_vocab_file",
            "renamed: the value is a file of token ids"),
     Legacy("eagle_draft_lm_head_quantization", "eagle_draft_lm_head_quant", "renamed"),
-    Legacy("mtp_cohort_refill", "adaptive_refill", "0.14.3's per-method switch of the cohort"
-           " refill; vSpec has one for every method"),
-    Legacy("eagle3_cohort_refill", "adaptive_refill", "0.14.3's per-method switch of the"
-           " cohort refill; vSpec has one for every method"),
+    Legacy("adaptive_entropy_stop", "confidence_stop", "renamed: a draft-side"
+           " stop, not a controller knob"),
+    Legacy("adaptive_entropy_threshold", "confidence_stop_threshold", "renamed: a draft-side"
+           " stop, not a controller knob"),
+    Legacy("adaptive_entropy_topk", "confidence_stop_topk", "renamed: a draft-side"
+           " stop, not a controller knob"),
+    Legacy("adaptive_entropy_scale", "confidence_stop_scale", "renamed: a draft-side"
+           " stop, not a controller knob"),
+    Legacy("mtp_cohort_refill", "adaptive_refill_batch", "0.14.3's per-method switch of the"
+           " cohort refill; vSpec has one refill for every method, sized by"
+           " adaptive_refill_batch", kind="bool", value=_refill,
+           mapping="off sets 1 (no refill hold); on leaves the size as set"),
+    Legacy("eagle3_cohort_refill", "adaptive_refill_batch", "0.14.3's per-method switch of the"
+           " cohort refill; vSpec has one refill for every method, sized by"
+           " adaptive_refill_batch", kind="bool", value=_refill,
+           mapping="off sets 1 (no refill hold); on leaves the size as set"),
     Legacy("eagle_tree_width", None, _refused(
         "the fixed-width EAGLE tree came from the vllm-ascend-hust ABI (vLLM's own tree,"
         " speculative_config.speculative_token_tree, is one fixed tree vSpec's per-step gamma"

@@ -81,8 +81,8 @@ FEATURES: tuple[RunnerFeature, ...] = (
         downgrade_note="sticky gamma-0 steps keep the speculative path (same outputs)",
     ),
     RunnerFeature(
-        "the confidence stop (--adaptive-entropy-stop)",
-        lambda s: s.adaptive_entropy_stop,
+        "the confidence stop (--confidence-stop)",
+        lambda s: s.confidence_stop,
         # V2: host/worker/v2/runner.py records in compute_draft_logits (eager drafting only)
         {ASCEND: _NPU_DRAFT_PATH},
     ),
@@ -202,9 +202,9 @@ def _async_scheduling(settings: Settings, vllm_config: Any, warnings: list[str],
     scheduler = getattr(vllm_config, "scheduler_config", None)
     if not bool(getattr(scheduler, "async_scheduling", False)):
         return settings
-    if settings.adaptive_entropy_stop:
+    if settings.confidence_stop:
         errors.append(
-            "the confidence stop (--adaptive-entropy-stop) with async scheduling: it truncates "
+            "the confidence stop (--confidence-stop) with async scheduling: it truncates "
             "drafts on the host before the scheduler reads them, which async scheduling skips; "
             "use --no-async-scheduling or drop the stop"
         )
@@ -308,7 +308,7 @@ def _engine_errors(settings: Settings, runner: str, vllm_config: Any) -> list[st
             "use_local_argmax_reduction: the V2 draft guard masks the draft logits, which "
             "local-argmax reduction never materializes; drop use_local_argmax_reduction"
         )
-    if runner == V2 and settings.adaptive_entropy_stop:
+    if runner == V2 and settings.confidence_stop:
         out += _v2_confidence_stop_errors(spec, vllm_config)
     if runner == V2 and settings.draft_head_changed():
         if _multi_module_mtp(spec):
@@ -395,7 +395,7 @@ def _v2_confidence_stop_errors(spec: Any, vllm_config: Any) -> list[str]:
         out.append(
             "the confidence stop with a multi-module MTP drafter on Model Runner V2: "
             "MultiModuleMTPSpeculator computes its own per-step logits, which vSpec does not "
-            "record; drop --adaptive-entropy-stop"
+            "record; drop --confidence-stop"
         )
     elif str(getattr(spec, "method", "")) != "draft_model" and _draft_graphs(vllm_config):
         out.append(

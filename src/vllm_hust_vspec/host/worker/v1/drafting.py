@@ -77,12 +77,12 @@ def draft_config(settings: Settings) -> DraftSideConfig:
         DEFAULT_TOPK_BY_RULE,
     )
 
-    rule = str(settings.adaptive_entropy_rule or "topk-entropy")
-    threshold = settings.adaptive_entropy_threshold
-    topk = settings.adaptive_entropy_topk
-    scale = settings.adaptive_entropy_scale
+    rule = str(settings.confidence_stop_rule or "topk-entropy")
+    threshold = settings.confidence_stop_threshold
+    topk = settings.confidence_stop_topk
+    scale = settings.confidence_stop_scale
     return DraftSideConfig(
-        entropy_stop=bool(settings.adaptive_entropy_stop),
+        entropy_stop=bool(settings.confidence_stop),
         entropy_rule=rule,
         entropy_threshold=scaled_threshold(
             float(DEFAULT_THRESHOLD[rule] if threshold is None else threshold),
