@@ -240,7 +240,7 @@ def run_graphs(tree: Path, upstream: Path) -> dict[str, Any]:
             out["frames"].append(step(p, r, gamma, batch, vspec))
         out["target"] = {w: target_dispatch(r, w, 3)[0].name for w in range(1, MAX_K + 2)}
         if vspec:
-            st = gw._state(r)
+            st = gw.state_of(r)
             out["draft_gammas"] = list(st.draft_gammas)
             out["graph_params"] = repr(ag.get_graph_params())
             out["draft_graph_params"] = repr(ag.get_draft_graph_params())

@@ -12,6 +12,7 @@ import pytest
 from vllm_hust_vspec.host.patching import Patcher
 from vllm_hust_vspec.host.worker import ascend
 from vllm_hust_vspec.host.worker.ascend import graph_widths as gw
+from vllm_hust_vspec.host.worker.ascend.graph_combined import draft_fanout
 from vllm_hust_vspec.host.worker.ascend.graphs import BatchShape, MtpStrictGraphError, check_strict
 from vllm_hust_vspec.settings import Settings
 
@@ -153,7 +154,7 @@ def test_propose_wrapper_gives_the_drafter_the_steps_verify_width() -> None:
         pass
 
     runner = Runner()
-    st = gw.WidthState(max_k=3, widths=(1, 2, 3, 4), sizes={}, tables={})
+    st = gw.WidthState(max_k=3, widths=(1, 2, 3, 4), sizes={}, tables={}, regime=gw.PER_WIDTH)
     runner.__dict__[gw.STATE_ATTR] = st
 
     def propose_draft_token_ids(self: Any, valid_sampled_token_ids: Any,
@@ -193,7 +194,7 @@ def test_combined_full_dispatch_keeps_the_host_target_and_gates_the_drafts() -> 
 
     disp, drafter = Disp(), Drafter()
     st = gw.WidthState(max_k=3, widths=(1, 2, 3, 4), sizes={}, tables={w: [0] for w in range(5)},
-                       draft_gammas=(1, 2, 3), drafter=drafter, combined=True,
+                       draft_gammas=(1, 2, 3), drafter=drafter, regime=gw.COMBINED,
                        shared_sizes=[2, 4, 6, 8], draft_sizes={1: [2, 4], 2: [6], 3: [2, 4, 6, 8]})
     disp.__dict__[gw.STATE_ATTR] = st
     wrapped = gw.make_dispatch_wrapper(dispatch)
@@ -217,9 +218,10 @@ def test_combined_full_dispatch_keeps_the_host_target_and_gates_the_drafts() -> 
         (2, 1, 6), (4, 1, 8), (None, 1, 4)}
     # the step width the drafter sees comes from the batch decision, not the (widthless) key
     st.width = 3
-    assert gw._step_width(st, Desc(6, 4, False)) == 3
-    st.combined = False
-    assert gw._step_width(st, Desc(6, 2, True)) == 3 and gw._step_width(st, Desc(6, 4)) is None
+    assert st.regime.step_width(st, Desc(6, 4, False)) == 3
+    st.regime = gw.PER_WIDTH
+    assert st.regime.step_width(st, Desc(6, 2, True)) == 3
+    assert st.regime.step_width(st, Desc(6, 4)) is None
 
 
 def test_backport_pads_drafts_to_k_on_a_stride_k_async_runner() -> None:
@@ -279,12 +281,13 @@ def test_per_gamma_draft_graphs_capture_gamma_steps_on_a_hust_proposer() -> None
     runner.drafter = drafter
     runner.uniform_decode_query_len = 4
     runner.__dict__[gw.STATE_ATTR] = gw.WidthState(
-        max_k=3, widths=(2, 3, 4), sizes={}, tables={}, draft_gammas=(1, 2, 3), drafter=drafter)
+        max_k=3, widths=(2, 3, 4), sizes={}, tables={}, regime=gw.PER_WIDTH,
+        draft_gammas=(1, 2, 3), drafter=drafter)
     for width in (2, 3, 4):
         with gw.as_width(runner, width):
             runner.drafter.dummy_run(num_tokens=8)
     assert drafter.captured == [(1, 2), (2, 3), (3, 4)]
     assert (drafter.num_speculative_tokens, drafter.num_draft_steps) == (3, 3)  # restored
     drafter.captured.clear()
-    gw._draft_fanout(drafter, [1, 2, 3])(num_tokens=8)  # combined FULL: one key, each gamma
+    draft_fanout(drafter, [1, 2, 3])(num_tokens=8)  # combined FULL: one key, each gamma
     assert drafter.captured == [(1, 2), (2, 3), (3, 4)]
