@@ -177,5 +177,5 @@ def test_the_state_path_needs_the_online_policy(tmp_path: Path) -> None:
 def test_the_retired_structured_policy_name_is_refused_naming_the_choices() -> None:
     from vllm_hust_vspec.settings import SettingsError, load_settings
 
-    with pytest.raises(SettingsError, match="(?i)adaptive_policy.*online, profile"):
+    with pytest.raises(SettingsError, match="(?i)adaptive_policy.*online, ucb1, profile"):
         load_settings({"HUST_VSPEC_ADAPTIVE_POLICY": "structured"})

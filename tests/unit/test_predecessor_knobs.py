@@ -221,11 +221,11 @@ def test_warmup_return_incumbent_keeps_the_initial_gamma_against_near_ties() -> 
     assert incumbent.count(4) >= 70
 
 
-# -- adaptive_online_window / adaptive_online_exploration -------------------------------------
+# -- adaptive_online_window / adaptive_exploration -------------------------------------------
 
 
 def test_window_and_exploration_reach_the_online_controller() -> None:
-    ctrl = _online(adaptive_online_window=7, adaptive_online_exploration=0.0)
+    ctrl = _online(adaptive_online_window=7, adaptive_exploration=0.0)
     assert ctrl.config.window == 7 and ctrl.config.exploration == 0.0
     assert _online().config.exploration == 1.0
     for _ in range(20):

@@ -120,8 +120,10 @@ def test_online_exploration_zero_explores_nothing() -> None:
     assert controller_kwargs(_settings("--adaptive-online-exploration", "0"), 4)[
         "exploration"] == 0.0
     assert "exploration" not in controller_kwargs(_settings(), 4)
-    wide = controller_kwargs(_settings("--adaptive-thompson-width", "2"), 4)
-    assert wide["exploration"] == 2.0
+    assert controller_kwargs(_settings("--adaptive-online-exploration", "0.01"), 4)[
+        "exploration"] == pytest.approx(1.0)  # 0.14.3's default: one posterior std
+    wide = controller_kwargs(_settings("--adaptive-exploration", "0.02"), 4)
+    assert wide["exploration"] == pytest.approx(2.0)
 
 
 def test_the_runtime_knobs_of_0_14_are_named_and_ignored(

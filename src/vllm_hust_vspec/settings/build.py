@@ -134,11 +134,11 @@ def _where(origins: Mapping[str, str], name: str) -> str:
 
 def check_consistency(s: Settings, origins: Mapping[str, str]) -> None:
     """Reject combinations that contradict each other, naming both sides."""
-    if s.adaptive_policy == "online" and s.adaptive_profile:
+    if s.adaptive_policy != "profile" and s.adaptive_profile:
         raise SettingsError(
             f"adaptive_profile is set ({_where(origins, 'adaptive_profile')}) but adaptive_policy"
-            " is 'online', which ignores it; set adaptive_policy = \"profile\" or drop"
-            " adaptive_profile"
+            f" is {s.adaptive_policy!r}, which ignores it; set adaptive_policy = \"profile\" or"
+            " drop adaptive_profile"
         )
     if s.adaptive_policy == "profile" and not s.adaptive_profile:
         raise SettingsError(
@@ -191,26 +191,6 @@ def check_consistency(s: Settings, origins: Mapping[str, str]) -> None:
             f"confidence_stop_scale ({_where(origins, 'confidence_stop_scale')}) belongs to the"
             f" topk-entropy rule, but confidence_stop_rule is {s.confidence_stop_rule!r}"
             f" ({_where(origins, 'confidence_stop_rule')}); drop it or use that rule"
-        )
-    if s.adaptive_online_algorithm == "ucb1":
-        if s.adaptive_policy != "online":
-            raise SettingsError(
-                f"adaptive_online_algorithm=ucb1 ({_where(origins, 'adaptive_online_algorithm')})"
-                f" is a rule of the online policy, but adaptive_policy is {s.adaptive_policy!r}"
-                f" ({_where(origins, 'adaptive_policy')})"
-            )
-        if s.adaptive_thompson_width is not None:
-            raise SettingsError(
-                f"adaptive_thompson_width ({_where(origins, 'adaptive_thompson_width')}) belongs"
-                " to the thompson algorithm, but adaptive_online_algorithm is ucb1"
-                f" ({_where(origins, 'adaptive_online_algorithm')}); UCB1's exploration is"
-                " adaptive_online_exploration"
-            )
-    elif s.adaptive_online_exploration and s.adaptive_thompson_width == 0:
-        raise SettingsError(
-            "adaptive_online_exploration > 0"
-            f" ({_where(origins, 'adaptive_online_exploration')}) asks to explore but"
-            f" adaptive_thompson_width is 0 ({_where(origins, 'adaptive_thompson_width')})"
         )
     if not s.confidence_stop:
         for name in ("confidence_stop_threshold", "confidence_stop_topk"):

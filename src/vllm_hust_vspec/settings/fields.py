@@ -20,7 +20,6 @@ METHOD_ALIASES = {"draft_model": "draft", "qwen3_5_mtp": "mtp", "eagle-3": "eagl
 DEFAULT_GAMMA = {"mtp": 6}
 FALLBACK_GAMMA = 4
 
-
 def _opt(
     default: Any,
     help: str,
@@ -50,7 +49,6 @@ def _opt(
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
-
 
 @dataclass(frozen=True)
 class Settings:
@@ -172,18 +170,12 @@ class Settings:
         True, "Pick gamma every step (off: fixed gamma, vSpec only observes).", group="adaptive"
     )
     adaptive_policy: str = _opt(
-        "online", "Controller: 'online' learns as it serves (by default one cost posterior "
-        "and Thompson sampling; --adaptive-online-algorithm ucb1: 0.14.3's UCB1); 'profile' "
-        "reads step costs from an offline profile and learns acceptance online.",
-        group="adaptive", choices=("online", "profile"),
-    )
-    adaptive_online_algorithm: str = _opt(
-        "thompson", "Online policy's rule: 'thompson' (vSpec's: Thompson sampling over one "
-        "cost posterior and the acceptance rates) or 'ucb1' (vllm-hust-vSpec 0.14.3's: UCB1 "
-        "over each batch bucket's measured rewards, decision for decision; reads "
-        "--adaptive-online-window/-exploration/-warmup-samples/-warmup-return, "
-        "--adaptive-hysteresis, --adaptive-control-interval with 0.14.3's defaults).",
-        group="adaptive", choices=("thompson", "ucb1"),
+        "online", "Controller: 'online' learns as it serves (one cost posterior and Thompson "
+        "sampling over it and the acceptance rates); 'ucb1' learns as it serves with "
+        "vllm-hust-vSpec 0.14.3's rule (UCB1 over each batch bucket's measured rewards, "
+        "decision for decision, with 0.14.3's defaults for the knobs it reads); 'profile' reads "
+        "step costs from an offline profile and learns acceptance online.",
+        group="adaptive", choices=("online", "ucb1", "profile"),
     )
     adaptive_profile: str | None = _opt(
         None, "Profile JSON (schema v1) for the profile policy.", group="adaptive",
@@ -214,16 +206,12 @@ class Settings:
         "reports (default: controller's; decisions use the posteriors).",
         group="adaptive", minimum=1,
     )
-    adaptive_online_exploration: float | None = _opt(
-        None, "The predecessor's UCB1 exploration coefficient (it read 0.01): 0 explores "
-        "nothing (the online policy plays its posterior mean); a value > 0 leaves exploration "
-        "to vSpec's Thompson sampling, whose width is --adaptive-thompson-width "
-        "(docs/migration.md).", group="adaptive", minimum=0.0,
-    )
-    adaptive_thompson_width: float | None = _opt(
-        None, "Online policy: width of its Thompson draws in posterior standard deviations "
-        "(1 by default; 0 plays the posterior mean and explores nothing).", group="adaptive",
-        minimum=0.0, maximum=100.0,
+    adaptive_exploration: float | None = _opt(
+        None, "How much the online policies try arms their data does not favour, in UCB1's "
+        "unit: policy ucb1 uses it as its exploration coefficient; policy online draws at "
+        "value / 0.01 posterior standard deviations. Default 0.01 (one standard deviation); 0 "
+        "explores nothing (the posterior mean, the best measured arm).", group="adaptive",
+        minimum=0.0, maximum=1.0,
     )
     adaptive_online_warmup_samples: int | None = _opt(
         None, "Steady samples discarded before learning step costs (default: "
@@ -499,7 +487,6 @@ class Settings:
         text = json.dumps(self.non_defaults(), sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
-
 @dataclass(frozen=True)
 class OptionInfo:
     """Metadata of one option, read from the Settings field."""
@@ -525,7 +512,6 @@ class OptionInfo:
     def env(self) -> str:
         return ENV_PREFIX + self.name.upper()
 
-
 def default_of(f: dataclasses.Field[Any]) -> Any:
     """The default of a Settings field (calling its factory when it has one)."""
     if f.default is not dataclasses.MISSING:
@@ -534,14 +520,12 @@ def default_of(f: dataclasses.Field[Any]) -> Any:
         return f.default_factory()
     raise AssertionError(f"option {f.name} has no default")
 
-
 def _kind(annotation: str) -> tuple[str, bool]:
     optional = "None" in annotation
     base = annotation.replace(" | None", "").strip()
     kind = {"bool": "bool", "int": "int", "float": "float", "str": "str", "list[str]": "list",
             "list[int]": "ints"}
     return kind[base], optional
-
 
 def options() -> tuple[OptionInfo, ...]:
     """Every option, in declaration order."""
@@ -558,7 +542,6 @@ def options() -> tuple[OptionInfo, ...]:
             )
         )
     return tuple(out)
-
 
 OPTIONS: tuple[OptionInfo, ...] = options()
 # Every option by its canonical name (0.14.3's other names: settings/legacy.py).

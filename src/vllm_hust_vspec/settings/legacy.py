@@ -107,6 +107,9 @@ LEGACY: tuple[Legacy, ...] = (
            " stop, not a controller knob"),
     Legacy("adaptive_entropy_scale", "confidence_stop_scale", "renamed: a draft-side"
            " stop, not a controller knob"),
+    Legacy("adaptive_online_exploration", "adaptive_exploration", "0.14.3's UCB1 coefficient;"
+           " vSpec's default policy reads the same unit (0.01: Thompson draws of one posterior"
+           " standard deviation; 0: none), policy ucb1 reads it as 0.14.3 did"),
     Legacy("mtp_cohort_refill", "adaptive_refill_batch", "0.14.3's per-method switch of the"
            " cohort refill; vSpec has one refill for every method, sized by"
            " adaptive_refill_batch", kind="bool", value=_refill,

@@ -1,7 +1,7 @@
 """Policy names -> controllers for a scenario.
 
 Names: ``fixed:K``, ``online``, ``online-ucb1`` and ``profile`` (ours, from the adaptive
-package: ``online-ucb1`` is the online policy with ``--adaptive-online-algorithm ucb1`` and its
+package: ``online-ucb1`` is the online policy with ``--adaptive-policy ucb1`` and its
 default knobs; ``online@N`` is ``online`` with Thompson sampler seed ``N``, the host's being
 0), ``oracle``,
 and the published baselines ``vllm-batch-schedule``, ``sglang-adaptive``, ``hf-heuristic``,

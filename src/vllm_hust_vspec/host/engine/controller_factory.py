@@ -23,10 +23,12 @@ logger = logging.getLogger("vllm_hust_vspec.host")
 
 ControllerFactory = Callable[[Any, int], Controller]
 
+# adaptive_exploration is in UCB1's unit: 0.01 (UCB1's default coefficient) draws the Thompson
+# samples at one posterior standard deviation (OnlineConfig.exploration, default 1).
+THOMPSON_WIDTH_PER_EXPLORATION = 100.0
 # Settings field -> keyword of adaptive.build_controller (OnlineConfig field names).
 _OVERRIDES = {
     "adaptive_online_window": "window",
-    "adaptive_thompson_width": "exploration",
     "adaptive_online_warmup_samples": "warmup_samples",
     "adaptive_hysteresis": "hysteresis",
     "adaptive_control_interval": "control_interval",
@@ -53,14 +55,13 @@ def takes_cost_prior(settings: Settings) -> bool:
     """True when :func:`make_controller` builds a controller that starts from a cost prior
     for ``settings`` (the online policy's Thompson algorithm; not a replaced factory)."""
     return (_factory_override is None and settings.adaptive_speculation
-            and settings.adaptive_policy == "online"
-            and settings.adaptive_online_algorithm == "thompson")
+            and settings.adaptive_policy == "online")
 
 
-# 0.14.3's settings -> UcbConfig fields (each knob means what it meant there).
+# Settings -> UcbConfig fields (each knob means what it meant in 0.14.3).
 _UCB_OVERRIDES = {
     "adaptive_online_window": "window",
-    "adaptive_online_exploration": "exploration",
+    "adaptive_exploration": "exploration",
     "adaptive_online_warmup_samples": "warmup_samples",
     "adaptive_hysteresis": "hysteresis",
     "adaptive_control_interval": "control_interval",
@@ -84,7 +85,7 @@ def _ucb_anchor(method: str, arms: range) -> int | None:
 
 
 def ucb_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
-    """Keyword arguments for ``adaptive.build_controller`` with the 'ucb1' algorithm: the
+    """Keyword arguments for ``adaptive.build_controller`` for policy 'ucb1': the
     settings under 0.14.3's meanings, its per-method starting gamma and probe cost, and one
     extra hold of a first visit under asynchronous scheduling (the in-flight frame)."""
     min_gamma = min(int(settings.adaptive_min_gamma or 0), max_gamma)
@@ -122,8 +123,9 @@ def controller_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
     }
     if settings.adaptive_gamma_stride > 1:
         kwargs["gamma_stride"] = settings.adaptive_gamma_stride
-    if settings.adaptive_online_exploration == 0 and settings.adaptive_thompson_width is None:
-        kwargs["exploration"] = 0.0  # the predecessor's "no exploration" (UCB1 coefficient 0)
+    if settings.adaptive_exploration is not None and settings.adaptive_policy == "online":
+        # (the profile policy does not explore, as in 0.14.3, which read it under UCB1 only)
+        kwargs["exploration"] = settings.adaptive_exploration * THOMPSON_WIDTH_PER_EXPLORATION
     for field_name, keyword in _OVERRIDES.items():
         value = getattr(settings, field_name, None)
         if value is not None:
@@ -131,7 +133,7 @@ def controller_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
     policy = settings.adaptive_policy
     ewma_weight = settings.adaptive_ewma_weight
     if ewma_weight is not None:
-        # The predecessor's knob, read by both policies in their own terms (docs/controller.md):
+        # 0.14.3's knob, read by both policies in their own terms (docs/controller.md):
         # the online policy takes the acceptance half-life it means (same step clamp).
         if policy == "online":
             kwargs["acceptance_halflife_requests"] = halflife_from_ewma_weight(ewma_weight)
@@ -143,7 +145,7 @@ def controller_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
     if policy == "profile":
         kwargs.update({k: v for k, v in profile_only.items() if v is not None})
         if settings.adaptive_min_observations is not None:
-            # as in the predecessor, only the profile policy waits for observations
+            # as in 0.14.3, only the profile policy waits for observations
             kwargs["min_observations"] = settings.adaptive_min_observations
         if not calibrate:
             kwargs["latency_calibration"] = False
@@ -175,8 +177,9 @@ def make_controller(settings: Settings, max_gamma: int,
     from vllm_hust_vspec.adaptive import build_controller
 
     policy = settings.adaptive_policy
-    if policy == "online" and settings.adaptive_online_algorithm == "ucb1":
+    if policy == "ucb1":
         kwargs = ucb_kwargs(settings, max_gamma)
+        policy = "online"  # the online policy's other algorithm (adaptive.build_controller)
     else:
         kwargs = controller_kwargs(settings, max_gamma)
     if not takes_cost_prior(settings):
