@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -118,6 +119,64 @@ class RunResult:
         return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
 
 
+@dataclass(slots=True)
+class _Run:
+    """The loop state of one :meth:`Simulation.run`."""
+
+    specs: list[RequestSpec]
+    closed: bool
+    released: int  # closed loop: specs allowed in
+    lengths_fn: Any  # the controller's ``verify_lengths``, if it has one
+    want_conf: bool
+    conf_rng: random.Random
+    sticky: bool
+    zero_pass: bool
+    settled: Callable[[], bool]
+    holder: RefillHold
+    warmup: tuple[float, ...]
+    since_switch: int
+    timeline: dict[str, list[float]]
+    cohort: StickyCohort[int] = field(default_factory=StickyCohort)  # the host's sticky zero
+    drafter_was_on: bool = True
+    waiting: deque[_Req] = field(default_factory=deque)
+    running: list[_Req] = field(default_factory=list)
+    finished: list[_Req] = field(default_factory=list)
+    next_spec: int = 0
+    t: float = 0.0
+    busy: float = 0.0
+    g_prev: int = 0
+    steps: int = 0
+    drafted_total: int = 0
+    accepted_total: int = 0
+    committed_total: int = 0
+    gamma_sum: int = 0
+    gamma_steps: int = 0
+    phase_tokens: int = 0
+    phase_start: float = 0.0
+    trace: list[dict[str, float]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Step:
+    """What one engine step scheduled, decided, verified and took."""
+
+    decode: list[_Req]
+    prefill: list[tuple[_Req, int]]
+    verify: int  # drafts verified
+    ctx: int  # context tokens of the scheduled requests
+    admitted: int
+    trimmed: bool  # a length policy cut drafts
+    gamma: int = 0
+    skip: bool = False  # the sticky host skips the drafter after this step
+    drafted: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+    committed: int = 0
+    done_now: bool = False  # a request finished
+    pre_tokens: int = 0
+    num_drafting: int = 0
+    dt: float = 0.0
+
+
 class SimulationAware(Protocol):
     """A controller that wants to look inside the simulation (the oracle)."""
 
@@ -195,264 +254,295 @@ class Simulation:
     # -- main loop ----------------------------------------------------------------------------
     def run(self) -> RunResult:
         """Simulate until every request has finished."""
-        sc = self.scenario
-        specs = make_requests(sc.workload, self.seed)
-        arrival = sc.workload.arrival
-        closed = arrival.kind == "closed"
-        min_g, max_g = sc.min_gamma, sc.max_gamma
-        max_seqs, max_tokens = sc.max_num_seqs, sc.max_num_batched_tokens
-        phases = sc.acceptance.phases
-        cycle = sc.acceptance.cycle
-        cost = self.cost
-        noise = self.noise
-        controller = self.controller
-        decide, observe = controller.decide, controller.observe
-        # per-request verify lengths (adaptive.feedback.LengthPolicy), and drafter confidence
-        lengths_fn = getattr(controller, "verify_lengths", None)
-        want_conf = bool(getattr(controller, "wants_confidence", False))
-        conf_rng = random.Random(f"vspec-confidence/{self.seed}")
-
-        mode = sc.gamma0
-        sticky = mode == "sticky"
-        zero_pass = mode != "free"
-        settled = getattr(controller, "settled", None)
-        if not callable(settled):
-            settled = _never
-        cohort: StickyCohort[int] = StickyCohort()  # the host's sticky zero (adaptive/step_loop)
-        skip = False
-        holder = RefillHold(sc.refill_batch, sc.refill_hold, sc.refill_max_hold_steps)
-        warmup = sc.path_warmup if sticky else ()
-        drafter_was_on, since_switch = True, len(warmup)
-
-        waiting: deque[_Req] = deque()
-        running: list[_Req] = []
-        next_spec = 0
-        released = arrival.concurrency if closed else 0  # closed loop: specs allowed in
-        t = busy = 0.0
-        g_prev = 0
-        steps = drafted_total = accepted_total = committed_total = 0
-        gamma_sum = gamma_steps = 0
-        phase_tokens = 0
-        phase_start = 0.0
-        finished: list[_Req] = []
-        tl_t: list[float] = []
-        tl_g: list[float] = []
-        tl_b: list[float] = []
-        tl_c: list[float] = []
-        tl_dt: list[float] = []
-        trace: list[dict[str, float]] = []
-        n_specs = len(specs)
-
+        st = self._start()
+        n_specs = len(st.specs)
         while True:
-            if closed:
-                while next_spec < n_specs and next_spec < released:
-                    waiting.append(_Req(specs[next_spec], t))
-                    next_spec += 1
-            else:
-                while next_spec < n_specs and specs[next_spec].arrival_s <= t:
-                    s = specs[next_spec]
-                    waiting.append(_Req(s, s.arrival_s))
-                    next_spec += 1
-            if not running and not waiting:
-                if next_spec >= n_specs:
+            self._enqueue_arrivals(st)
+            if not st.running and not st.waiting:
+                if st.next_spec >= n_specs:
                     break
-                t = max(t, specs[next_spec].arrival_s)  # idle until the next arrival
+                st.t = max(st.t, st.specs[st.next_spec].arrival_s)  # idle until next arrival
                 continue
+            self.now = st.t
+            step = self._schedule(st)  # 1. (a length policy first trims drafts to a prefix)
+            self._decide(st, step)  # 2. for drafts made after this step
+            self._verify(st, step)  # 3.
+            self._advance(st, step)  # 4. time, then feedback
+            self._feed_back(st, step)
+            self._next_phase(st, step.committed)  # non-stationary acceptance
+        return self._result(st)
 
-            self.now = t
-            # 1. schedule (a length policy first trims each request's drafts to a prefix)
-            trimmed = False
-            if lengths_fn is not None:
-                dec = [r for r in running if r.decoding and r.pending > 0]
-                if dec:
-                    query = VerifyQuery(
-                        tuple(r.rid for r in dec), tuple(r.pending for r in dec), max_tokens,
-                        tuple(r.conf for r in dec) if want_conf else None)
-                    for r, n in zip(dec, lengths_fn(query), strict=True):
-                        n = max(0, min(r.pending, int(n)))
-                        trimmed |= n < r.pending
-                        r.pending = n
-            budget = max_tokens
-            decode: list[_Req] = []
-            prefill: list[tuple[_Req, int]] = []
-            verify = ctx = 0
-            for r in running:
-                if r.decoding:
-                    d = r.pending
-                    need = 1 + d
-                    if need > budget:
-                        if budget <= 0:
-                            continue  # not scheduled this step; keeps its drafts
-                        d = budget - 1  # the scheduler trims spec tokens to the budget
-                        r.pending = d
-                        need = budget
-                    budget -= need
-                    decode.append(r)
-                    verify += d
-                    ctx += r.prompt_len + r.done
-                elif budget > 0:
-                    chunk = min(r.prompt_len - r.prefilled, budget)
-                    budget -= chunk
-                    prefill.append((r, chunk))
-                    ctx += r.prefilled + chunk
-            hold = holder.decide(
-                occupied=len(running), free=max_seqs - len(running), waiting=len(waiting),
-                speculating=cohort.speculating(r.rid for r in running), gamma=g_prev)
-            admitted_now = 0
-            while not hold and waiting and len(running) < max_seqs and budget > 0:
-                admitted_now += 1
-                r = waiting.popleft()
-                self._admit(r)
-                running.append(r)
-                chunk = min(r.prompt_len, budget)
+    def _start(self) -> _Run:
+        """The loop state of a fresh run: the workload's requests and the host's policies."""
+        sc = self.scenario
+        controller = self.controller
+        sticky = sc.gamma0 == "sticky"
+        settled = getattr(controller, "settled", None)
+        warmup = sc.path_warmup if sticky else ()
+        closed = sc.workload.arrival.kind == "closed"
+        return _Run(
+            specs=make_requests(sc.workload, self.seed),
+            closed=closed,
+            released=sc.workload.arrival.concurrency if closed else 0,
+            # per-request verify lengths (adaptive.feedback.LengthPolicy), drafter confidence
+            lengths_fn=getattr(controller, "verify_lengths", None),
+            want_conf=bool(getattr(controller, "wants_confidence", False)),
+            conf_rng=random.Random(f"vspec-confidence/{self.seed}"),
+            sticky=sticky,
+            zero_pass=sc.gamma0 != "free",
+            settled=settled if callable(settled) else _never,
+            holder=RefillHold(sc.refill_batch, sc.refill_hold, sc.refill_max_hold_steps),
+            warmup=warmup,
+            since_switch=len(warmup),
+            timeline={"t": [], "gamma": [], "batch": [], "committed": [], "dt": []}
+            if self.record else {},
+        )
+
+    @staticmethod
+    def _enqueue_arrivals(st: _Run) -> None:
+        """Queue the requests that have arrived (closed loop: that were released) by now."""
+        specs, n_specs = st.specs, len(st.specs)
+        if st.closed:
+            while st.next_spec < n_specs and st.next_spec < st.released:
+                st.waiting.append(_Req(specs[st.next_spec], st.t))
+                st.next_spec += 1
+        else:
+            while st.next_spec < n_specs and specs[st.next_spec].arrival_s <= st.t:
+                s = specs[st.next_spec]
+                st.waiting.append(_Req(s, s.arrival_s))
+                st.next_spec += 1
+
+    def _trim_drafts(self, st: _Run) -> bool:
+        """Let a length policy cut each decoding request's drafts to a prefix; True if any
+        was cut."""
+        trimmed = False
+        dec = [r for r in st.running if r.decoding and r.pending > 0]
+        if dec:
+            query = VerifyQuery(
+                tuple(r.rid for r in dec), tuple(r.pending for r in dec),
+                self.scenario.max_num_batched_tokens,
+                tuple(r.conf for r in dec) if st.want_conf else None)
+            for r, n in zip(dec, st.lengths_fn(query), strict=True):
+                n = max(0, min(r.pending, int(n)))
+                trimmed |= n < r.pending
+                r.pending = n
+        return trimmed
+
+    def _schedule(self, st: _Run) -> _Step:
+        """Step 1: decoding requests first, then chunked prefill, then admissions (unless the
+        refill holds them), all within the token budget."""
+        trimmed = self._trim_drafts(st) if st.lengths_fn is not None else False
+        sc = self.scenario
+        running = st.running
+        budget = sc.max_num_batched_tokens
+        decode: list[_Req] = []
+        prefill: list[tuple[_Req, int]] = []
+        verify = ctx = 0
+        for r in running:
+            if r.decoding:
+                d = r.pending
+                need = 1 + d
+                if need > budget:
+                    if budget <= 0:
+                        continue  # not scheduled this step; keeps its drafts
+                    d = budget - 1  # the scheduler trims spec tokens to the budget
+                    r.pending = d
+                    need = budget
+                budget -= need
+                decode.append(r)
+                verify += d
+                ctx += r.prompt_len + r.done
+            elif budget > 0:
+                chunk = min(r.prompt_len - r.prefilled, budget)
                 budget -= chunk
                 prefill.append((r, chunk))
-                ctx += chunk
+                ctx += r.prefilled + chunk
+        max_seqs = sc.max_num_seqs
+        waiting = st.waiting
+        hold = st.holder.decide(
+            occupied=len(running), free=max_seqs - len(running), waiting=len(waiting),
+            speculating=st.cohort.speculating(r.rid for r in running), gamma=st.g_prev)
+        admitted = 0
+        while not hold and waiting and len(running) < max_seqs and budget > 0:
+            admitted += 1
+            r = waiting.popleft()
+            self._admit(r)
+            running.append(r)
+            chunk = min(r.prompt_len, budget)
+            budget -= chunk
+            prefill.append((r, chunk))
+            ctx += chunk
+        return _Step(decode=decode, prefill=prefill, verify=verify, ctx=ctx, admitted=admitted,
+                     trimmed=trimmed)
 
-            # 2. decide (for drafts made after this step)
-            self.batch = decode + [p[0] for p in prefill]
-            self.batch_context = ctx
-            if sticky and cohort.pinned():
-                g = 0  # the host does not ask the controller while a cohort is pinned
-            else:
-                g = int(decide(len(self.batch), max_tokens))
-                g = min_g if g < min_g else (max_g if g > max_g else g)
-            skip = False
-            if sticky:
-                g, skip = cohort.resolve(g, [r.rid for r in self.batch], settled)
-            tainted = cohort.tainted
+    def _decide(self, st: _Run, step: _Step) -> None:
+        """Step 2: the gamma of the drafts made after this step, and whether the sticky host
+        skips the drafter."""
+        sc = self.scenario
+        self.batch = step.decode + [p[0] for p in step.prefill]
+        self.batch_context = step.ctx
+        if st.sticky and st.cohort.pinned():
+            g = 0  # the host does not ask the controller while a cohort is pinned
+        else:
+            g = int(self.controller.decide(len(self.batch), sc.max_num_batched_tokens))
+            g = sc.min_gamma if g < sc.min_gamma else (sc.max_gamma if g > sc.max_gamma else g)
+        skip = False
+        if st.sticky:
+            g, skip = st.cohort.resolve(g, [r.rid for r in self.batch], st.settled)
+        step.gamma = g
+        step.skip = skip
 
-            # 3. verify
-            committed = 0
-            accs: list[int] = []
-            ds: list[int] = []
-            done_now = False
-            for r in decode:
-                d = r.pending
-                ds.append(d)
-                n0 = r.done
-                u = r.u
-                c = r.cond
-                a = 0
-                while a < d and u[n0 + a] < c[a]:
-                    a += 1
-                rem = r.out_len - n0
-                k = a + 1 if a < rem else rem
-                r.done = n0 + k
-                committed += k
-                accs.append(a)
-                if r.done >= r.out_len:
+    def _verify(self, st: _Run, step: _Step) -> None:
+        """Step 3: verify last step's drafts, complete prefills, hand out the next drafts."""
+        committed = 0
+        for r in step.decode:
+            d = r.pending
+            step.drafted.append(d)
+            n0 = r.done
+            u = r.u
+            c = r.cond
+            a = 0
+            while a < d and u[n0 + a] < c[a]:
+                a += 1
+            rem = r.out_len - n0
+            k = a + 1 if a < rem else rem
+            r.done = n0 + k
+            committed += k
+            step.accepted.append(a)
+            if r.done >= r.out_len:
+                r.finished = True
+                step.done_now = True
+        pre_tokens = 0
+        for r, chunk in step.prefill:
+            r.prefilled += chunk
+            pre_tokens += chunk
+            if r.prefilled >= r.prompt_len:
+                r.decoding = True
+                r.done = 1  # the prefill step samples the first output token
+                committed += 1
+                r.first_t = -1.0  # stamped once the step time is known
+                if r.out_len <= 1:
                     r.finished = True
-                    done_now = True
-            pre_tokens = 0
-            num_drafting = 0
-            for r, chunk in prefill:
-                r.prefilled += chunk
-                pre_tokens += chunk
-                if r.prefilled >= r.prompt_len:
-                    r.decoding = True
-                    r.done = 1  # the prefill step samples the first output token
-                    committed += 1
-                    r.first_t = -1.0  # stamped below, once the step time is known
-                    if r.out_len <= 1:
-                        r.finished = True
-                        done_now = True
-            for r in self.batch:
-                if r.decoding and not r.finished:
-                    if skip or r.rid in tainted:
-                        r.pending = 0
-                    else:
-                        r.pending = g
-                        num_drafting += 1
-                        if want_conf:
-                            r.conf = self._confidence(r, g, conf_rng)
+                    step.done_now = True
+        g, skip, tainted = step.gamma, step.skip, st.cohort.tainted
+        num_drafting = 0
+        for r in self.batch:
+            if r.decoding and not r.finished:
+                if skip or r.rid in tainted:
+                    r.pending = 0
+                else:
+                    r.pending = g
+                    num_drafting += 1
+                    if st.want_conf:
+                        r.conf = self._confidence(r, g, st.conf_rng)
+        step.committed = committed
+        step.pre_tokens = pre_tokens
+        step.num_drafting = num_drafting
 
-            # 4. time and feedback
-            dt = cost.step_time(len(decode), verify, g, num_drafting, pre_tokens, ctx,
-                                zero_pass=zero_pass)
-            if warmup:
-                on = not skip
-                since_switch = since_switch + 1 if on == drafter_was_on else 0
-                drafter_was_on = on
-                if since_switch < len(warmup):
-                    dt *= warmup[since_switch]
-            if noise is not None:
-                dt *= noise.factor(t)
-            t += dt
-            busy += dt
-            steps += 1
-            committed_total += committed
-            if num_drafting:
-                gamma_sum += g
-                gamma_steps += 1
-            for r, _ in prefill:
-                if r.first_t < 0.0:
-                    r.first_t = t
-            if done_now:
-                keep: list[_Req] = []
-                for r in running:
-                    if r.finished:
-                        r.finish_t = t
-                        finished.append(r)
-                        self.live.pop(r.rid, None)
-                        released += 1
-                        cohort.forget((r.rid,))
-                    else:
-                        keep.append(r)
-                running = keep
-            if decode:
-                holder.observe(len(decode), g_prev, dt, pre_tokens)
-                sum_d = verify
-                sum_a = sum(accs)
-                drafted_total += sum_d
-                accepted_total += sum_a
-                fb = StepFeedback(
-                    batch_size=len(decode),
-                    gamma=g_prev,
-                    drafted=tuple(ds),
-                    accepted=tuple(accs),
-                    committed=committed,
-                    interval_s=dt,
-                    token_budget=max_tokens,
-                    steady=pre_tokens == 0,
-                    drafter_ran=not skip,
-                    next_gamma=g,
-                    request_ids=tuple(r.rid for r in decode),
-                    lengths_trimmed=trimmed,
-                )
-                observe(fb)
-                if self.want_trace:
-                    trace.append({
-                        "t": t, "batch": float(len(decode)), "gamma": float(g_prev),
-                        "drafted": float(sum_d), "accepted": float(sum_a),
-                        "interval_s": dt, "reward": committed / dt,
-                        "committed": committed, "steady": pre_tokens == 0,
-                        "decided": g, "admitted": admitted_now,
-                    })
-            g_prev = g
-            if self.record:
-                tl_t.append(t)
-                tl_g.append(float(g))
-                tl_b.append(float(len(self.batch)))
-                tl_c.append(float(committed))
-                tl_dt.append(dt)
+    def _advance(self, st: _Run, step: _Step) -> None:
+        """Step 4: price the step, advance time and retire the finished requests."""
+        dt = self.cost.step_time(len(step.decode), step.verify, step.gamma, step.num_drafting,
+                                 step.pre_tokens, step.ctx, zero_pass=st.zero_pass)
+        warmup = st.warmup
+        if warmup:
+            on = not step.skip
+            st.since_switch = st.since_switch + 1 if on == st.drafter_was_on else 0
+            st.drafter_was_on = on
+            if st.since_switch < len(warmup):
+                dt *= warmup[st.since_switch]
+        if self.noise is not None:
+            dt *= self.noise.factor(st.t)
+        step.dt = dt
+        st.t += dt
+        t = st.t
+        st.busy += dt
+        st.steps += 1
+        st.committed_total += step.committed
+        if step.num_drafting:
+            st.gamma_sum += step.gamma
+            st.gamma_steps += 1
+        for r, _ in step.prefill:
+            if r.first_t < 0.0:
+                r.first_t = t
+        if step.done_now:
+            keep: list[_Req] = []
+            for r in st.running:
+                if r.finished:
+                    r.finish_t = t
+                    st.finished.append(r)
+                    self.live.pop(r.rid, None)
+                    st.released += 1
+                    st.cohort.forget((r.rid,))
+                else:
+                    keep.append(r)
+            st.running = keep
 
-            # phase change (non-stationary acceptance)
-            if len(phases) > 1:
-                ph = phases[self.phase_idx]
-                phase_tokens += committed
-                if (ph.tokens is not None and phase_tokens >= ph.tokens) or (
-                    ph.seconds is not None and t - phase_start >= ph.seconds
-                ):
-                    # only the open-ended last phase never ends, so nxt is valid
-                    nxt = self.phase_idx + 1
-                    self.phase_idx = 0 if (cycle and nxt >= len(phases)) else nxt
-                    self.phase_counter += 1
-                    phase_tokens = 0
-                    phase_start = t
-                    for r in running:
-                        self._draw_cond(r)
+    def _feed_back(self, st: _Run, step: _Step) -> None:
+        """Step 4: the feedback a host would send (``gamma`` = the gamma verified in this
+        step), the trace row and the timeline point."""
+        g, dt, decode = step.gamma, step.dt, step.decode
+        if decode:
+            st.holder.observe(len(decode), st.g_prev, dt, step.pre_tokens)
+            sum_d = step.verify
+            sum_a = sum(step.accepted)
+            st.drafted_total += sum_d
+            st.accepted_total += sum_a
+            fb = StepFeedback(
+                batch_size=len(decode),
+                gamma=st.g_prev,
+                drafted=tuple(step.drafted),
+                accepted=tuple(step.accepted),
+                committed=step.committed,
+                interval_s=dt,
+                token_budget=self.scenario.max_num_batched_tokens,
+                steady=step.pre_tokens == 0,
+                drafter_ran=not step.skip,
+                next_gamma=g,
+                request_ids=tuple(r.rid for r in decode),
+                lengths_trimmed=step.trimmed,
+            )
+            self.controller.observe(fb)
+            if self.want_trace:
+                st.trace.append({
+                    "t": st.t, "batch": float(len(decode)), "gamma": float(st.g_prev),
+                    "drafted": float(sum_d), "accepted": float(sum_a),
+                    "interval_s": dt, "reward": step.committed / dt,
+                    "committed": step.committed, "steady": step.pre_tokens == 0,
+                    "decided": g, "admitted": step.admitted,
+                })
+        st.g_prev = g
+        if self.record:
+            tl = st.timeline
+            tl["t"].append(st.t)
+            tl["gamma"].append(float(g))
+            tl["batch"].append(float(len(self.batch)))
+            tl["committed"].append(float(step.committed))
+            tl["dt"].append(dt)
 
+    def _next_phase(self, st: _Run, committed: int) -> None:
+        """Move to the next acceptance phase once the current one has run its tokens or
+        seconds, redrawing every running request's rates."""
+        acceptance = self.scenario.acceptance
+        phases = acceptance.phases
+        if len(phases) <= 1:
+            return
+        ph = phases[self.phase_idx]
+        st.phase_tokens += committed
+        if (ph.tokens is not None and st.phase_tokens >= ph.tokens) or (
+            ph.seconds is not None and st.t - st.phase_start >= ph.seconds
+        ):
+            # only the open-ended last phase never ends, so nxt is valid
+            nxt = self.phase_idx + 1
+            self.phase_idx = 0 if (acceptance.cycle and nxt >= len(phases)) else nxt
+            self.phase_counter += 1
+            st.phase_tokens = 0
+            st.phase_start = st.t
+            for r in st.running:
+                self._draw_cond(r)
+
+    def _result(self, st: _Run) -> RunResult:
+        """The run's totals, per-request times and SLO attainment."""
+        finished = st.finished
         tpots = [
             (r.finish_t - r.first_t) / (r.out_len - 1) for r in finished if r.out_len > 1
         ]
@@ -465,24 +555,21 @@ class Simulation:
             tpot_ms = 1e3 * (r.finish_t - r.first_t) / (r.out_len - 1)
             if tpot_ms <= r.slo_tpot_ms:
                 slo_met[r.slo_class] = slo_met.get(r.slo_class, 0) + 1
-        timeline: dict[str, list[float]] = {}
-        if self.record:
-            timeline = {"t": tl_t, "gamma": tl_g, "batch": tl_b, "committed": tl_c, "dt": tl_dt}
-        snap = controller.snapshot()
+        snap = self.controller.snapshot()
         return RunResult(
             policy=self.policy,
             seed=self.seed,
-            committed_tokens=committed_total,
-            requested_tokens=sum(s.output_len for s in specs),
-            sim_seconds=t,
-            busy_seconds=busy,
-            steps=steps,
-            mean_gamma=gamma_sum / gamma_steps if gamma_steps else 0.0,
-            drafted_tokens=drafted_total,
-            accepted_tokens=accepted_total,
+            committed_tokens=st.committed_total,
+            requested_tokens=sum(s.output_len for s in st.specs),
+            sim_seconds=st.t,
+            busy_seconds=st.busy,
+            steps=st.steps,
+            mean_gamma=st.gamma_sum / st.gamma_steps if st.gamma_steps else 0.0,
+            drafted_tokens=st.drafted_total,
+            accepted_tokens=st.accepted_total,
             mean_tpot_ms=1e3 * sum(tpots) / len(tpots) if tpots else 0.0,
-            timeline=timeline,
-            trace=trace,
+            timeline=st.timeline,
+            trace=st.trace,
             controller_state=snap if isinstance(snap, dict) else {},
             requests=sorted((r.rid, r.arrival, r.first_t, r.finish_t) for r in finished),
             slo_total=slo_total,
