@@ -339,7 +339,7 @@ def _bernoulli_kl(p: float, q: float) -> float:
 
 def halflife_from_ewma_weight(weight: float) -> float:
     """Discount half-life, in requests, of an EWMA whose newest observation weighs ``weight``
-    (0 < weight <= 1): ``ln(0.5) / ln(1 - weight)`` (the predecessor's adaptive_ewma_weight).
+    (0 < weight <= 1): ``ln(0.5) / ln(1 - weight)`` (0.14.3's adaptive_ewma_weight).
 
     ``weight`` 1 keeps only the newest observation: the half-life is then the smallest one
     the model takes, and the model's step clamp (``min_halflife_steps``) decides.

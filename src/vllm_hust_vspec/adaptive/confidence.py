@@ -6,8 +6,8 @@ The drafter's own distribution says when it is guessing. A position is *uncertai
   top-k counted as one more outcome, is above ``threshold`` (this is a lower bound of the full
   entropy, so a truncated top-k never makes a position look more certain than it is); or
 * rule ``"margin"``: top-1 minus top-2 probability is below ``threshold``; or
-* rule ``"topk-entropy"`` (the predecessor's): the entropy of the top-k probabilities
-  renormalized to sum to one is above ``threshold`` (the predecessor compared entropy times a
+* rule ``"topk-entropy"`` (0.14.3's): the entropy of the top-k probabilities
+  renormalized to sum to one is above ``threshold`` (0.14.3 compared entropy times a
   scale with a squared threshold; :func:`scaled_threshold` turns its two knobs into this one).
 
 The uncertain token itself is kept (it still has a fair chance of acceptance and costs nothing
@@ -62,7 +62,7 @@ def _check(rule: str, threshold: float) -> None:
 
 
 def scaled_threshold(threshold: float, scale: float | None) -> float:
-    """The entropy bar of rule ``topk-entropy`` from the predecessor's two knobs.
+    """The entropy bar of rule ``topk-entropy`` from 0.14.3's two knobs.
 
     A position was uncertain when ``entropy * scale > threshold ** 2``, i.e. when the entropy
     exceeds ``threshold ** 2 / scale``: a larger scale stops earlier. ``None`` keeps

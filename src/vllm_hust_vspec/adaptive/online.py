@@ -67,7 +67,7 @@ class OnlineController(CadencedPolicy):
     """Thompson sampling over a structured cost and acceptance posterior. ``Controller``.
 
     ``initial_gamma`` is the first gamma (None: ``max_gamma``). ``warmup_return`` (the
-    predecessor's ``--adaptive-online-warmup-return``) says how readily it is left: 'best' on
+    0.14.3's ``--adaptive-online-warmup-return``) says how readily it is left: 'best' on
     the first draw that favours another arm, 'incumbent' only for an arm the posterior says
     beats it with probability ``_SETTLE_PROBABILITY`` (until the first such move).
     """

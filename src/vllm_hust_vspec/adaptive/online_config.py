@@ -2,7 +2,7 @@
 
 Twelve public knobs; the posterior's tuning constants are private to adaptive/online.py, and
 where the controller starts (``initial_gamma``, ``warmup_return``) is a keyword of its
-constructor. The predecessor's ``ewma_weight`` is mapped to ``acceptance_halflife_requests``
+constructor. 0.14.3's ``ewma_weight`` is mapped to ``acceptance_halflife_requests``
 by the settings layer (host/engine/controller_factory.py).
 """
 
@@ -29,7 +29,7 @@ class OnlineConfig(PolicyConfig):
     warmup_samples: int = 3
     # Width of the Thompson draw in posterior standard deviations: 1 samples the posterior,
     # less explores less, 0 plays the posterior mean (no exploration: an arm the data never
-    # favoured is never tried). The predecessor's `--adaptive-online-exploration` sets it.
+    # favoured is never tried). Settings' adaptive_exploration sets it (UCB1's unit, x 100).
     exploration: float = 1.0
     # Steady samples per arm and bucket kept for reports (measured goodput in snapshot());
     # decisions use the posteriors, which weigh every sample.

@@ -24,11 +24,11 @@ class PolicyConfig:
     hysteresis: float = 0.05
     # Largest gamma change per decision (a budget cap may force a larger drop).
     max_gamma_step: int = 2
-    # Only gammas min_gamma + k * gamma_stride are played (the predecessor's MTP budgets
+    # Only gammas min_gamma + k * gamma_stride are played (0.14.3's MTP budgets
     # 2/4/6 are stride 2); a budget cap may still force one in between.
     gamma_stride: int = 1
     # Acceptance discount half-life in requests (divided by the batch size, then clamped to
-    # a range of steps; the predecessor's adaptive_ewma_weight sets it through
+    # a range of steps; 0.14.3's adaptive_ewma_weight sets it through
     # acceptance.halflife_from_ewma_weight).
     acceptance_halflife_requests: float = 256.0
 

@@ -39,10 +39,10 @@ class ProfileConfig(PolicyConfig):
     # this range.
     acceptance_min_halflife_steps: float = 4.0
     acceptance_max_halflife_steps: float = 64.0
-    # The predecessor's knob: the steady samples an arm needs before its own calibration
+    # 0.14.3's knob: the steady samples an arm needs before its own calibration
     # factor replaces the all-arms one (None: 1).
     min_observations: int | None = None
-    # The predecessor's knob: weight of the newest request in the acceptance estimate;
+    # 0.14.3's knob: weight of the newest request in the acceptance estimate;
     # replaces acceptance_halflife_requests by ln(0.5) / ln(1 - ewma_weight) (still clamped).
     ewma_weight: float | None = None
     # How many request-observations the profile's default acceptance is worth.
@@ -59,7 +59,7 @@ class ProfileConfig(PolicyConfig):
     # time the probe does not turn speculation back on. 0 disables probing.
     probe_interval: int = 16
     max_probe_interval: int = 512
-    # The predecessor's knob. latency_calibration False: the profile's step times are used as
+    # 0.14.3's knob. latency_calibration False: the profile's step times are used as
     # they are (no calibration above).
     latency_calibration: bool = True
 

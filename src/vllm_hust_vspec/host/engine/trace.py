@@ -112,7 +112,7 @@ def _as_json(record: dict[str, Any] | JsonRecord) -> dict[str, Any]:
 
 
 class _LogLines:
-    """A sink that logs each line (``adaptive_trace`` as the predecessor's switch)."""
+    """A sink that logs each line (``adaptive_trace`` given as a switch, as 0.14.3 read it)."""
 
     def write(self, data: bytes) -> int:
         for line in data.decode().splitlines():

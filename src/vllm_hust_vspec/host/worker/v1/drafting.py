@@ -50,7 +50,7 @@ class DraftSideConfig:
 
     entropy_stop: bool = False
     entropy_rule: str = "topk-entropy"
-    entropy_threshold: float = 0.6  # 0.3 ** 2 / 0.15: the predecessor's default
+    entropy_threshold: float = 0.6  # 0.3 ** 2 / 0.15: 0.14.3's default
     entropy_topk: int = 2
     active_vocab_size: int | None = None
     active_vocab_file: str | None = None
