@@ -22,15 +22,14 @@ import atexit
 import contextlib
 import logging
 import os
-import queue
 import threading
 import time
 import uuid
-import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from vllm_hust_vspec.adaptive.trace_record import TraceHeader
+from vllm_hust_vspec.host.background import Background, close_at_exit
 from vllm_hust_vspec.host.engine import startup_faults
 from vllm_hust_vspec.host.jsonl import EncodeError, encode_lines
 
@@ -43,7 +42,6 @@ logger = logging.getLogger("vllm_hust_vspec.trace")
 LOG_SINK = "log"  # adaptive_trace given as a bare switch: the lines go to the server log
 DEFAULT_CAPACITY = 65536  # records queued at most
 DEFAULT_BATCH = 64  # records per hand-over to the writer thread
-_CLOSE = object()
 
 
 def _ends_mid_line(path: Path) -> bool:
@@ -160,22 +158,13 @@ class TraceWriter:
             ) from exc
         self._batch = max(1, batch)
         self._pending: list[dict[str, Any] | JsonRecord] = []
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, capacity // self._batch))
         self.dropped = 0
         self.written = 0
         self._closed = False
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="vspec-trace", daemon=True)
-        self._thread.start()
-        ref = weakref.ref(self)
-
-        def _close_at_exit() -> None:
-            writer = ref()
-            if writer is not None:
-                writer.close()
-
-        self._atexit = _close_at_exit
-        atexit.register(self._atexit)
+        self._background = Background("vspec-trace", self._write_batches,
+                                  capacity // self._batch)
+        self._atexit = close_at_exit(self)
 
     def write(self, record: dict[str, Any] | JsonRecord) -> bool:
         """Buffer one record; never blocks. Returns False when the writer is closed."""
@@ -191,30 +180,11 @@ class TraceWriter:
         """Queue the buffered records for the writer thread now (dropped and counted if the
         queue is full). The hook calls it when the engine goes idle."""
         records, self._pending = self._pending, []
-        if not records:
-            return
-        try:
-            self._queue.put_nowait(records)
-        except queue.Full:
+        if records and not self._background.submit(records):
             self.dropped += len(records)
 
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is _CLOSE:
-                break
-            batch = list(item)
-            # Drain what is already queued so the file sees few, larger writes.
-            while True:
-                try:
-                    nxt = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is _CLOSE:
-                    self._write_lines(batch)
-                    return
-                batch.extend(nxt)
-            self._write_lines(batch)
+    def _write_batches(self, batches: list[list[Any]]) -> None:
+        self._write_lines([r for b in batches for r in b])
 
     def _write_lines(self, batch: list[Any]) -> None:
         try:
@@ -228,12 +198,7 @@ class TraceWriter:
     def flush(self, timeout: float = 5.0) -> None:
         """Wait (bounded) until everything written so far is on disk; for tests/shutdown."""
         self.push()
-        deadline = threading.Event()
-        # Poll the queue rather than join(): join would wait forever if the writer died.
-        waited = 0.0
-        while not self._queue.empty() and waited < timeout and self._thread.is_alive():
-            deadline.wait(0.01)
-            waited += 0.01
+        self._background.wait_idle(timeout)
 
     def close(self, timeout: float = 5.0) -> None:
         """Drain, stop the thread and close the file. Idempotent."""
@@ -242,11 +207,8 @@ class TraceWriter:
                 return
             self.push()
             self._closed = True
-        try:
-            self._queue.put(_CLOSE, timeout=timeout)
-        except queue.Full:
+        if not self._background.close(timeout):
             logger.warning("vSpec trace: queue stuck; closing %s without draining", self.path)
-        self._thread.join(timeout)
         with contextlib.suppress(OSError):
             self._file.close()
         atexit.unregister(self._atexit)

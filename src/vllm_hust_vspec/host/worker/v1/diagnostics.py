@@ -24,8 +24,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import queue
-import threading
 import time
 import uuid
 import weakref
@@ -35,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_hust_vspec.host.abi.capabilities import MODEL_RUNNER
+from vllm_hust_vspec.host.background import Background, close_at_exit
 from vllm_hust_vspec.host.jsonl import encode_lines
 from vllm_hust_vspec.host.patching import Patcher, resolve
 
@@ -125,56 +124,28 @@ class Budget:
         return {"steps": self.steps, "bytes": self.bytes, "truncated": self.truncated}
 
 
-class Writer:
-    """One daemon thread running file jobs in order; :meth:`submit` never blocks."""
-
-    _STOP = object()
+class Writer(Background):
+    """The runner's file jobs, run in order on one background thread; :meth:`submit` never
+    blocks (a full queue drops and counts). A failed job is logged and counted."""
 
     def __init__(self, capacity: int = LIMITS.queue_items) -> None:
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, capacity))
-        self.dropped = 0
         self.failed = 0
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="vspec-diagnostics", daemon=True)
-        self._thread.start()
+        super().__init__("vspec-diagnostics", self._run_jobs, capacity)
 
-    def submit(self, job: Callable[[], object], *, wait: float = 0.0) -> bool:
-        """Queue a job; False (counted in ``dropped``) when closed or the queue stays full.
-        Steps never wait (``wait=0``); closing jobs wait a bounded time for room."""
-        if self._closed:
-            return False
-        try:
-            if wait > 0:
-                self._queue.put(job, timeout=wait)
-            else:
-                self._queue.put_nowait(job)
-        except queue.Full:
-            self.dropped += 1
-            return False
-        return True
-
-    def _run(self) -> None:
-        while True:
-            job = self._queue.get()
-            if job is self._STOP:
-                return
+    def _run_jobs(self, jobs: list[Callable[[], object]]) -> None:
+        for job in jobs:
             try:
                 job()
             except Exception:  # noqa: BLE001 - a failed write must not kill the thread
                 self.failed += 1
                 logger.exception("vSpec diagnostics: a trace write failed")
 
-    def close(self, timeout: float = 30.0) -> None:
+    def close(self, timeout: float = 30.0) -> bool:
         """Run what is queued, then stop the thread (bounded wait). Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._queue.put(self._STOP, timeout=timeout)
-        except queue.Full:
+        if not super().close(timeout):
             logger.warning("vSpec diagnostics: writer stuck; closing without draining")
-            return
-        self._thread.join(timeout)
+            return False
+        return True
 
 
 def _line(record: dict[str, Any]) -> bytes:
@@ -329,15 +300,7 @@ class RunnerDiagnostics:
         except BaseException:
             self.writer.close()
             raise
-        ref = weakref.ref(self)
-
-        def _close_at_exit() -> None:
-            diag = ref()
-            if diag is not None:
-                diag.close()
-
-        self._atexit = _close_at_exit
-        atexit.register(self._atexit)
+        self._atexit = close_at_exit(self)
 
     @property
     def drafting(self) -> bool:
