@@ -160,12 +160,12 @@ def test_ewma_weight_changes_how_fast_acceptance_is_forgotten(
     assert fast == pytest.approx(0.25, rel=0.02)
 
 
-# -- adaptive_latency_calibration / adaptive_latency_ewma_weight ------------------------------
+# -- adaptive_latency_ewma_weight (0.14.3's adaptive_latency_calibration: off is weight 0) ----
 
 
 def test_latency_calibration_off_trusts_the_profile(profile_path: str) -> None:
     on = _profile(profile_path)
-    off = _profile(profile_path, adaptive_latency_calibration=False)
+    off = _profile(profile_path, adaptive_latency_ewma_weight=0.0)
     assert off.config.latency_calibration is False and on.config.latency_calibration
     before = off.predicted_goodput(BATCH)
     slow = 1.5 * on._times(BATCH)[2]
@@ -191,8 +191,7 @@ def test_latency_ewma_weight_sets_the_calibration_rate(profile_path: str) -> Non
 
 def test_latency_knobs_are_ignored_by_the_online_policy() -> None:
     kwargs = controller_kwargs(
-        Settings(adaptive_speculation=True, adaptive_latency_calibration=False,
-                 adaptive_latency_ewma_weight=0.5), 4)
+        Settings(adaptive_speculation=True, adaptive_latency_ewma_weight=0.5), 4)
     assert "calibration_rate" not in kwargs and "latency_calibration" not in kwargs
     assert isinstance(build_controller("online", **kwargs), OnlineController)
 
@@ -268,7 +267,7 @@ def test_entropy_scale_keeps_the_predecessors_direction() -> None:
         ("ADAPTIVE_MIN_OBSERVATIONS", "0"),
         ("ADAPTIVE_EWMA_WEIGHT", "0"),
         ("ADAPTIVE_EWMA_WEIGHT", "1.5"),
-        ("ADAPTIVE_LATENCY_EWMA_WEIGHT", "0"),
+        ("ADAPTIVE_LATENCY_EWMA_WEIGHT", "-0.1"),
         ("ADAPTIVE_LATENCY_EWMA_WEIGHT", "2"),
         ("ADAPTIVE_ONLINE_WARMUP_RETURN", "worst"),
         ("ADAPTIVE_ONLINE_EXPLORATION", "-1"),

@@ -71,8 +71,8 @@ def resolve_settings(
             table_notes += [n for checked in env_layers(layer.env) for n in checked.notes]
     if cli:
         cli_layer = Layer(name="command line")
-        # 0.14.3's names first (settings/legacy.py), so a canonical flag given as well wins
-        for name, value in sorted(cli.items(), key=lambda kv: kv[0] not in LEGACY_BY_NAME):
+        # 0.14.3's names last (settings/legacy.py), as in every source
+        for name, value in sorted(cli.items(), key=lambda kv: kv[0] in LEGACY_BY_NAME):
             where = "flag --" + name.replace("_", "-")
             if name in LEGACY_BY_NAME:
                 cli_layer.put(name, value, where)

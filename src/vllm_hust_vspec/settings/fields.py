@@ -273,13 +273,10 @@ class Settings:
         " half-life to ln(0.5)/ln(1-w) requests (default: controller's).", group="adaptive",
         minimum=0.001, maximum=1.0,
     )
-    adaptive_latency_calibration: bool = _opt(
-        True, "Profile policy: correct the offline latency model online from measured step"
-        " times (off: trust the profile as is).", group="adaptive",
-    )
     adaptive_latency_ewma_weight: float | None = _opt(
-        None, "Profile policy: weight of the newest step in the latency calibration (0..1]"
-        " (default: controller's).", group="adaptive", minimum=0.001, maximum=1.0,
+        None, "Profile policy: weight of the newest step in the online correction of the"
+        " offline latency model from measured step times, 0..1 (default: controller's); 0"
+        " trusts the profile as is.", group="adaptive", minimum=0.0, maximum=1.0,
     )
     adaptive_online_warmup_return: str = _opt(
         "best", "Online policy: 'best' may leave the initial gamma on the first decision the"

@@ -3,10 +3,11 @@
 Each row maps an old name to the canonical option it sets, with the value mapping between the
 two and a note. The sources (CLI flags, ``HUST_VSPEC_*`` environment variables, TOML keys of
 presets and config files) translate through :func:`translate` as they are read, so nothing past
-``settings/`` ever sees an old name. A row whose meaning vSpec does not have either maps to a
-value that keeps 0.14.3's behaviour or fails closed with a message naming the flag and what to
-use instead: never a silent no-op. ``docs/migration.md`` lists this table
-(``scripts/release_check.py tables`` writes it).
+``settings/`` ever sees an old name. Within one source an old name is applied after the
+canonical ones, so an old "off" switch wins over a size or weight given beside it, as it did.
+A row whose meaning vSpec does not have either maps to a value that keeps 0.14.3's behaviour
+or fails closed with a message naming the flag and what to use instead: never a silent no-op.
+``docs/migration.md`` lists this table (``scripts/release_check.py tables`` writes it).
 """
 
 from __future__ import annotations
@@ -90,6 +91,10 @@ def _refill(on: Any) -> Any:
     return DROP if on else 1
 
 
+def _latency(on: Any) -> Any:
+    return DROP if on else 0.0
+
+
 def _refused(host_feature: str) -> str:
     return (f"{host_feature}; vSpec does not implement it on any host (docs/hosts.md): drop"
             " the option")
@@ -110,6 +115,9 @@ LEGACY: tuple[Legacy, ...] = (
     Legacy("adaptive_online_exploration", "adaptive_exploration", "0.14.3's UCB1 coefficient;"
            " vSpec's default policy reads the same unit (0.01: Thompson draws of one posterior"
            " standard deviation; 0: none), policy ucb1 reads it as 0.14.3 did"),
+    Legacy("adaptive_latency_calibration", "adaptive_latency_ewma_weight", "0.14.3's switch of"
+           " the profile policy's latency correction; vSpec's weight 0 is off", kind="bool",
+           value=_latency, mapping="off sets 0 (no correction); on leaves the weight as set"),
     Legacy("mtp_cohort_refill", "adaptive_refill_batch", "0.14.3's per-method switch of the"
            " cohort refill; vSpec has one refill for every method, sized by"
            " adaptive_refill_batch", kind="bool", value=_refill,

@@ -119,7 +119,7 @@ def read_toml_layer_data(p: Path, data: dict[str, Any], label: str) -> Layer:
             layer.pinned = _pinned_names(p, value)
             continue
         if key == "serve" and isinstance(value, dict):
-            for opt_name, raw in value.items():
+            for opt_name, raw in sorted(value.items(), key=lambda kv: kv[0] in LEGACY_BY_NAME):
                 where = f"{p}: [serve] {opt_name}"
                 if not layer.put(opt_name, raw, where):
                     raise SettingsError(f"{where}: unknown key{_suggest(opt_name)}")
@@ -251,7 +251,7 @@ def _env_str(raw: str | int | float | bool) -> str:
 def read_env_layer(env: Mapping[str, str], prefix: str, strict: bool) -> Layer:
     """Read ``PREFIX<OPTION>`` variables. With ``strict``, an unknown name is an error."""
     layer = Layer(name=f"environment {prefix}*")
-    for key in sorted(env):
+    for key in sorted(env, key=lambda k: (k[len(prefix):].lower() in LEGACY_BY_NAME, k)):
         if not key.startswith(prefix):
             continue
         suffix = key[len(prefix) :]

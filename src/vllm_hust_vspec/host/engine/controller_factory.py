@@ -139,8 +139,9 @@ def controller_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
             kwargs["acceptance_halflife_requests"] = halflife_from_ewma_weight(ewma_weight)
         else:
             kwargs["ewma_weight"] = ewma_weight
-    profile_only = {k: getattr(settings, f, None) for f, k in _PROFILE_OVERRIDES.items()}
-    calibrate = bool(settings.adaptive_latency_calibration)
+    calibrate = settings.adaptive_latency_ewma_weight != 0  # 0: trust the profile as is
+    profile_only = {k: getattr(settings, f, None) for f, k in _PROFILE_OVERRIDES.items()
+                    if calibrate}
     warmup_return = settings.adaptive_online_warmup_return or "best"
     if policy == "profile":
         kwargs.update({k: v for k, v in profile_only.items() if v is not None})
