@@ -33,6 +33,7 @@ from vllm_hust_vspec.host.abi import (
     runners,
     targets,
 )
+from vllm_hust_vspec.settings.legacy import LEGACY
 
 EXIT_OK = 0
 EXIT_FAIL = 1
@@ -116,7 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         doc["runners"] = [{"feature": name, **cells} for name, cells in rows]
         doc["predecessor_switches"] = [
             {"flag": sw.flag, "upstream": sw.upstream, "vllm_ascend": sw.ascend}
-            for sw in compat.SWITCHES]
+            for sw in compat.SWITCHES] + [
+            {"flag": row.flag, "upstream": row.note, "vllm_ascend": row.note}
+            for row in LEGACY if row.new is None]
         doc.update(_neighbours_doc())
         print(json.dumps(doc, indent=2, sort_keys=True))
     else:
@@ -162,6 +165,9 @@ def _switch_text() -> str:
     for sw in compat.SWITCHES:
         out += [f"  {sw.flag}", f"    upstream vLLM: {sw.upstream}",
                 f"    vLLM-Ascend: {sw.ascend}"]
+    for row in LEGACY:
+        if row.new is None:  # refused on every host (settings/legacy.py)
+            out += [f"  {row.flag}", f"    any host: {row.note}"]
     return "\n".join(out) + "\n"
 
 
