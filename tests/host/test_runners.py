@@ -184,24 +184,24 @@ def test_draft_side_options_fail_closed_on_ascend(name: str) -> None:
 
 def test_v2_as_an_environment_opt_in_is_seen_and_refused_where_vspec_cannot_drive_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from vllm_hust_vspec.host.worker.v2 import runner as runner_v2
+    from vllm_hust_vspec.host.abi import host_facts
 
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
     assert runners.runner_of(config(v2=None)) == runners.V2  # a host without the property
-    monkeypatch.setattr(runner_v2, "available", lambda: False)
+    monkeypatch.setattr(host_facts, "v2_runner_available", lambda: False)
     result = runners.plan(Settings(method="eagle"), runners.V2, config(v2=None))
     assert any("VLLM_USE_V2_MODEL_RUNNER" in e for e in result.errors)
 
 
 def test_sticky_under_async_without_vllms_k_channel_keeps_the_first_draft_pass(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from vllm_hust_vspec.host.worker import k_channel as k_backport
+    from vllm_hust_vspec.host.abi import host_facts
 
     cfg = config()
     cfg.scheduler_config = SimpleNamespace(async_scheduling=True)
     assert runners.plan(Settings(method="eagle"), runners.V1, cfg).settings \
         .adaptive_gamma0_mode == "sticky"  # vLLM 0.32 has the channel
-    monkeypatch.setattr(k_backport, "host_has_k_channel", lambda: False)
+    monkeypatch.setattr(host_facts, "host_has_k_channel", lambda: False)
     result = runners.plan(Settings(method="eagle"), runners.V1, cfg)
     assert result.settings.adaptive_gamma0_mode == "sync"
     assert any("K channel" in w for w in result.warnings)

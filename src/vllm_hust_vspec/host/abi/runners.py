@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from vllm_hust_vspec.host.worker import k_channel
+from vllm_hust_vspec.host.abi import host_facts
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.settings import Settings
@@ -159,9 +159,7 @@ class RunnerPlan:
 
 def runner_of(vllm_config: Any) -> str:
     """The runner this engine builds, read from the host's own config."""
-    from vllm_hust_vspec.host.worker import ascend
-
-    if ascend.is_ascend_platform():
+    if host_facts.is_ascend_platform():
         return ASCEND
     try:
         return V2 if bool(vllm_config.use_v2_model_runner) else V1
@@ -215,7 +213,7 @@ def _async_scheduling(settings: Settings, vllm_config: Any, warnings: list[str],
             "async scheduling skips; use --no-async-scheduling or drop the option"
         )
     if (settings.adaptive_speculation and settings.adaptive_gamma0_mode == "sticky"
-            and not k_channel.host_has_k_channel()):
+            and not host_facts.host_has_k_channel()):
         warnings.append(
             "sticky gamma 0 with async scheduling on a host without vLLM's K channel (the "
             "vLLM-HUST core): the drafter keeps its first pass at gamma 0 (sync mode), as "
@@ -273,14 +271,11 @@ def _lockstep_dp(settings: Settings, vllm_config: Any, warnings: list[str]) -> S
 
 def _engine_errors(settings: Settings, runner: str, vllm_config: Any) -> list[str]:
     out: list[str] = []
-    if runner == V2:
-        from vllm_hust_vspec.host.worker.v2 import runner as runner_v2
-
-        if not runner_v2.available():
-            out.append(
-                "Model Runner V2 on this host is not one vSpec drives (its speculators "
-                "lack the propose(num_speculative_tokens=...) vSpec patches); unset "
-                "VLLM_USE_V2_MODEL_RUNNER to serve on the V1 runner")
+    if runner == V2 and not host_facts.v2_runner_available():
+        out.append(
+            "Model Runner V2 on this host is not one vSpec drives (its speculators "
+            "lack the propose(num_speculative_tokens=...) vSpec patches); unset "
+            "VLLM_USE_V2_MODEL_RUNNER to serve on the V1 runner")
     parallel = getattr(vllm_config, "parallel_config", None)
     if settings.adaptive_speculation and lockstep_dp(vllm_config) and runner != V1:
         # The engine sees data parallel > 1 only where its ranks step in lockstep (MoE data

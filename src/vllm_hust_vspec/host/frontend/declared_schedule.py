@@ -84,9 +84,9 @@ def is_declared(spec_config: Any) -> bool:
 def wants_declaration(settings: Settings) -> bool:
     """Only adaptive gamma changes K per step (a fixed gamma keeps vLLM's static graphs), and
     only upstream runners read the schedule: vLLM-Ascend's graphs per gamma are its own."""
-    from vllm_hust_vspec.host.worker import ascend
+    from vllm_hust_vspec.host.abi.host_facts import is_ascend_platform
 
-    return bool(settings.adaptive_speculation) and not ascend.is_ascend_platform()
+    return bool(settings.adaptive_speculation) and not is_ascend_platform()
 
 
 def _make_create_wrapper(

@@ -47,16 +47,6 @@ def propose_takes_k(proposer: Any) -> bool:
     return known
 
 
-def host_has_k_channel() -> bool:
-    """True when this vLLM's SchedulerOutput has the per-step K field (upstream >= 0.31);
-    False on hosts where vSpec carries its own channel (the vLLM-HUST core)."""
-    import dataclasses
-
-    from vllm.v1.core.sched.output import SchedulerOutput
-
-    return K_FIELD in {f.name for f in dataclasses.fields(SchedulerOutput)}
-
-
 def requested_gamma(scheduler_output: Any, max_k: int) -> int:
     """Gamma the scheduler asked for this step, clamped to ``[0, max_k]``.
 
@@ -196,7 +186,6 @@ __all__ = [
     "STEP_ATTRS",
     "clamp_gamma",
     "drafting_steps",
-    "host_has_k_channel",
     "keep_first",
     "make_draft_copy_wrapper",
     "max_k_of",

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from vllm_hust_vspec.backends.acceptance import STRICT, AcceptanceParams
 from vllm_hust_vspec.host.abi import requirements as req
+from vllm_hust_vspec.host.abi.host_facts import is_ascend_platform
 from vllm_hust_vspec.host.patching import Patcher, resolve
 from vllm_hust_vspec.host.worker.ascend.proposer import BACKPORT, NATIVE
 
@@ -46,15 +47,6 @@ class AscendPlan:
     relaxed_acceptance: bool
     # verify widths that get their own FULL decode graphs (graph_per_gamma); () when off
     graph_widths: tuple[int, ...] = ()
-
-
-def is_ascend_platform() -> bool:
-    """True when vLLM's current platform is the NPU one (imports vllm, not vllm_ascend)."""
-    try:
-        from vllm.platforms import current_platform
-    except ImportError:
-        return False
-    return str(getattr(current_platform, "device_type", "")) == "npu"
 
 
 def _acceptance(settings: Settings | None) -> AcceptanceParams:

@@ -492,9 +492,9 @@ def install_diagnostics(patcher: Patcher, get_settings: Callable[[], Settings]) 
     """Patch the runner (and the model-based proposers) for the diagnostics options set now;
     returns whether anything was patched. Fails closed (:class:`DiagnosticsError`, naming the
     option) where a requested trace cannot run."""
-    from vllm_hust_vspec.host.worker import ascend
+    from vllm_hust_vspec.host.abi.host_facts import is_ascend_platform
 
-    options = check_settings(get_settings(), ascend=ascend.is_ascend_platform())
+    options = check_settings(get_settings(), ascend=is_ascend_platform())
     if not options:
         return False
     runner = resolve(*MODEL_RUNNER)

@@ -241,11 +241,11 @@ def install_target_vocab(patcher: Patcher, get_settings: Callable[[], Settings])
     ``eagle_target_active_vocab_ids``, only when the option is set (nothing is added to the
     per-request and per-step paths otherwise). Fails closed on vLLM-Ascend, whose runner
     computes logits on its own path."""
-    from vllm_hust_vspec.host.worker import ascend
+    from vllm_hust_vspec.host.abi.host_facts import is_ascend_platform
 
     if _active_path(get_settings) is None:
         return
-    if ascend.is_ascend_platform():
+    if is_ascend_platform():
         raise TargetVocabError(
             f"vSpec {OPTION} is implemented for upstream vLLM's V1 runner only, not for "
             "vLLM-Ascend; unset it"

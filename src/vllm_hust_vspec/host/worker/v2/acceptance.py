@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vllm_hust_vspec.backends.acceptance import AcceptanceParams, greedy_accept
+from vllm_hust_vspec.host.abi.host_facts import V2_RUNNER, v2_runner_available
 from vllm_hust_vspec.host.patching import Patcher, resolve
 from vllm_hust_vspec.host.worker.v1.acceptance import acceptance_params, describe, eos_token_ids
-from vllm_hust_vspec.host.worker.v2.runner import V2_RUNNER, available
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.settings import Settings
@@ -152,7 +152,7 @@ def make_rejection_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
 def install_acceptance_v2(patcher: Patcher, get_settings: Callable[[], Settings]) -> bool:
     """Patch V2's rejection path when a relaxed mode is configured and V2 exists."""
     params = acceptance_params(get_settings())
-    if params.strict or not available():
+    if params.strict or not v2_runner_available():
         return False
     module = importlib.import_module(V2_REJECTION_MODULE)
     runner_cls = resolve(*V2_RUNNER)

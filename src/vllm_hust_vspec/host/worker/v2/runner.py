@@ -54,6 +54,13 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from vllm_hust_vspec.host.abi.host_facts import (
+    V2_BASE_SPECULATOR,
+    V2_RUNNER,
+    V2_SPECULATORS,
+    V2_STANDALONE,
+    v2_runner_available,
+)
 from vllm_hust_vspec.host.patching import Patcher, resolve
 from vllm_hust_vspec.host.wire import SKIP_ATTR
 
@@ -62,17 +69,6 @@ if TYPE_CHECKING:
     from vllm_hust_vspec.settings import Settings
 
 logger = logging.getLogger("vllm_hust_vspec.host")
-
-V2_RUNNER = ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner")
-V2_STANDALONE = ("vllm.v1.worker.gpu.spec_decode.standalone_ar.speculator",
-                 "StandaloneARSpeculator")
-V2_TARGET_DEPENDENT = ("vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
-                       "TargetDependentARSpeculator")
-V2_BASE_SPECULATOR = ("vllm.v1.worker.gpu.spec_decode.speculator", "DraftModelSpeculator")
-V2_MULTI_MODULE_MTP = ("vllm.v1.worker.gpu.spec_decode.multi_module_mtp.speculator",
-                       "MultiModuleMTPSpeculator")
-# Every speculator class defining its own propose() for the methods vSpec drives.
-V2_SPECULATORS = (V2_STANDALONE, V2_TARGET_DEPENDENT, V2_MULTI_MODULE_MTP)
 
 # On the runner: the skip mark of the step whose execute_model ran last.
 PENDING_ATTR = "_vspec_skip_pending"
@@ -86,18 +82,6 @@ HEAD_ATTR = "_vspec_draft_head"
 # those of the last propose (with its K), waiting for take_draft_token_ids.
 STEPS_ATTR = "_vspec_conf_steps"
 PENDING_STEPS_ATTR = "_vspec_conf_pending"
-
-
-def available() -> bool:
-    """True when this vLLM has the Model Runner V2 vSpec drives: the runner and every
-    speculator it patches import (an early V2 without them, such as the vLLM-HUST core's
-    opt-in one, is not driven, and a worker that builds it stops: host/abi/runners.py)."""
-    try:
-        for target in (V2_RUNNER, V2_BASE_SPECULATOR, *V2_SPECULATORS):
-            resolve(*target)
-    except Exception:  # noqa: BLE001 - older hosts, or a V2 module that cannot import
-        return False
-    return True
 
 
 def _make_execute_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -285,7 +269,7 @@ def _make_take_wrapper(
 
 def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> bool:
     """Patch Model Runner V2 when this vLLM has it; returns whether it did."""
-    if not available():
+    if not v2_runner_available():
         return False
     from vllm_hust_vspec.host.worker.v1.drafting import draft_config_reader
 
@@ -312,7 +296,6 @@ __all__ = [
     "PENDING_ATTR",
     "V2_RUNNER",
     "V2_SPECULATORS",
-    "available",
     "draft_head",
     "install",
     "mask_from",
