@@ -1,6 +1,6 @@
 """A real cpu-tiny `vllm serve` whose engine fails at start-up ends the launch.
 
-The test-only fault hook (``VSPEC_TEST_STARTUP_FAULT``, host/engine/startup_faults.py) fails real
+The test-only fault hook (``VSPEC_TEST_STARTUP_FAULT``, host/startup_faults.py) fails real
 start-up
 work of the EngineCore in three places: the vspec_ metrics (scheduler built, before the READY
 handshake), the start-up calibration (after READY, on its first real step) and the trace file
@@ -27,7 +27,7 @@ pytest.importorskip("vllm")
 
 import engine_support as es  # noqa: E402
 
-from vllm_hust_vspec.host.engine.startup_faults import PREFIX, TEST_FAULT_ENV  # noqa: E402
+from vllm_hust_vspec.host.startup_faults import PREFIX, TEST_FAULT_ENV  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.server]
 

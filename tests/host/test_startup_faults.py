@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from vllm_hust_vspec.host.engine import startup_faults as startup
+from vllm_hust_vspec.host import startup_faults as startup
 from vllm_hust_vspec.host.engine.metrics import make_metrics
 from vllm_hust_vspec.host.engine.trace import TraceWriter
 from vllm_hust_vspec.host.frontend import engine_dead

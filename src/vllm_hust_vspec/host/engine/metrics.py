@@ -133,7 +133,7 @@ def make_metrics(registry: Any = None) -> VSpecMetrics:
     registry, which is what vLLM's /metrics reads). In multiprocess mode prometheus_client
     opens its sample files in ``PROMETHEUS_MULTIPROC_DIR`` as the metrics are created; a
     folder that cannot take them raises an OSError naming it."""
-    from vllm_hust_vspec.host.engine import startup_faults
+    from vllm_hust_vspec.host import startup_faults
 
     folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     try:

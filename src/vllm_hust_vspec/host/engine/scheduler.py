@@ -27,13 +27,14 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from vllm_hust_vspec.host import startup_faults
 from vllm_hust_vspec.host.abi import runners
 from vllm_hust_vspec.host.abi.capabilities import (
     ENGINE_CORE,
     ENGINE_CORE_PROC,
     SCHEDULER,
 )
-from vllm_hust_vspec.host.engine import controller_factory, dp_agreement, startup_faults
+from vllm_hust_vspec.host.engine import controller_factory, dp_agreement
 from vllm_hust_vspec.host.engine.cost_prior import calibration, dummy_batches
 from vllm_hust_vspec.host.engine.cost_prior.persisted import CostState, fingerprint_of
 from vllm_hust_vspec.host.engine.hook import GammaLookup, SchedulerHook, VSpecHostError

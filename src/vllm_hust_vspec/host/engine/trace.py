@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from vllm_hust_vspec.adaptive.trace_record import TraceHeader
+from vllm_hust_vspec.host import startup_faults
 from vllm_hust_vspec.host.background import Background, close_at_exit
-from vllm_hust_vspec.host.engine import startup_faults
 from vllm_hust_vspec.host.jsonl import EncodeError, encode_lines
 
 if TYPE_CHECKING:

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from vllm_hust_vspec.adaptive._limits import budget_cap, calibration_batches
 from vllm_hust_vspec.adaptive.cost_prior import CostPrior, CostSample
 from vllm_hust_vspec.adaptive.feedback import ControllerSnapshot, StepFeedback
-from vllm_hust_vspec.host.engine import startup_faults
+from vllm_hust_vspec.host import startup_faults
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.host.engine.hook import SchedulerHook

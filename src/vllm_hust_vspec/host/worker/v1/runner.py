@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from vllm_hust_vspec.host import startup_faults
 from vllm_hust_vspec.host.abi import runners
 from vllm_hust_vspec.host.abi.capabilities import MODEL_RUNNER, WORKER
-from vllm_hust_vspec.host.engine import startup_faults
 from vllm_hust_vspec.host.patching import Patcher, resolve
 from vllm_hust_vspec.host.wire import K_FIELD, SKIP_ATTR
 from vllm_hust_vspec.host.worker import k_channel

@@ -1,5 +1,5 @@
-"""vSpec's engine-side start-up work, when it fails: one line naming the fault, then the host's
-own failure path.
+"""vSpec's start-up work in the engine and the workers, when it fails: one line naming the
+fault, then the host's own failure path.
 
 Each piece of start-up work (the worker check before the weights load, the start-up cost
 profile, the scheduler hook with its metrics and trace, the start-up calibration) runs inside
