@@ -39,8 +39,8 @@ from vllm_hust_vspec.host.engine.cost_prior import calibration, dummy_batches
 from vllm_hust_vspec.host.engine.cost_prior.persisted import CostState, fingerprint_of
 from vllm_hust_vspec.host.engine.hook import GammaLookup, SchedulerHook, VSpecHostError
 from vllm_hust_vspec.host.engine.metrics import get_metrics
-from vllm_hust_vspec.host.frontend import declared_schedule
 from vllm_hust_vspec.host.patching import Patcher, host_function, is_patched, resolve
+from vllm_hust_vspec.host.wire import is_declared
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.settings import Settings
@@ -116,7 +116,7 @@ def attach(scheduler: Any, settings: Settings) -> SchedulerHook | None:
         # No per-step K channel in this host (the vLLM-HUST core): the hook carries its own.
         hook.own_channel = True
     elif hook.adaptive:
-        if scheduler.dynamic_sd_lookup is not None and not declared_schedule.is_declared(spec):
+        if scheduler.dynamic_sd_lookup is not None and not is_declared(spec):
             logger.warning(
                 "vSpec: replacing the configured num_speculative_tokens_per_batch_size "
                 "schedule with the adaptive controller"

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from vllm_hust_vspec.host.patching import Patcher, resolve
+from vllm_hust_vspec.host.wire import SCHEDULE_FIELD, declared_schedule, is_declared
 
 if TYPE_CHECKING:
     from vllm_hust_vspec.settings import Settings
@@ -42,45 +43,6 @@ logger = logging.getLogger("vllm_hust_vspec.host")
 ENGINE_ARGS = ("vllm.engine.arg_utils", "EngineArgs")
 VLLM_CONFIG = ("vllm.config.vllm", "VllmConfig")
 DP_RULE = "_maybe_disable_dynamic_sd_for_data_parallel"
-SCHEDULE_FIELD = "num_speculative_tokens_per_batch_size"
-# vLLM's default max_num_seqs is not yet set when the speculative config is built.
-_UNKNOWN_MAX_SEQS = 1 << 16
-
-
-def declared_schedule(
-    max_gamma: int, max_num_seqs: int | None = None
-) -> list[tuple[int, int, int]]:
-    """A schedule in which every K in ``0..max_gamma`` appears.
-
-    K grows with the batch size and the largest K covers the rest up to ``max_num_seqs``:
-    vLLM's V1 capture list sizes each width tier by the widest batch that runs it, so the
-    widest verify width keeps the sizes it has without a schedule. With fewer request slots
-    than widths, the smallest K are the ones left out.
-    """
-    if max_gamma <= 0:
-        raise ValueError("the declared schedule needs a gamma upper bound >= 1")
-    slots = _UNKNOWN_MAX_SEQS if not max_num_seqs or max_num_seqs <= 0 else int(max_num_seqs)
-    ks = list(range(max_gamma + 1))[-slots:]
-    out = [(i + 1, i + 1, k) for i, k in enumerate(ks[:-1])]
-    out.append((len(ks), max(len(ks), slots), ks[-1]))
-    return out
-
-
-def is_declared(spec_config: Any) -> bool:
-    """True when ``spec_config``'s schedule is the one vSpec declares (not a user's)."""
-    schedule = getattr(spec_config, SCHEDULE_FIELD, None)
-    if not schedule:
-        return False
-    try:
-        entries = [tuple(int(x) for x in entry) for entry in schedule]
-        max_gamma = int(spec_config.num_speculative_tokens)
-    except (TypeError, ValueError):
-        return False
-    if not entries or entries[-1][2] != max_gamma:
-        return False
-    return entries == declared_schedule(max_gamma, entries[-1][1])
-
-
 def wants_declaration(settings: Settings) -> bool:
     """Only adaptive gamma changes K per step (a fixed gamma keeps vLLM's static graphs), and
     only upstream runners read the schedule: vLLM-Ascend's graphs per gamma are its own."""
