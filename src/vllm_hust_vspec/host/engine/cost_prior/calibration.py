@@ -62,9 +62,9 @@ _SEED = 20261201
 def blocker(settings: Settings, scheduler: Any) -> str | None:
     """Why an engine with ``settings`` and ``scheduler`` must not be calibrated (None: it may
     be). The option and adaptive gamma are checked by the caller."""
-    from vllm_hust_vspec.host.worker.v1.diagnostics import ARGMAX_OPTION, DRAFT_OPTIONS
+    from vllm_hust_vspec.host.diagnostic_options import requested
 
-    traced = [o for o in (*DRAFT_OPTIONS, ARGMAX_OPTION) if getattr(settings, o, None)]
+    traced = list(requested(settings))
     if traced:
         return (f"the diagnostic traces ({', '.join(traced)}) record every step the runner "
                 "executes, and the calibration's steps are not the served requests'")

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_hust_vspec.host.abi.capabilities import MODEL_RUNNER
 from vllm_hust_vspec.host.background import Background, close_at_exit
+from vllm_hust_vspec.host.diagnostic_options import ARGMAX_OPTION, DRAFT_OPTIONS, requested
 from vllm_hust_vspec.host.jsonl import encode_lines
 from vllm_hust_vspec.host.patching import Patcher, resolve
 
@@ -47,8 +48,6 @@ PROPOSERS = (
     ("vllm.v1.spec_decode.eagle", "EagleProposer"),
     ("vllm.v1.spec_decode.draft_model", "DraftModelProposer"),
 )
-DRAFT_OPTIONS = ("eagle_draft_trace", "eagle_draft_io_trace_dir", "eagle_target_hidden_trace_dir")
-ARGMAX_OPTION = "eagle_target_argmax_trace_path"
 ARGMAX_FORMAT = "vspec_target_argmax"
 DRAFT_IO_FORMAT = "vspec_draft_io"
 FORMAT_VERSION = 1
@@ -77,14 +76,6 @@ class Limits:
 
 
 LIMITS = Limits()
-
-
-def requested(settings: Settings | None) -> dict[str, Any]:
-    """The diagnostics options that are set (name -> value)."""
-    if settings is None:
-        return {}
-    names = (*DRAFT_OPTIONS, ARGMAX_OPTION)
-    return {n: getattr(settings, n) for n in names if getattr(settings, n, None)}
 
 
 def should_log(step: int, limits: Limits = LIMITS) -> bool:
