@@ -1,4 +1,4 @@
-"""The NPU calibration: inputs, host cost, the predecessor's controller, the shipped
+"""The NPU calibration: inputs, host cost, 0.14.3's controller, the shipped
 calibration's fitted figures, leave-one-out hygiene and the trace path."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from _sim_helpers import scenario_dict
 
 from vllm_hust_vspec.cli.sim import main as sim_main
 from vllm_hust_vspec.sim import HostCost, make_controller, parse_scenario, simulate
-from vllm_hust_vspec.sim.baselines.pred_ucb import PredecessorUcb
+from vllm_hust_vspec.sim.baselines.pred_ucb import V014Ucb
 from vllm_hust_vspec.sim.calibration.fit import (
     acceptance_inputs,
     fit_costs,
@@ -95,7 +95,7 @@ def test_pred_ucb_keeps_its_anchor_unless_a_neighbour_promises_a_gain() -> None:
     # modelled reward beats it by the margin, so the graph-backed anchor is never left
     sc = _pred_ucb_scenario([0.95, 0.9, 0.1, 0.1])
     ctrl = make_controller("pred-ucb", sc)
-    assert isinstance(ctrl, PredecessorUcb)
+    assert isinstance(ctrl, V014Ucb)
     simulate(sc, ctrl, 1)
     assert set(ctrl.selections) == {2}
     assert ctrl.snapshot()["policy"] == "pred-ucb"
@@ -115,7 +115,7 @@ def test_shipped_calibration_reproduces_its_fitted_figures() -> None:
         p = predict(CAL, DATA, cfg)
         assert p.predicted == pytest.approx(fitted[cfg.name]["predicted_tok_s"], abs=0.006)
         # with the gammas each run played, the fit is within 3 % everywhere; the online run
-        # simulated with the predecessor's controller within the 7 % bar
+        # simulated with 0.14.3's controller within the 7 % bar
         played = p.predicted_recorded if p.predicted_recorded is not None else p.predicted
         assert abs(played / p.measured - 1.0) < 0.03
         assert abs(p.ratio - 1.0) < 0.07

@@ -7,7 +7,7 @@ default knobs; ``online@N`` is ``online`` with Thompson sampler seed ``N``, the 
 and the published baselines ``vllm-batch-schedule``, ``sglang-adaptive``, ``hf-heuristic``,
 ``ucb1`` (:mod:`.baselines.reference`) and, from current upstream, ``vllm-acceptance-adaptive-k``,
 ``vllm-dflash-adaptive-k``, ``sglang-per-batch-ema``, ``nightjar-bandit``
-(:mod:`.baselines.vllm_upstream`, :mod:`.baselines.per_batch`). The predecessor's online controller
+(:mod:`.baselines.vllm_upstream`, :mod:`.baselines.per_batch`). 0.14.3's online controller
 (``pred-ucb``; ``pred-ucb-eagle`` with its EAGLE run's knobs, :mod:`.baselines.pred_ucb`) runs
 by name only, as do SpecRhythm's per-request TPOT-SLO budgets (``spec-rhythm``,
 ``spec-rhythm-roofline``; :mod:`.baselines.spec_rhythm`).
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ..adaptive.feedback import Controller
 from .baselines.per_batch import NightjarBandit, SglangPerBatchEma
-from .baselines.pred_ucb import PredecessorUcb, PredUcbKnobs
+from .baselines.pred_ucb import PredUcbKnobs, V014Ucb
 from .baselines.reference import FixedGamma, HfHeuristic, SglangAdaptive, Ucb1, VllmBatchSchedule
 from .baselines.spec_rhythm import make_spec_rhythm
 from .baselines.vllm_upstream import AcceptanceAdaptiveK, DflashAdaptiveK, dflash_startup_cost
@@ -33,8 +33,8 @@ REFERENCE = ("oracle",)
 # Per-request verify lengths (sim/per_request.py, adaptive/verify_lengths.py): run by name,
 # not part of the default suite (the per-request oracle is slow at large batches).
 PER_REQUEST = ("online-per-request", "per-request-oracle", "vllm-adaptive-verification")
-# The predecessor's controller (sim/baselines/pred_ucb.py): by name, for the calibrated NPU runs.
-PREDECESSOR = ("pred-ucb", "pred-ucb-eagle")
+# 0.14.3's controller (sim/baselines/pred_ucb.py): by name, for the calibrated NPU runs.
+V014_POLICIES = ("pred-ucb", "pred-ucb-eagle")
 # SpecRhythm's per-request SLO budgets (sim/baselines/spec_rhythm.py): by name, for TPOT-SLO
 # workloads (without SLO classes every request gets the roofline cap).
 SPEC_RHYTHM = ("spec-rhythm", "spec-rhythm-roofline")
@@ -60,7 +60,7 @@ def all_policies(scenario: Scenario) -> list[str]:
 def known_policy_help() -> str:
     """Human list of policy names for --help and errors."""
     return ", ".join(["fixed:K", *OURS, "online@N", *REFERENCE, *BASELINES, *PER_REQUEST,
-                      *PREDECESSOR, *SPEC_RHYTHM])
+                      *V014_POLICIES, *SPEC_RHYTHM])
 
 
 def make_controller(name: str, scenario: Scenario, seed: int = 0) -> Controller:
@@ -98,9 +98,9 @@ def make_controller(name: str, scenario: Scenario, seed: int = 0) -> Controller:
 
         return build_controller("online", min_gamma=lo, max_gamma=hi, algorithm="ucb1")
     if name == "pred-ucb":
-        return PredecessorUcb(lo, hi)
+        return V014Ucb(lo, hi)
     if name == "pred-ucb-eagle":
-        return PredecessorUcb(lo, hi, PRED_UCB_EAGLE)
+        return V014Ucb(lo, hi, PRED_UCB_EAGLE)
     if name == "per-request-oracle":
         return PerRequestOracle(lo, hi)
     if name in SPEC_RHYTHM:

@@ -52,7 +52,7 @@ class Scenario:
     gamma0: str = "free"
     # The host's cohort refill (host/engine/admission.py RefillAdmission): admissions wait until
     # this many slots are free (1: off), never more than refill_max_hold_steps steps in a row
-    # (vSpec's host: REFILL_MAX_HOLD_STEPS; 0: no limit, the predecessor's runtime).
+    # (vSpec's host: REFILL_MAX_HOLD_STEPS; 0: no limit, 0.14.3's runtime).
     # refill_hold: when holds apply, as the host's adaptive_refill_hold: "auto" once the
     # measured fixed cost of an admitting step pays for them (adaptive/admission.py), at any
     # gamma; "speculating" whenever speculation runs (never while a sticky zero pins);

@@ -1,7 +1,7 @@
-"""The predecessor's online controller (vllm-hust-vSpec 0.14.3, "Online-UCB"), as a baseline.
+"""vllm-hust-vSpec 0.14.3's online controller ("Online-UCB"), as a baseline.
 
 It is vSpec's own UCB1 online algorithm (:mod:`vllm_hust_vspec.adaptive.ucb`, tested decision
-for decision against 0.14.3's code), configured as the predecessor's measured Ascend runs
+for decision against 0.14.3's code), configured as 0.14.3's measured Ascend runs
 were: ``pred-ucb`` with its draft-model B128 knobs (control interval 2, hysteresis 0.05,
 exploration 0.01, window 32, one warm-up sample, asynchronous scheduling: one in-flight frame,
 graph-backed start at gamma 2, gammas from 1), ``pred-ucb-eagle`` with its EAGLE run's
@@ -22,7 +22,7 @@ from ...adaptive.ucb_config import UcbConfig
 
 @dataclass(frozen=True, slots=True)
 class PredUcbKnobs:
-    """The predecessor's online knobs (its defaults for the B128 GSM8K draft run)."""
+    """vllm-hust-vSpec 0.14.3's online knobs (its defaults for the B128 GSM8K draft run)."""
 
     control_interval: int = 2
     hysteresis: float = 0.05
@@ -49,8 +49,8 @@ class PredUcbKnobs:
             inflight_padding=self.inflight_padding)
 
 
-class PredecessorUcb(Ucb1Controller):
-    """``pred-ucb``: the UCB1 online algorithm with the predecessor's run knobs."""
+class V014Ucb(Ucb1Controller):
+    """``pred-ucb``: the UCB1 online algorithm with 0.14.3's run knobs."""
 
     def __init__(self, min_gamma: int, max_gamma: int,
                  knobs: PredUcbKnobs | None = None) -> None:
@@ -62,4 +62,4 @@ class PredecessorUcb(Ucb1Controller):
         return {**super().snapshot(), "policy": "pred-ucb"}
 
 
-__all__ = ["PredUcbKnobs", "PredecessorUcb", "batch_bucket"]
+__all__ = ["PredUcbKnobs", "V014Ucb", "batch_bucket"]

@@ -2,7 +2,7 @@
 
 What ``vllm-hust-vspec-sim calibrate-npu`` runs (docs/simulator.md):
 
-* :mod:`.measurements` -- the measured runs shipped in ``sim/data/predecessor_npu``;
+* :mod:`.measurements` -- the measured runs shipped in ``sim/data/v014_npu``;
 * :mod:`.simulate` -- one measured configuration as a scenario, and what its simulation records;
 * :mod:`.fit` -- the acceptance and step-cost fits;
 * :mod:`.scenarios` -- the calibrated scenarios (``sim/scenarios_npu``) and the record

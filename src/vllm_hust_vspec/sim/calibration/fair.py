@@ -5,7 +5,7 @@ and its admission steps (docs/simulator.md, "What the data cannot pin"): the shi
 prices a target-only admitting step like the draft model's, the alternative like the EAGLE
 host's, and every measured run fits either way. Refill holds group admissions, so a ratio to
 target-only means little unless target-only gets the same holds. :func:`fair_rows` simulates,
-on one calibration, target-only without holds, with vSpec's holds and with the predecessor's
+on one calibration, target-only without holds, with vSpec's holds and with 0.14.3's
 (0.14.3: refill 8 at any gamma, no bound), fixed gamma 2 and both online algorithms, all on
 vSpec's host; :func:`alternative_calibration` refits the step cost under the other reading.
 """

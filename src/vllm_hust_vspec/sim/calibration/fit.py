@@ -1,4 +1,4 @@
-"""Calibrating the NPU scenarios from the predecessor's measured runs (docs/simulator.md).
+"""Calibrating the NPU scenarios from 0.14.3's measured runs (docs/simulator.md).
 
 Two fits, both repeatable (fixed seeds, deterministic search):
 

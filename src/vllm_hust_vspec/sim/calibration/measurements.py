@@ -1,4 +1,4 @@
-"""The predecessor's measured Ascend runs, as the calibration reads them.
+"""vllm-hust-vSpec 0.14.3's measured Ascend runs, as the calibration reads them.
 
 Inputs (defaults: the copies shipped in ``sim/data/``, see docs/simulator.md):
 
@@ -78,7 +78,7 @@ class MeasuredConfig:
     name: str
     method: str  # "target", "draft" or "eagle"
     policy: str  # "fixed:K", "pred-ucb", "pred-ucb-eagle"
-    host: str  # "plain" (vLLM alone) or "adaptive" (the predecessor's runtime)
+    host: str  # "plain" (vLLM alone) or "adaptive" (0.14.3's runtime)
     refill: int
     max_num_batched_tokens: int
     capture_sizes: tuple[int, ...]
@@ -203,9 +203,9 @@ def _rewards(run_path: str, rows: list[dict[str, Any]],
 def load_measurements(runs: Path | None = None, bucket_rewards: Path | None = None,
                       hosts: Path | None = None, lengths: Path | None = None) -> Measurements:
     """Read the four inputs (None: the shipped copies) into :class:`Measurements`."""
-    runs = runs or default_path("predecessor_npu/runs.jsonl")
-    bucket_rewards = bucket_rewards or default_path("predecessor_npu/bucket_rewards.jsonl")
-    hosts = hosts or default_path("predecessor_npu/hosts.json")
+    runs = runs or default_path("v014_npu/runs.jsonl")
+    bucket_rewards = bucket_rewards or default_path("v014_npu/bucket_rewards.jsonl")
+    hosts = hosts or default_path("v014_npu/hosts.json")
     lengths = lengths or default_path("gsm8k_b128_qwen25_lengths.json")
     run_rows = {str(r.get("path")): r for r in _read_jsonl(runs)}
     reward_rows = _read_jsonl(bucket_rewards)

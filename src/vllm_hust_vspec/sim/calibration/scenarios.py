@@ -7,7 +7,7 @@ targets keep their meaning):
 * ``npu-b128-gsm8k-eagle``: Qwen2.5-14B + its EAGLE head, gamma 0..2 (the range measured).
 
 Both carry the exact GSM8K workload (the target-only run's per-request lengths: the strict
-greedy outputs; all 200 queued, at most 128 running), the host of the predecessor's online runs
+greedy outputs; all 200 queued, at most 128 running), the host of 0.14.3's online runs
 (its refill, graph capture sizes, native gamma 2, token budget) and the calibrated acceptance
 and step costs. The record (``sim/data/npu_calibration.json``) keeps every fitted coefficient,
 the fitted throughput of every measured configuration and the sources, so the calibration is
@@ -37,12 +37,12 @@ RECORD_NAME = "npu_calibration.json"
 # The configuration whose host (refill, captures, budget) each scenario describes.
 HOST_OF = {"draft": "draft-online", "eagle": "eagle-online"}
 DESCRIPTIONS = {
-    "draft": "Calibrated on the predecessor's Ascend runs (one NPU, Qwen2.5-14B-Instruct + "
+    "draft": "Calibrated on 0.14.3's Ascend runs (one NPU, Qwen2.5-14B-Instruct + "
              "Qwen2.5-0.5B-Instruct draft model, BF16, FULL graphs, async): the exact GSM8K "
              "workload (first 200 prompts, max 512 tokens, 200 queued, B128), the host of its "
              "online run (refill 8, exact graph capture sizes, native gamma 2), acceptance and "
              "step costs fitted by vllm-hust-vspec-sim calibrate-npu (docs/simulator.md).",
-    "eagle": "Calibrated on the predecessor's Ascend runs (one NPU, Qwen2.5-14B-Instruct + "
+    "eagle": "Calibrated on 0.14.3's Ascend runs (one NPU, Qwen2.5-14B-Instruct + "
              "its EAGLE head, BF16, FULL graphs, async): the exact GSM8K workload (first 200 "
              "prompts, max 512 tokens, 200 queued, B128), the host of its online run (refill "
              "4, its graph capture sizes, native gamma 2), acceptance and step costs fitted by "
@@ -146,8 +146,8 @@ def profile_doc(scenario: dict[str, Any], method: str) -> dict[str, Any]:
              f"calibrate-npu to the steady decode steps of the calibrated scenario {sc.name} "
              f"(batch 1..{sc.max_num_seqs}, gamma {sc.min_gamma}..{sc.max_gamma}; relative "
              f"fit residual {result.relative_residual:.1%}), whose step costs and acceptance "
-             f"were fitted to the predecessor's Ascend runs "
-             f"(sim/data/predecessor_npu, record sim/data/npu_calibration.json). Valid for "
+             f"were fitted to 0.14.3's Ascend runs "
+             f"(sim/data/v014_npu, record sim/data/npu_calibration.json). Valid for "
              f"that host: one NPU, Qwen2.5-14B-Instruct, BF16, FULL graphs, batch up to 128.")
     return replace(result.profile, notes=notes).to_dict()
 

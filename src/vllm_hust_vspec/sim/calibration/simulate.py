@@ -6,9 +6,9 @@ running: the offline benchmark), its host (refill, token budget, graph capture s
 adaptive runtime's native gamma) and the candidate acceptance and cost. One simulation yields:
 
 * the step features of the host cost model summed over the run (its elapsed time is their
-  weighted sum) and over each (bucket, gamma) window the predecessor's controller averaged
+  weighted sum) and over each (bucket, gamma) window 0.14.3's controller averaged
   (its last 32 steady steps: no prefill, verified width = scheduled width, first one skipped);
-* the acceptance figures the predecessor's summaries report (steps, second-draft transitions).
+* the acceptance figures 0.14.3's summaries report (steps, second-draft transitions).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ..policies import make_controller
 from ..scenario import Scenario, parse_scenario
 from .measurements import MeasuredConfig, Measurements
 
-WINDOW = 32  # the predecessor's reward window (steady steps per arm)
+WINDOW = 32  # 0.14.3's reward window (steady steps per arm)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +65,7 @@ class BucketSchedule(SettledPolicy):
 
 
 class _Transitions:
-    """Wraps a controller and counts the predecessor's second-draft transitions."""
+    """Wraps a controller and counts 0.14.3's second-draft transitions."""
 
     def __init__(self, inner: Controller) -> None:
         self.inner = inner
@@ -145,7 +145,7 @@ class ConfigRun:
 
     @property
     def p_second(self) -> float:
-        """Simulated P(second draft accepted), counted like the predecessor."""
+        """Simulated P(second draft accepted), counted like 0.14.3."""
         (rr, ra), (ar, aa) = self.transitions
         total = rr + ra + ar + aa
         return (ra + aa) / total if total else 0.0
@@ -180,7 +180,7 @@ def config_scenario(cfg: MeasuredConfig, data: Measurements, accept: AcceptParam
         "max_num_seqs": 128,
         "max_num_batched_tokens": cfg.max_num_batched_tokens,
         "refill_batch": cfg.refill,
-        "refill_max_hold_steps": 0,  # the predecessor's runtime held until the cohort fit
+        "refill_max_hold_steps": 0,  # 0.14.3's runtime held until the cohort fit
         "refill_hold": "speculating",
         "startup_calibration": None,
         "workload": {

@@ -1,6 +1,6 @@
 """Re-calibrating an NPU scenario from vSpec's own per-step trace (``--adaptive-trace PATH``).
 
-The predecessor committed no per-step traces, so ``calibrate-npu`` fits its scenarios to
+0.14.3 committed no per-step traces, so ``calibrate-npu`` fits its scenarios to
 end-to-end times and windowed rewards through the simulator. A vSpec trace (format:
 ``adaptive/trace_record.py``, docs/simulator.md) has every completed step's interval, batch,
 verified and decided gamma, drafted and accepted tokens and admitted requests, so the same
@@ -8,7 +8,7 @@ verified and decided gamma, drafted and accepted tokens and admitted requests, s
 row per step (its features against its measured interval, relative residuals), acceptance by the
 replay's prefix-acceptance fit. The result is a scenario of the same shape as the shipped ones (the
 exact GSM8K workload unless other lengths are given), so the first NPU run of vSpec replaces the
-predecessor-based calibration with one command::
+0.14.3-based calibration with one command::
 
     vllm-hust-vspec-sim calibrate-npu --trace vspec_trace.jsonl --method draft \\
         --write-scenario npu-draft-vspec.json
@@ -120,7 +120,7 @@ def scenario_from_npu_trace(path: str | Path, *, run: RunSelector | None = None,
                             name: str = "npu-from-trace") -> tuple[dict[str, Any], TraceFit]:
     """Fit a trace (one run of it) and build the scenario JSON with the given workload.
     The engine facts left None come from the run's header (vSpec writes them there), else
-    the predecessor's B128 host: no graphs, refill 1, 128 requests, 33280 tokens."""
+    0.14.3's B128 host: no graphs, refill 1, 128 requests, 33280 tokens."""
     picked = pick_run(read_trace_runs(path), run, path)
     records = picked.records
     host = picked.host or {}
