@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from vllm_hust_vspec.adaptive.confidence import confidence_keep  # noqa: E402
-from vllm_hust_vspec.backends import confidence as conf  # noqa: E402
+from vllm_hust_vspec.backends import confidence_adapter as conf  # noqa: E402
 from vllm_hust_vspec.backends.draft_head import (  # noqa: E402
     ActiveVocabError,
     DraftHead,

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from vllm_hust_vspec.backends.draft_head import ActiveVocabError  # noqa: E402
-from vllm_hust_vspec.backends.target_vocab import TargetHead, target_ids  # noqa: E402
+from vllm_hust_vspec.backends.target_head import TargetHead, target_ids  # noqa: E402
 from vllm_hust_vspec.host.worker.v1.target_vocab import engine_problem, request_problem  # noqa: E402
 
 

@@ -120,7 +120,7 @@ def _apply_methods(patcher: Patcher, ref: SettingsRef, registered: list[str]) ->
     relaxed acceptance. ``registered`` receives the model architectures registered first, so
     a later failure can unregister them."""
     from vllm_hust_vspec.host import models
-    from vllm_hust_vspec.host.vocab import install_vocab_check
+    from vllm_hust_vspec.host.vocab_check import install_vocab_check
     from vllm_hust_vspec.host.worker import ascend
     from vllm_hust_vspec.host.worker.v1.acceptance import install_acceptance
     from vllm_hust_vspec.host.worker.v1.cpu_expand import install_cpu_expand_fix

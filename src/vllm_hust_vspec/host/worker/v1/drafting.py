@@ -71,7 +71,7 @@ def draft_config(settings: Settings) -> DraftSideConfig:
     if settings is None:
         return DraftSideConfig()
     from vllm_hust_vspec.adaptive.confidence import scaled_threshold
-    from vllm_hust_vspec.backends.confidence import (
+    from vllm_hust_vspec.backends.confidence_adapter import (
         DEFAULT_SCALE,
         DEFAULT_THRESHOLD,
         DEFAULT_TOPK_BY_RULE,
@@ -242,7 +242,7 @@ def _make_greedy_wrapper(
             if state.mask_from is not None and logits.shape[-1] > state.mask_from:
                 logits[..., state.mask_from:] = float("-inf")
             if state.record and state.steps is not None:
-                from vllm_hust_vspec.backends.confidence import topk_probs
+                from vllm_hust_vspec.backends.confidence_adapter import topk_probs
 
                 state.steps.append(topk_probs(logits, state.config.entropy_topk))
             return logits.argmax(dim=-1)
@@ -311,7 +311,7 @@ def _make_take_wrapper(
                     logger.warning("vSpec: the confidence stop needs synchronous scheduling; "
                                    "it is skipped under async scheduling")
                 return out
-            from vllm_hust_vspec.backends.confidence import keep_counts, truncate
+            from vllm_hust_vspec.backends.confidence_adapter import keep_counts, truncate
 
             cfg = state.config
             keep = keep_counts(steps, rule=cfg.entropy_rule, threshold=cfg.entropy_threshold)

@@ -157,7 +157,7 @@ def attach(runner: Any, path: str) -> Any:
     ``logits_processor``; probe ``compute_logits`` once. Raises :class:`TargetVocabError`."""
     import torch
 
-    from vllm_hust_vspec.backends.target_vocab import TargetHead, target_ids
+    from vllm_hust_vspec.backends.target_head import TargetHead, target_ids
 
     model = runner.get_model() if hasattr(runner, "get_model") else runner.model
     name = type(model).__name__

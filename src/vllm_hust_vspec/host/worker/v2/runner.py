@@ -221,7 +221,7 @@ def _make_draft_logits_wrapper(
                 logits[..., start:] = float("-inf")
             steps = getattr(self, STEPS_ATTR, None)
             if steps is not None:
-                from vllm_hust_vspec.backends.confidence import topk_probs
+                from vllm_hust_vspec.backends.confidence_adapter import topk_probs
 
                 steps.append(topk_probs(logits, get_config().entropy_topk))
             return logits
@@ -254,7 +254,7 @@ def _make_take_wrapper(
                     logger.warning("vSpec: the confidence stop saw %d of %d draft positions; "
                                    "drafts are left uncut", len(steps), width)
                 return out
-            from vllm_hust_vspec.backends.confidence import keep_counts, truncate
+            from vllm_hust_vspec.backends.confidence_adapter import keep_counts, truncate
 
             cfg = get_config()
             keep = keep_counts([s[:rows] for s in steps[:width]], rule=cfg.entropy_rule,
