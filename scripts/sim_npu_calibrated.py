@@ -3,17 +3,17 @@
 
 For every measured configuration of the predecessor's Ascend B128 GSM8K runs (target-only,
 draft model fixed gamma 2/3/4 and online, EAGLE fixed gamma 2 and online), the calibration
-(acceptance and step cost, sim/npu_calibration.py) is fitted on all the other configurations
+(acceptance and step cost, sim/calibration/fit.py) is fitted on all the other configurations
 and the left-out one is simulated: its measured throughput, the prediction, their ratio and the
 bar (+-7 % draft model and target-only, +-10 % EAGLE). An online configuration is predicted
-twice: with the predecessor's controller simulated (sim/baselines_pred_ucb.py) and with the
+twice: with the predecessor's controller simulated (sim/baselines/pred_ucb.py) and with the
 per-bucket gammas its log shows it played.
 
     .venv/bin/python scripts/sim_npu_calibrated.py            # the leave-one-out table (~2 min)
-    .venv/bin/python scripts/sim_npu_calibrated.py --explain  # + what explains the online run
-    .venv/bin/python scripts/sim_npu_calibrated.py --sensitivity  # + unpinned parameters
     .venv/bin/python scripts/sim_npu_calibrated.py --policies     # vSpec and every baseline
     .venv/bin/python scripts/sim_npu_calibrated.py --json OUT.json
+
+The ablations and the refits under each unpinned parameter: ``vllm-hust-vspec-sim explain-npu``.
 
 ``--policies`` (no leave-one-out) runs vSpec's online, profile and per-request policies, the
 oracle, every fixed gamma and every baseline on both calibrated scenarios (vSpec's host), 12
@@ -32,11 +32,9 @@ import json
 from pathlib import Path
 
 from vllm_hust_vspec.sim import load_scenario
-from vllm_hust_vspec.sim.calibration.explain import ablations, sensitivity, tail_share
 from vllm_hust_vspec.sim.calibration.fit import (
     Calibration,
     Prediction,
-    calibrate,
     leave_one_out,
 )
 from vllm_hust_vspec.sim.calibration.measurements import Measurements, load_measurements
@@ -121,10 +119,6 @@ def policy_table(data: Measurements, method: str) -> tuple[list[dict[str, object
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--explain", action="store_true",
-                        help="also print the ablations behind the online run's lead")
-    parser.add_argument("--sensitivity", action="store_true",
-                        help="also refit with each unpinned parameter changed")
     parser.add_argument("--policies", action="store_true",
                         help="the policy table on both calibrated scenarios instead")
     parser.add_argument("--json", metavar="OUT.json", help="write every figure as JSON")
@@ -155,35 +149,6 @@ def main() -> int:
                      "ratio": p.ratio, "predicted_log_gammas": p.predicted_recorded,
                      "bar": bar(cfg.method), "pass": within})
     doc: dict[str, object] = {"leave_one_out": rows}
-    if args.explain or args.sensitivity:
-        cal = calibrate(data)
-    if args.explain:
-        print("\nwhat the online run's lead is made of (draft model, full calibration):")
-        variants = ablations(cal, data)
-        ref = next(v.throughput for v in variants if v.label == "model: fixed 3")
-        for v in variants:
-            print(f"  {v.label:68s} {v.throughput:8.1f}  x{v.throughput / ref:5.3f} fixed 3")
-        share = tail_share(cal, data)
-        print(f"  share of the online run's time at batch <= 64 (the draining tail): "
-              f"{share:.1%}")
-        doc["ablations"] = [{"label": v.label, "tok_s": v.throughput} for v in variants]
-        doc["tail_share"] = share
-    if args.sensitivity:
-        print("\nunpinned parameters: fitted throughput / measured under each assumption")
-        names = [c.name for c in data.measured]
-        short = {n: n.replace("draft-", "d-").replace("eagle-", "e-").replace("fixed-", "fix")
-                 for n in names}
-        print(f"  {'assumption':62s} " + " ".join(f"{short[n]:>9s}" for n in names)
-              + "  online/fixed3  b128 g2/g0")
-        out = []
-        for s in sensitivity(cal, data):
-            ratios = [s.fitted[n] / data.get(n).throughput for n in names]
-            lead = s.fitted["draft-online"] / s.fitted["draft-fixed-3"]
-            print(f"  {s.label:62s} " + " ".join(f"{r:9.3f}" for r in ratios)
-                  + f"  {lead:13.3f}  {s.g2_over_g0_b128:10.3f}")
-            out.append({"assumption": s.label, "fitted": s.fitted,
-                        "coefficients": s.coefficients, "b128_g2_over_g0": s.g2_over_g0_b128})
-        doc["sensitivity"] = out
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     print("\nPASS" if ok else "\nFAIL: a configuration is outside its bar")

@@ -1,5 +1,5 @@
 """``vllm-hust-vspec-sim explain-npu``: the ablations behind the draft model's online run, on
-the shipped calibration (the figures docs/simulator.md quotes)."""
+the shipped calibration (docs/simulator.md, "What the data cannot pin")."""
 
 from __future__ import annotations
 

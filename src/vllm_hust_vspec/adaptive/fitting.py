@@ -1,6 +1,6 @@
 """Fit a profile's latency model to measured steps by non-negative least squares.
 
-A sample is one measured decode step (see docs/controller.md, "samples format")::
+A sample is one measured decode step (see docs/controller.md, "samples.json")::
 
     {"batch_size": 32, "gamma": 3, "num_batched_tokens": 128, "context_tokens": 40960,
      "step_s": 0.0213, "draft_s": 0.0041, "target_s": 0.0165}

@@ -11,7 +11,7 @@ The ablations simulate the draft model's online and fixed-gamma configurations w
 mechanism changed at a time; the sensitivity rows refit the step cost with one parameter the
 data cannot pin changed and give each configuration's fitted / measured throughput, the
 online / fixed-3 ratio and the steady gamma-2 / gamma-0 goodput at batch 128.
-docs/simulator.md, "What explains the online run" and "What the data cannot pin".
+docs/simulator.md, "Inputs, fit and leave-one-out" and "What the data cannot pin".
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Two fits, both repeatable (fixed seeds, deterministic search):
 
 ``prefill_per_token_ms`` and ``draft_ingest_per_token_ms`` are not fitted (the data cannot
 separate them from ``admission_ms`` and ``target_per_token_ms``); they are inputs (default 0),
-and ``scripts/sim_npu_calibrated.py --sensitivity`` shows how predictions move with them.
+and ``vllm-hust-vspec-sim explain-npu --sensitivity`` shows how predictions move with them.
 """
 
 from __future__ import annotations
