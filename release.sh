@@ -43,7 +43,7 @@ run() { printf '+'; printf ' %q' "$@"; printf '\n'; "$@"; }
 version() { sed -n 's/^__version__ = "\(.*\)"/\1/p' "$root/src/vllm_hust_vspec/_version.py"; }
 
 cmd_source_check() {
-    local fast=0 tests=(tests/unit)
+    local fast=0 tests=(-m "not engine" tests)
     for a in "$@"; do
         case "$a" in
             --fast) fast=1 ;;

@@ -82,7 +82,7 @@ echo "ok"
 
 step "vllm-ascend $ASCEND_VERSION sdist"
 if [[ ! -f "$SDIST" ]]; then
-  # Same route as tests/host/_ascend_sdists.py: metadata prep runs setup.py, which needs
+  # Same route as tests/support/_ascend_sdists.py: metadata prep runs setup.py, which needs
   # setuptools_scm and SOC_VERSION; no build isolation (triton-ascend pins are not here).
   COMPILE_CUSTOM_KERNELS=0 SOC_VERSION=ascend910b1 "$BUILD/bin/python" -m pip download -q \
     --no-deps --no-build-isolation --no-binary vllm-ascend "vllm-ascend==$ASCEND_VERSION" \

@@ -17,12 +17,12 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 py=.venv/bin/python
 out=.cache/hust-core/site
-want="$(cat scripts/setup_hust_core.sh tests/host/_hust_sdist.py | sha256sum | cut -c1-16)"
+want="$(cat scripts/setup_hust_core.sh tests/support/_hust_sdist.py | sha256sum | cut -c1-16)"
 if [[ "$(cat "$out/.vspec-built" 2>/dev/null)" == "$want" ]]; then
     echo "setup_hust_core: $out is up to date"
     exit 0
 fi
-sdist="$("$py" tests/host/_hust_sdist.py)"
+sdist="$("$py" tests/support/_hust_sdist.py)"
 base="$("$py" -c 'import os, vllm; print(os.path.dirname(vllm.__file__))')"
 tmp="$out.tmp"
 rm -rf "$tmp" "$out"

@@ -446,7 +446,7 @@ def test_vllm_backend_needs_a_tokenizer(capsys: pytest.CaptureFixture[str]) -> N
     assert rc == 2 and "--tokenizer" in capsys.readouterr().err
 
 
-# ---- the built-in client against a fake streaming server (tests/unit/_fake_openai.py)
+# ---- the built-in client against a fake streaming server (tests/support/_fake_openai.py)
 def test_builtin_client_counts_usage_tokens(fake_server: str) -> None:
     seen: list[int] = []
     reqs = [BenchRequest("p", 8), BenchRequest("q", 4), BenchRequest("r", 6)]

@@ -230,7 +230,7 @@ def test_pair_exit_status_follows_every_gate(
     assert "| p99 TTFT (ms) |" in out and "Latency over every request" in out
 
 
-# ---- the built-in client against the fake streaming server (tests/unit/_fake_openai.py) ---
+# ---- the built-in client against the fake streaming server (tests/support/_fake_openai.py) ---
 def test_a_builtin_run_reports_the_percentiles_and_pools(
     fake_server: str, tmp_path: Path
 ) -> None:

@@ -161,197 +161,198 @@ def test_run_sh_without_a_preset_runs_draft(models: Path) -> None:
 # "phrase") = differs on purpose, the phrase is its entry in docs/migration.md (which gives
 # the reason and the way back).
 SAME, CLOSED, MIGRATION = "same", "closed", "migration"
-U = "tests/unit/"
 MANUAL_ITEMS: dict[str, tuple[str, str]] = {
     # flags
     "--method": (MIGRATION, "`--method dflash`"),
-    "--target-model": (SAME, U + "test_launch.py::test_dry_run_every_preset"),
-    "--draft-model": (SAME, U + "test_model_store.py::test_bare_method_finds_the_default_drafter"),
-    "--gamma": (SAME, U + "test_settings.py::test_mtp_default_gamma_is_6"),
+    "--target-model": (SAME, "test_launch.py::test_dry_run_every_preset"),
+    "--draft-model": (SAME, "test_model_store.py::test_bare_method_finds_the_default_drafter"),
+    "--gamma": (SAME, "test_settings.py::test_mtp_default_gamma_is_6"),
     "--max-num-seqs": (MIGRATION, "A launch without a preset took the launcher's defaults"),
     "--max-num-batched-tokens": (MIGRATION, "A launch without a preset took the launcher's"),
     "--max-model-len": (MIGRATION, "A launch without a preset took the launcher's defaults"),
-    "--graph-mode": (SAME, U + "test_predecessor_semantics.py::"
+    "--graph-mode": (SAME, "test_predecessor_semantics.py::"
                      "test_graph_mode_names_are_the_predecessors"),
-    "--generation-config": (SAME, U + "test_protocols.py::"
+    "--generation-config": (SAME, "test_protocols.py::"
                             "test_arc_easy_presets_are_the_predecessor_protocol"),
     "--capture-policy": (MIGRATION, "`--capture-policy` built request buckets"),
     "--adaptive-refill-batch": (MIGRATION, "the cohort refill held the queue whenever "
                                 "`--adaptive-refill-batch` > 1"),
-    "--adaptive-refill-batch (sizes)": (SAME, U + "test_predecessor_semantics.py::"
+    "--adaptive-refill-batch (sizes)": (SAME, "test_predecessor_semantics.py::"
                                         "test_refill_turns_off_by_switch_by_size_one_and_by_"
                                         "the_predecessors_variables"),
-    "--confidence-accept-margin": (SAME, U + "test_predecessor_semantics.py::"
+    "--confidence-accept-margin": (SAME, "test_predecessor_semantics.py::"
                                    "test_confidence_margin_is_in_logits"),
     "--confidence-accept-from-position": (MIGRATION, "without a relaxed mode were ignored"),
     "--confidence-accept-after-tokens": (MIGRATION, "without a relaxed mode were ignored"),
-    "--confidence-protected-token-ids": (SAME, U + "test_predecessor_semantics.py::"
+    "--confidence-protected-token-ids": (SAME, "test_predecessor_semantics.py::"
                                          "test_protected_token_ids_take_the_predecessors_"
                                          "spelling"),
     "--async-scheduling": (MIGRATION, "A launch without a preset took the launcher's defaults"),
-    "--no-async-scheduling": (SAME, U + "test_predecessor_flags.py::"
+    "--no-async-scheduling": (SAME, "test_predecessor_flags.py::"
                               "test_contradicting_graph_switches_are_refused"),
-    "--prefix-caching": (SAME, U + "test_launch.py::test_bool_flags_have_no_variant"),
-    "--no-prefix-caching": (SAME, U + "test_launch.py::test_bool_flags_have_no_variant"),
-    "--chunked-prefill": (SAME, U + "test_protocols.py::test_recorded_config_files_load_and_"
+    "--prefix-caching": (SAME, "test_launch.py::test_bool_flags_have_no_variant"),
+    "--no-prefix-caching": (SAME, "test_launch.py::test_bool_flags_have_no_variant"),
+    "--chunked-prefill": (SAME, "test_protocols.py::test_recorded_config_files_load_and_"
                           "match_their_preset"),
-    "--no-chunked-prefill": (SAME, U + "test_settings.py::test_every_option_has_three_spellings"),
+    "--no-chunked-prefill": (SAME, "test_settings.py::test_every_option_has_three_spellings"),
     "--device": (MIGRATION, "it sets `CUDA_VISIBLE_DEVICES` too"),
-    "--port": (SAME, U + "test_launch.py::test_passthrough_and_cli_precedence"),
+    "--port": (SAME, "test_launch.py::test_passthrough_and_cli_precedence"),
     "--gpu-memory-utilization": (MIGRATION, "A launch without a preset took the launcher's"),
-    "--adaptive-speculation": (SAME, U + "test_launch.py::test_bool_flags_have_no_variant"),
-    "--adaptive-policy": (SAME, U + "test_settings.py::test_a_profile_alone_implies_the_"
+    "--adaptive-speculation": (SAME, "test_launch.py::test_bool_flags_have_no_variant"),
+    "--adaptive-policy": (SAME, "test_settings.py::test_a_profile_alone_implies_the_"
                           "profile_policy"),
-    "--adaptive-profile": (SAME, U + "test_predecessor_profiles.py::"
+    "--adaptive-profile": (SAME, "test_predecessor_profiles.py::"
                            "test_the_launcher_dry_run_accepts_them"),
     "--adaptive-ewma-weight": (MIGRATION, "`--adaptive-ewma-weight` (0.1)"),
     "--adaptive-hysteresis": (MIGRATION, "`--adaptive-hysteresis` 0.05"),
     "--adaptive-min-gamma": (MIGRATION, "`--adaptive-min-gamma` defaulted to 1"),
-    "--adaptive-min-observations": (SAME, U + "test_predecessor_knobs.py::"
+    "--adaptive-min-observations": (SAME, "test_predecessor_knobs.py::"
                                     "test_min_observations_is_a_profile_policy_knob_only"),
     "--adaptive-control-interval": (MIGRATION, "`--adaptive-control-interval` 4"),
     "--adaptive-max-gamma-step": (MIGRATION, "`--adaptive-max-gamma-step` to 1"),
     "--adaptive-latency-calibration": (MIGRATION, "refused `--no-adaptive-latency-calibration`"),
     "--no-adaptive-latency-calibration": (MIGRATION, "refused `--no-adaptive-latency-"
                                           "calibration`"),
-    "--adaptive-latency-ewma-weight": (SAME, U + "test_predecessor_knobs.py::"
+    "--adaptive-latency-ewma-weight": (SAME, "test_predecessor_knobs.py::"
                                        "test_latency_ewma_weight_sets_the_calibration_rate"),
     "--adaptive-gamma0-mode": (MIGRATION, "sticky gamma 0 is allowed under online"),
     "--adaptive-online-window": (MIGRATION, "`--adaptive-online-window` (32)"),
     "--adaptive-online-exploration": (MIGRATION, "`--adaptive-online-exploration` (0.01)"),
     "--adaptive-online-warmup-samples": (MIGRATION, "`--adaptive-online-warmup-samples` (1)"),
     "--adaptive-online-warmup-return": (MIGRATION, "`--adaptive-online-warmup-return`"),
-    "--adaptive-entropy-stop": (SAME, U + "test_draft_side.py::"
+    "--adaptive-entropy-stop": (SAME, "test_draft_side.py::"
                                 "test_draft_config_defaults_and_labels"),
-    "--adaptive-entropy-topk": (SAME, U + "test_draft_side.py::"
+    "--adaptive-entropy-topk": (SAME, "test_draft_side.py::"
                                 "test_draft_config_defaults_and_labels"),
-    "--adaptive-entropy-threshold": (SAME, U + "test_predecessor_knobs.py::"
+    "--adaptive-entropy-threshold": (SAME, "test_predecessor_knobs.py::"
                                      "test_entropy_scale_keeps_the_predecessors_direction"),
-    "--adaptive-entropy-scale": (SAME, U + "test_predecessor_knobs.py::"
+    "--adaptive-entropy-scale": (SAME, "test_predecessor_knobs.py::"
                                  "test_entropy_scale_keeps_the_predecessors_direction"),
-    "--adaptive-trace": (SAME, U + "test_predecessor_semantics.py::"
+    "--adaptive-trace": (SAME, "test_predecessor_semantics.py::"
                          "test_bare_adaptive_trace_logs_to_the_server_log"),
     "--adaptive-full-graph": (MIGRATION, "`--adaptive-full-graph` and `--adaptive-async` on"),
     "--adaptive-async": (MIGRATION, "`--adaptive-full-graph` and `--adaptive-async` on"),
-    "--shared-tokenizer-padding": (SAME, U + "test_protocols.py::test_recorded_config_files_"
+    "--shared-tokenizer-padding": (SAME, "test_protocols.py::test_recorded_config_files_"
                                    "load_and_match_their_preset"),
-    "--no-shared-tokenizer-padding": (SAME, U + "test_settings.py::"
+    "--no-shared-tokenizer-padding": (SAME, "test_settings.py::"
                                       "test_every_option_has_three_spellings"),
-    "--merged-full": (CLOSED, U + "test_predecessor_flags.py::"
+    "--merged-full": (CLOSED, "test_predecessor_flags.py::"
                       "test_merged_full_is_vllm_ascends_own_graph_under_full_graph_modes"),
-    "--no-merged-full": (SAME, U + "test_predecessor_flags.py::"
+    "--no-merged-full": (SAME, "test_predecessor_flags.py::"
                          "test_merged_full_is_vllm_ascends_own_graph_under_full_graph_modes"),
-    "--merged-full-max-batch": (CLOSED, U + "test_predecessor_semantics.py::"
+    "--merged-full-max-batch": (CLOSED, "test_predecessor_semantics.py::"
                                 "test_merged_full_max_batch_zero_is_no_cap"),
     "--eagle-draft-active-vocab-size": (MIGRATION, "`--eagle-draft-active-vocab-size N` kept"),
-    "--eagle-draft-active-vocab-ids": (SAME, U + "test_predecessor_flags.py::"
+    "--eagle-draft-active-vocab-ids": (SAME, "test_predecessor_flags.py::"
                                        "test_renamed_options_are_aliases_in_every_spelling"),
-    "--eagle-target-active-vocab-ids": (SAME, U + "test_protocols.py::test_recorded_config_"
+    "--eagle-target-active-vocab-ids": (SAME, "test_protocols.py::test_recorded_config_"
                                         "files_load_and_match_their_preset"),
-    "--eagle-draft-lm-head-quantization": (SAME, U + "test_predecessor_flags.py::"
+    "--eagle-draft-lm-head-quantization": (SAME, "test_predecessor_flags.py::"
                                            "test_renamed_options_are_aliases_in_every_"
                                            "spelling"),
-    "--eagle-relaxed-accept-topk": (SAME, U + "test_predecessor_semantics.py::"
+    "--eagle-relaxed-accept-topk": (SAME, "test_predecessor_semantics.py::"
                                     "test_the_predecessors_off_values_mean_off"),
     "--eagle-relaxed-accept-after-tokens": (SAME, "tests/e2e/test_engine_methods_acceptance.py"
                                             "::test_after_tokens_keeps_the_first_tokens_"
                                             "strict"),
-    "--eagle-spec-metadata-cache": (CLOSED, U + "test_predecessor_flags.py::"
+    "--eagle-spec-metadata-cache": (CLOSED, "test_predecessor_flags.py::"
                                     "test_host_switches_no_host_has_fail_closed"),
-    "--eagle-uniform-state-kernel": (CLOSED, U + "test_predecessor_flags.py::"
+    "--eagle-uniform-state-kernel": (CLOSED, "test_predecessor_flags.py::"
                                      "test_host_switches_no_host_has_fail_closed"),
-    "--graph-event-ordering": (CLOSED, U + "test_predecessor_flags.py::"
+    "--graph-event-ordering": (CLOSED, "test_predecessor_flags.py::"
                                "test_host_switches_no_host_has_fail_closed"),
-    "--eagle-tree-width": (CLOSED, U + "test_predecessor_flags.py::"
+    "--eagle-tree-width": (CLOSED, "test_predecessor_flags.py::"
                            "test_host_switches_no_host_has_fail_closed"),
-    "--eagle-zero-draft-kv-first-step": (CLOSED, U + "test_predecessor_flags.py::"
+    "--eagle-zero-draft-kv-first-step": (CLOSED, "test_predecessor_flags.py::"
                                          "test_host_switches_no_host_has_fail_closed"),
-    "--eagle-draft-trace": (SAME, U + "test_settings.py::test_every_option_has_three_spellings"),
-    "--eagle-draft-io-trace-dir": (SAME, U + "test_settings.py::"
+    "--eagle-draft-trace": (SAME, "test_settings.py::test_every_option_has_three_spellings"),
+    "--eagle-draft-io-trace-dir": (SAME, "test_settings.py::"
                                    "test_every_option_has_three_spellings"),
-    "--eagle-target-hidden-trace-dir": (SAME, U + "test_settings.py::"
+    "--eagle-target-hidden-trace-dir": (SAME, "test_settings.py::"
                                         "test_every_option_has_three_spellings"),
-    "--eagle-target-argmax-trace-path": (SAME, U + "test_settings.py::"
+    "--eagle-target-argmax-trace-path": (SAME, "test_settings.py::"
                                          "test_every_option_has_three_spellings"),
     # commands, files and features
     "run.sh presets (draft, eagle, draft-adaptive, *-arc-easy, eagle-relaxed, qwen35-eagle3)":
-        (SAME, U + "test_protocols.py::test_run_sh_names_are_aliases_of_the_validated_presets"),
-    "./run.sh with no preset": (SAME, U + "test_predecessor_manual.py::"
+        (SAME, "test_protocols.py::test_run_sh_names_are_aliases_of_the_validated_presets"),
+    "./run.sh with no preset": (SAME, "test_predecessor_manual.py::"
                                 "test_run_sh_without_a_preset_runs_draft"),
-    "configs/*.toml as recorded": (SAME, U + "test_protocols.py::test_recorded_config_files_"
+    "configs/*.toml as recorded": (SAME, "test_protocols.py::test_recorded_config_files_"
                                    "load_and_match_their_preset"),
-    "--protocol arc-easy --method draft|eagle": (SAME, U + "test_protocols.py::"
+    "--protocol arc-easy --method draft|eagle": (SAME, "test_protocols.py::"
                                                  "test_launcher_arc_easy_dry_run_and_errors"),
-    "--protocol qwen35-frontier-mtp2 pins its conditions": (SAME, U + "test_protocols.py::"
+    "--protocol qwen35-frontier-mtp2 pins its conditions": (SAME, "test_protocols.py::"
                                                             "test_the_frontier_protocol_pins_"
                                                             "its_validated_conditions"),
     "MTP2 budgets 2/4/6": (MIGRATION, "`--method mtp` played only the budgets 2, 4 and 6"),
-    "every launcher command of the manual": (SAME, U + "test_predecessor_manual.py::"
+    "every launcher command of the manual": (SAME, "test_predecessor_manual.py::"
                                              "test_every_launcher_command_dry_runs_or_fails_"
                                              "closed"),
-    "vllm-hust-vspec-bench --method draft|eagle": (SAME, U + "test_predecessor_manual.py::"
+    "vllm-hust-vspec-bench --method draft|eagle": (SAME, "test_predecessor_manual.py::"
                                                    "test_the_protocol_bench_commands_dry_run"),
-    "profiles/*.json of 0.14": (SAME, U + "test_predecessor_profiles.py::"
+    "profiles/*.json of 0.14": (SAME, "test_predecessor_profiles.py::"
                                 "test_step_times_equal_the_014_formula"),
-    "vllm-hust-vspec-doctor commands": (SAME, U + "test_doctor.py::"
+    "vllm-hust-vspec-doctor commands": (SAME, "test_doctor.py::"
                                         "test_the_predecessor_manual_commands_parse"),
     "doctor without a host": (MIGRATION, "the doctor with no vLLM host installed"),
-    "manage.sh install / --editable / --enable, install.sh": (SAME, U + "test_lifecycle_manage"
+    "manage.sh install / --editable / --enable, install.sh": (SAME, "test_lifecycle_manage"
                                                               ".py::test_install_and_"
                                                               "uninstall_shortcuts_dry_run"),
-    "manage.sh list/validate/check/plan/render/enable/status": (SAME, U + "test_lifecycle_"
+    "manage.sh list/validate/check/plan/render/enable/status": (SAME, "test_lifecycle_"
                                                                 "manage.py::test_dry_run_with_"
                                                                 "manager_delegates_without_"
                                                                 "calling_it"),
-    "manage.sh run --dry-run -- CMD": (SAME, U + "test_lifecycle_manage.py::"
+    "manage.sh run --dry-run -- CMD": (SAME, "test_lifecycle_manage.py::"
                                        "test_dry_run_run_verb"),
-    "manage.sh disable / uninstall / uninstall.sh / --dry-run": (SAME, U + "test_lifecycle_"
+    "manage.sh disable / uninstall / uninstall.sh / --dry-run": (SAME, "test_lifecycle_"
                                                                  "venv.py::test_uninstall_for_"
                                                                  "real_leaves_the_host_alone"),
-    "parent-environment copy is reported, not removed": (SAME, U + "test_lifecycle_venv.py::"
+    "parent-environment copy is reported, not removed": (SAME, "test_lifecycle_venv.py::"
                                                          "test_parent_environment_copy_is_"
                                                          "reported_not_removed"),
-    "manage.sh upgrade / rollback with 0.14.3": (SAME, U + "test_lifecycle_venv.py::"
+    "manage.sh upgrade / rollback with 0.14.3": (SAME, "test_lifecycle_venv.py::"
                                                  "test_rollback_to_the_predecessor_and_"
                                                  "upgrade_back"),
     "upgrade refuses an older version": (MIGRATION, "refuses an older target"),
-    "release.sh source-check / build / check": (SAME, U + "test_lifecycle_release.py::"
+    "release.sh source-check / build / check": (SAME, "test_lifecycle_release.py::"
                                                 "test_check_passes_on_built_artefacts"),
-    "release.sh publish with UV_PUBLISH_TOKEN": (SAME, U + "test_lifecycle_release.py::"
+    "release.sh publish with UV_PUBLISH_TOKEN": (SAME, "test_lifecycle_release.py::"
                                                  "test_publish_accepts_the_predecessors_token_"
                                                  "variable"),
-    "manage.sh models, vllm-hust-vspec-models": (SAME, U + "test_model_store.py::"
+    "manage.sh models, vllm-hust-vspec-models": (SAME, "test_model_store.py::"
                                                  "test_manage_models_verb_runs_the_cli"),
     "install --model-dir / --model-registry / --no-model-download / --skip-model-setup":
-        (SAME, U + "test_lifecycle_manage.py::test_dry_run_install_model_step"),
+        (SAME, "test_lifecycle_manage.py::test_dry_run_install_model_step"),
     "install does not download by default": (MIGRATION, "detect, validate and register local"),
-    "model registry {schema_version, models}": (SAME, U + "test_model_store.py::"
+    "model registry {schema_version, models}": (SAME, "test_model_store.py::"
                                                 "test_registry_layouts_at_the_xdg_default"),
     "HUST_VSPEC_DRAFT_MODEL / EAGLE_MODEL / MODEL_DIR / MODEL_REGISTRY": (
-        SAME, U + "test_model_store.py::test_lookup_order_first_valid_copy_wins"),
+        SAME, "test_model_store.py::test_lookup_order_first_valid_copy_wins"),
     "VSPEC_CONFIG=... ./run.sh": (MIGRATION, "replaced `run.sh`'s preset file"),
-    "legacy SPECSLO_/SPECASCEND_ config and variables": (SAME, U + "test_settings.py::"
+    "legacy SPECSLO_/SPECASCEND_ config and variables": (SAME, "test_settings.py::"
                                                          "test_legacy_env_prefixes_lose_to_"
                                                          "new"),
     "-- passthrough to vllm serve": (MIGRATION, "`--` arguments replaced a file's"),
-    "curl example's served model name": (SAME, U + "test_protocols.py::"
+    "curl example's served model name": (SAME, "test_protocols.py::"
                                          "test_recorded_config_files_load_and_match_their_"
                                          "preset"),
-    "HUST_VSPEC_ENABLED=1 gates every patch": (SAME, U + "test_register.py::"
+    "HUST_VSPEC_ENABLED=1 gates every patch": (SAME, "test_register.py::"
                                                "test_register_is_a_noop_without_the_flag"),
-    "AgentX 256K target-only / MTP2 templates": (SAME, U + "test_agentx_templates.py::"
+    "AgentX 256K target-only / MTP2 templates": (SAME, "test_agentx_templates.py::"
                                                  "test_templates_satisfy_the_harness_and_"
                                                  "stay_unfilled"),
     "SPEED-Bench forced acceptance length": (MIGRATION, "`--synthetic-acceptance-length X`"),
-    "vllm-hust-vspec-fit-profile samples.json profile.json": (SAME, U + "test_adaptive_fit.py"),
-    "version orders after 0.14.3": (SAME, U + "test_lifecycle_manage.py::"
+    "vllm-hust-vspec-fit-profile samples.json profile.json": (SAME, "test_adaptive_fit.py"),
+    "version orders after 0.14.3": (SAME, "test_lifecycle_manage.py::"
                                     "test_dry_run_upgrade_from_the_predecessor"),
 }
 
 
 def _test_exists(ref: str) -> bool:
     path, _, name = ref.partition("::")
-    file = Path(__file__).resolve().parents[2] / path
+    tests = Path(__file__).resolve().parents[1]
+    # a bare file name is the test file of that name anywhere under tests/ (names are unique)
+    file = tests.parent / path if "/" in path else next(tests.rglob(path), tests / path)
     return file.is_file() and (not name or re.search(rf"^def {name}\(", file.read_text(),
                                                       re.M) is not None)
 

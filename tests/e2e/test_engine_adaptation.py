@@ -56,7 +56,7 @@ def test_cheap_agreeing_drafter_settles_at_the_top(tmp_path: Path, mode: str) ->
     # of steps, so what is robustly true is: it settles in the top of the range (late mean at
     # least 2.5, i.e. mostly 3-4), it plays the maximum late in the run, and it never settles
     # low. A controller comparing raw interval means settled at 2 or 1 here on a loaded
-    # machine (tests/unit/test_adaptive_load.py has the deterministic version of that failure),
+    # machine (tests/adaptive/test_adaptive_load.py has the deterministic version of that failure),
     # and one that let an untried sticky zero earn a UCB bonus pinned a cohort at 0.
     mean = sum(g * n for g, n in tail.items()) / sum(tail.values())
     assert mean >= MAX_K - 1.5, tail

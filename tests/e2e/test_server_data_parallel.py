@@ -5,7 +5,7 @@ vLLM runs the data-parallel ranks of a non-MoE model as independent engines
 (``reconfigure_for_independent_dp_rank``: each engine core sees data parallel size 1), so no
 rank waits for another and each engine's controller may choose its own gamma. vSpec attaches
 to both engines; greedy answers are target-only's whichever rank serves them. (MoE data
-parallel keeps its ranks in lockstep; there adaptive gamma is refused, tests/host/
+parallel keeps its ranks in lockstep; there adaptive gamma is refused, tests/host/abi/
 test_runners.py.)
 """
 

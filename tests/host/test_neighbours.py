@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import _kvcompress  # noqa: E402

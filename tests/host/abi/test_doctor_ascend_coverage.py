@@ -12,7 +12,7 @@ import pytest
 
 from vllm_hust_vspec.host.abi import requirements as req
 
-ASCEND_DIR = (Path(__file__).resolve().parents[2] / "src" / "vllm_hust_vspec" / "host"
+ASCEND_DIR = (Path(__file__).resolve().parents[3] / "src" / "vllm_hust_vspec" / "host"
               / "worker" / "ascend")
 
 

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import _siblings  # noqa: E402
 

@@ -11,7 +11,7 @@ greedy outputs; all 200 queued, at most 128 running), the host of 0.14.3's onlin
 (its refill, graph capture sizes, native gamma 2, token budget) and the calibrated acceptance
 and step costs. The record (``sim/data/npu_calibration.json``) keeps every fitted coefficient,
 the fitted throughput of every measured configuration and the sources, so the calibration is
-reproducible and checkable (tests/unit/test_sim_npu_calibration.py).
+reproducible and checkable (tests/sim/calibration/test_sim_npu_calibration.py).
 """
 
 from __future__ import annotations

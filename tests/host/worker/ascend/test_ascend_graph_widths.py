@@ -123,7 +123,7 @@ def test_graph_per_gamma_is_on_under_every_full_graph_mode(mode: str, on: bool) 
 def test_graph_per_gamma_installs_on_a_native_k_host(monkeypatch: pytest.MonkeyPatch) -> None:
     """A K-taking _propose sets num_speculative_tokens itself, which picks the draft graph:
     the runner and dispatcher get the graph patches, the proposer none (the fork's own
-    classes: tests/host/test_ascend_hust_drafting.py)."""
+    classes: tests/host/worker/ascend/test_ascend_hust_drafting.py)."""
     from vllm_hust_vspec.host.worker.ascend import proposer
 
     graph_methods = ("_check_and_update_cudagraph_mode", "_warmup_and_capture",

@@ -19,7 +19,7 @@ from typing import Any
 import _ascend_sdists as sd
 import pytest
 
-HERE = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parents[3] / "support"
 _cache: dict[str, dict[str, Any]] = {}
 
 
@@ -31,7 +31,7 @@ def findings(version: str | None) -> dict[str, Any]:
         pytest.skip(f"vllm-ascend sdist not downloadable here: {exc}")
     if version not in _cache:
         proc = subprocess.run(
-            [sys.executable, str(HERE / "_ascend_stubbed.py"), str(root)],
+            [sys.executable, str(SUPPORT / "_ascend_stubbed.py"), str(root)],
             capture_output=True, text=True, timeout=600,
         )
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("VSPEC_JSON ")),

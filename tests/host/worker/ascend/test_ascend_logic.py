@@ -1,6 +1,6 @@
 """Ascend adapter logic with stand-ins (no vllm, no vllm_ascend): the K backport wrapper and
 the mtp_strict_graph check. The same code runs against the real vllm-ascend classes in
-tests/host/test_ascend_import.py."""
+tests/host/worker/ascend/test_ascend_import.py."""
 
 from __future__ import annotations
 

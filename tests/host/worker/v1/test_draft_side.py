@@ -26,7 +26,7 @@ from vllm_hust_vspec.cli import active_vocab  # noqa: E402
 from vllm_hust_vspec.host.worker.v1.drafting import draft_config  # noqa: E402
 from vllm_hust_vspec.settings import Settings, SettingsError, load_settings  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 
 
 # ---- confidence stop adapter ---------------------------------------------------------------
