@@ -7,8 +7,8 @@ per timed call to ``PREFIX.<pid>.jsonl``: ``[name, start_s, seconds, requests, t
 Timed: in the worker, ``Worker.execute_model`` and ``Worker.sample_tokens``; in the
 EngineCore, its scheduler's ``schedule``, ``get_grammar_bitmask`` and ``update_from_output``,
 wrapped on the instance once the busy loop runs, so outside whatever a plugin wrapped on the
-class. Lines are written in batches; the last batch of a process killed at shutdown may be
-lost.
+class. Lines are written in batches of at most 1000 calls or half a second; the last batch of
+a process killed at shutdown is lost.
 """
 
 from __future__ import annotations
@@ -22,12 +22,18 @@ from typing import Any
 
 ENV = "VSPEC_STEP_TIMERS_OUT"
 FLUSH_EVERY = 1000
+# A short run never fills a batch and its processes are killed at shutdown (no atexit):
+# batches are also written once they are this old.
+FLUSH_AFTER_S = 0.5
 
 _rows: list[tuple[str, float, float, int, int]] = []
 _installed = False
+_flushed_at = 0.0
 
 
 def _flush() -> None:
+    global _flushed_at
+    _flushed_at = time.perf_counter()
     if not _rows:
         return
     with open(f"{os.environ[ENV]}.{os.getpid()}.jsonl", "a", encoding="utf-8") as f:
@@ -48,7 +54,7 @@ def _timed(name: str, fn: Callable[..., Any], size_of: Callable[..., tuple[int, 
         start = time.perf_counter()
         result = fn(*args, **kwargs)
         _rows.append((name, start, time.perf_counter() - start, *size_of(args, result)))
-        if len(_rows) >= FLUSH_EVERY:
+        if len(_rows) >= FLUSH_EVERY or start - _flushed_at > FLUSH_AFTER_S:
             _flush()
         return result
 
