@@ -2,8 +2,9 @@
 # Set up (cached) and run every check: ruff, mypy --strict on the pure layers, then pytest.
 #   ./scripts/test.sh                 everything (CI; about 51 minutes on 2 cores)
 #   ./scripts/test.sh --fast          the edit-test loop: no vLLM engine or server, no wheel or
-#                                     venv build, no host pair to build (about 7 minutes)
-#   ./scripts/test.sh [--fast] ARGS   extra arguments go to pytest, e.g. tests/unit -k settings
+#                                     venv build, no host pair, no test marked slow (under 2 minutes)
+#   ./scripts/test.sh [--fast] ARGS   extra arguments go to pytest, e.g. tests/settings -k legacy
+# Tests mirror src/vllm_hust_vspec/; tiers are markers (pyproject.toml, tests/README.md).
 # pytest runs the test files on VSPEC_TEST_WORKERS (default 2) pytest-xdist workers.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,9 +20,9 @@ if [[ $fast -eq 1 ]]; then
     .venv/bin/ruff check src tests scripts
     echo "== mypy --strict (adaptive/, sim/)"
     .venv/bin/mypy --strict src/vllm_hust_vspec/adaptive src/vllm_hust_vspec/sim
-    echo "== pytest (fast tier: -m 'not engine and not build')"
+    echo "== pytest (fast tier: -m 'not engine and not build and not slow')"
     exec .venv/bin/python -m pytest -n "${VSPEC_TEST_WORKERS:-2}" --dist loadfile \
-        -m "not engine and not build" "${@:-tests}"
+        -m "not engine and not build and not slow" "${@:-tests}"
 fi
 # The two host pairs the engine tests also run on, built from .venv while the tiny models
 # train (neither needs the other): each cached under .cache, bounded in time, and when one

@@ -26,6 +26,7 @@ def test_plain():
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("choice", "ran"), [
     ("with", {"test_timed", "test_plain"}),
     ("skip", {"test_plain"}),

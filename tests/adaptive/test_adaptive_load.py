@@ -117,6 +117,7 @@ def _sticky_host_run(zero_skips: bool, overhead: float, alpha: float) -> list[in
     return decisions
 
 
+@pytest.mark.slow
 def test_drafter_skipping_zero_is_found_when_zero_steps_while_exploring_pay_the_drafter() -> None:
     # A poor drafter whose fixed cost (5 ms on a 10 ms target step) is paid even by gamma-0
     # steps that do not skip it. Priced as such a step, gamma 0 looks no better than 1-2;

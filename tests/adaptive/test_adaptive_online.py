@@ -61,6 +61,7 @@ def test_budget_ineligible_arms_are_never_chosen() -> None:
     assert 4 in decisions[150:300]  # eligible and best once the budget allows it
 
 
+@pytest.mark.slow
 def test_hysteresis_prevents_flapping_under_noise() -> None:
     # Arms 1..4 within a few percent of each other and very noisy step times (30% jitter):
     # Thompson draws of near-tied arms cross often; the margin damps that and the posterior
@@ -152,6 +153,7 @@ def test_a_shift_is_acted_on_within_a_few_steps() -> None:
         assert min(decisions[400:406]) <= 2, decisions[396:420]
 
 
+@pytest.mark.slow
 def test_an_undrafted_position_is_not_re_checked_for_no_reason() -> None:
     # Stationary alpha 0.35, gamma 1 best and gamma 2 4% worse: position 1 is measured only
     # when gamma 2 is tried. Its rate can only have moved as much as its rate relative to
@@ -180,6 +182,7 @@ def test_speculation_resumes_when_acceptance_returns() -> None:
     assert sum(g >= 3 for g in tail) >= 0.95 * len(tail)
 
 
+@pytest.mark.slow
 def test_drafting_reopens_after_acceptance_shifts_back() -> None:
     # Acceptance jumps between the extremes every 300 steps; a low phase is spent at a gamma 0
     # that observes nothing (no cohort ends in this environment). Only the acceptance

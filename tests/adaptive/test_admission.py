@@ -97,6 +97,7 @@ def test_the_simulated_npu_host_holds_at_gamma_zero_and_gains() -> None:
     assert auto > 1.2 * speculating
 
 
+@pytest.mark.slow
 def test_fair_baselines_name_what_holds_are_worth_on_both_readings() -> None:
     """Target-only with the same holds is the fair baseline: on the shipped fit holds alone
     carry target-only most of the way to vSpec online; on the alternative reading (target-only

@@ -164,6 +164,7 @@ def _startup_prior(cost: CostFn, batch: int = 8) -> CostPrior:
     return CostPrior("startup-dummy-steps", tuple(samples))
 
 
+@pytest.mark.slow
 def test_cost_prior_means_fewer_exploratory_steps() -> None:
     """A sticky host where skipping the drafter is best by far: with start-up timings of
     every arm (the skipping one included) the controller settles at once; without, it must

@@ -189,6 +189,7 @@ def test_the_simulator_verifies_what_a_length_policy_returns() -> None:
                for fb in seen)
 
 
+@pytest.mark.slow
 def test_per_request_oracle_beats_verifying_every_draft_on_a_bimodal_batch() -> None:
     sc = small("b64-bimodal-parallel", 192)
     plain = simulate(sc, FixedGamma(5), 1).goodput  # type: ignore[arg-type]
@@ -196,6 +197,7 @@ def test_per_request_oracle_beats_verifying_every_draft_on_a_bimodal_batch() -> 
     assert trimmed > 1.15 * plain
 
 
+@pytest.mark.slow
 def test_vllm_adaptive_verification_drafts_k_and_trims_with_stale_confidence() -> None:
     sc = small("b64-bimodal-parallel", 128)
     policy = VllmAdaptiveVerification(sc)  # type: ignore[arg-type]
@@ -227,6 +229,7 @@ def test_per_request_controller_is_the_batch_controller_on_identical_requests() 
     assert wrapped.snapshot()["per_request"]["verified_share"] == 1.0
 
 
+@pytest.mark.slow
 def test_per_request_controller_gains_on_a_bimodal_batch() -> None:
     sc = load_scenario("b64-bimodal-parallel")  # whole: the layer needs its first ~100 steps
     hi = sc.max_gamma  # type: ignore[attr-defined]

@@ -297,6 +297,7 @@ def test_sdist_and_package_dir_sources(tmp_path: Path, no_installed: None) -> No
         "vllm_ascend").version == "1.0"
 
 
+@pytest.mark.slow
 def test_wheel_source_is_read_and_the_runner_table_printed(
     tmp_path: Path, no_installed: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -322,6 +323,7 @@ def test_wheel_source_is_read_and_the_runner_table_printed(
     assert doctor.main(["--source", str(broken)]) == 2
 
 
+@pytest.mark.slow
 def test_cli_exit_codes_and_json(
     tmp_path: Path, no_installed: None, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,6 +11,7 @@ import pytest
 from vllm_hust_vspec.cli.sim import main as sim_main
 
 
+@pytest.mark.slow
 def test_explain_npu_prints_and_writes_the_ablations(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "explain.json"

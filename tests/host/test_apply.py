@@ -38,6 +38,7 @@ def _clean() -> object:
     host.undo()
 
 
+@pytest.mark.slow
 def test_capabilities_read_from_host_code() -> None:
     caps = capabilities.detect()
     assert caps.vllm_version and caps.vllm_version.startswith("0.32")
@@ -70,6 +71,7 @@ def test_register_without_env_patches_nothing(monkeypatch: pytest.MonkeyPatch) -
         assert not is_patched(cls, name)
 
 
+@pytest.mark.slow
 def test_apply_is_idempotent_and_undo_restores() -> None:
     from vllm_hust_vspec.settings import Settings
 
@@ -94,6 +96,7 @@ def test_apply_is_idempotent_and_undo_restores() -> None:
         assert cls.__dict__[name] is fn
 
 
+@pytest.mark.slow
 def test_apply_fails_closed_when_a_target_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 

@@ -50,6 +50,7 @@ def _owners(name: str) -> list[str]:
     return [layer.by for layer in layers(_scheduler(), name)]
 
 
+@pytest.mark.slow
 def test_kvcompress_first_vspec_applies_and_probes_look_through(clean) -> None:
     _kvcompress.install()
     report = abi.check_live("draft", True, hosts=(abi.VLLM,))
@@ -60,6 +61,7 @@ def test_kvcompress_first_vspec_applies_and_probes_look_through(clean) -> None:
         assert _owners(name)[:2] == [VSPEC, KV] and _owners(name)[-1] == "vllm"
 
 
+@pytest.mark.slow
 def test_kvcompress_after_vspec_is_not_wrapped_twice(clean) -> None:
     host.apply(Settings(method="draft"))
     _kvcompress.install()
@@ -69,6 +71,7 @@ def test_kvcompress_after_vspec_is_not_wrapped_twice(clean) -> None:
     assert [o for o in _owners("schedule")].count(VSPEC) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kv_first", [True, False])
 def test_undo_keeps_kvcompress_wrapper(clean, kv_first: bool) -> None:
     if kv_first:
@@ -189,6 +192,7 @@ def _assigned_target_names(dist: str) -> set[str]:
     return hits
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sib", nb.SIBLINGS, ids=lambda s: s.dist)
 def test_sibling_wheel_touches_what_its_rule_says(sib: nb.Sibling) -> None:
     found = _assigned_target_names(sib.dist)

@@ -130,6 +130,7 @@ def test_sync_utility_calls_fail_once_the_output_thread_ends(dead_error: type[Ex
     assert client.utility_results == {}
 
 
+@pytest.mark.slow
 def test_install_wraps_both_engine_clients(dead_error: type[Exception]) -> None:
     from vllm.v1.engine.core_client import AsyncMPClient, SyncMPClient
 

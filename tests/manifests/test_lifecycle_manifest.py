@@ -194,6 +194,7 @@ def test_launcher_dispatches_manifest_subcommand(capsys: pytest.CaptureFixture[s
     assert capsys.readouterr().out.strip() == "export HUST_VSPEC_ENABLED=1"
 
 
+@pytest.mark.slow
 def test_source_check_detects_version_mismatch(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     pkg = tree / "src" / "vllm_hust_vspec"

@@ -64,6 +64,7 @@ def test_dry_run_with_manager_delegates_without_calling_it(
     assert not log.exists()  # a dry run never executes the manager
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", list(MUTATING))
 def test_dry_run_mutating_verbs(args: str, manager: tuple[Path, Path]) -> None:
     rc, out = dry(*args.split())

@@ -219,6 +219,7 @@ def _without(argv: list[str], *flags: str) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_mtp2_server_is_the_frontier_preset_but_gamma_2_fixed_and_forced(
     host_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -242,6 +243,7 @@ def test_mtp2_server_is_the_frontier_preset_but_gamma_2_fixed_and_forced(
     assert ours["env"]["HUST_VSPEC_TARGET_MODEL"] == mtp2["tokenizer"]
 
 
+@pytest.mark.slow
 def test_target_only_line_is_the_mtp2_server_without_speculation(
     host_env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -71,6 +71,7 @@ def _run(scenario: Any, seed: int) -> tuple[float, float, int]:
     return res.goodput, sum(not r for r in later) / len(later), sum(not r for r in rec.ran)
 
 
+@pytest.mark.slow
 def test_where_no_gamma_pays_the_controller_settles_on_the_skipping_zero() -> None:
     host = _host()
     zero = simulate(host, make_controller("fixed:0", host), 0).goodput
@@ -81,6 +82,7 @@ def test_where_no_gamma_pays_the_controller_settles_on_the_skipping_zero() -> No
         assert goodput >= 0.92 * zero, (seed, goodput / zero)  # its cold cohorts included
 
 
+@pytest.mark.slow
 def test_under_a_toggling_cpu_hog_the_median_seed_still_settles_on_zero() -> None:
     # A hog doubling step times on and off every ~0.3 s (about one cohort): the load filter
     # can anchor on a played arm whose cost came out too low, and then every stale arm, gamma
@@ -91,6 +93,7 @@ def test_under_a_toggling_cpu_hog_the_median_seed_still_settles_on_zero() -> Non
     assert sum(share < 0.5 for share in shares) <= 1, shares
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hog", [None, (0.6, 2.0)])
 def test_where_speculation_pays_double_no_cohort_is_pinned_at_zero(
     hog: tuple[float, float] | None,

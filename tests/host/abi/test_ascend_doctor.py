@@ -17,6 +17,7 @@ def _sdist(version: str | None) -> str:
         pytest.skip(f"vllm-ascend sdist not downloadable here: {exc}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["draft", "eagle", "eagle3", "mtp"])
 def test_release_0_23_needs_backport(method: str) -> None:
     report = abi.check_static(method, True, sources=[_sdist(sd.RELEASE)], features=abi.FEATURES)
@@ -29,6 +30,7 @@ def test_release_0_23_needs_backport(method: str) -> None:
         assert checks["ascend.step3p5_mtp"].status == "WARN"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["draft", "eagle", "mtp"])
 def test_newest_prerelease_is_native(method: str) -> None:
     report = abi.check_static(method, True, sources=[_sdist(None)], features=abi.FEATURES)
@@ -36,6 +38,7 @@ def test_newest_prerelease_is_native(method: str) -> None:
     assert report.decisions["k_channel"] == "native"
 
 
+@pytest.mark.slow
 def test_cli_on_sdist_and_unpacked_tree(capsys: pytest.CaptureFixture[str]) -> None:
     path = _sdist(sd.RELEASE)
     assert doctor.main(["--method", "eagle", "--adaptive", "--source", path]) == 0
@@ -47,6 +50,7 @@ def test_cli_on_sdist_and_unpacked_tree(capsys: pytest.CaptureFixture[str]) -> N
     assert "[source tree]" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", [sd.RELEASE, None])
 def test_combined_full_capture_and_async_draft_stride_rows(version: str | None) -> None:
     """Combined FULL's per-gamma draft capture fans out from the runner's one

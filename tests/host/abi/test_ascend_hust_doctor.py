@@ -57,6 +57,7 @@ def test_partial_tree_reports_what_it_lacks_as_not_in_this_source() -> None:
     assert not any(r.unread for r in checks.values() if r.check.id.startswith("vllm."))
 
 
+@pytest.mark.slow
 def test_each_shape_implies_its_k_channel() -> None:
     """The main-line runner passes K to a K-less (PEARL-line) _propose: the installer reads
     the proposer, so the channel is the backport, and the doctor says the files disagree."""
@@ -114,6 +115,7 @@ def _copy(tree: Path, dest: Path) -> Path:
     return dest
 
 
+@pytest.mark.slow
 def test_findings_follow_the_code(tmp_path: Path) -> None:
     """Edit the copied tree: the findings change with it (read from code, not versions)."""
     tree = _copy(ascend_hust_tree(), tmp_path)
@@ -133,6 +135,7 @@ def test_findings_follow_the_code(tmp_path: Path) -> None:
         assert "module vllm_ascend.spec_decode.llm_base_proposer" in checks[check_id].unread
 
 
+@pytest.mark.slow
 def test_doctor_on_the_tree_with_the_core_ends_ok(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -159,6 +162,7 @@ def test_doctor_on_the_tree_with_the_core_ends_ok(
     assert doc["ok"] and [h["partial"] for h in doc["hosts"]] == [False, True]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", [sd.RELEASE, NATIVE_K_PRERELEASE])
 def test_facts_on_whole_release_sdists(version: str) -> None:
     """On a whole package nothing is unread, and each line's own shape is reported."""

@@ -59,6 +59,7 @@ def _doctor(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=600, env=env)
 
 
+@pytest.mark.slow
 def test_doctor_text_names_plugins_and_wrappers(tmp_path: Path) -> None:
     r = _doctor(tmp_path, "--with-plugins")
     assert r.returncode == 0, r.stderr[-2000:]
@@ -74,6 +75,7 @@ def test_doctor_text_names_plugins_and_wrappers(tmp_path: Path) -> None:
     assert "result: OK" in out
 
 
+@pytest.mark.slow
 def test_doctor_without_loading_plugins_names_them_but_sees_no_wrapper(tmp_path: Path) -> None:
     r = _doctor(tmp_path, "--json")
     assert r.returncode == 0, r.stderr[-2000:]

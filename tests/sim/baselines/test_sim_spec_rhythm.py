@@ -306,6 +306,7 @@ def test_shipped_slo_scenario_loads_by_name_outside_the_suite() -> None:
         assert sc.name == name and len(sc.workload.slo_classes) >= 2
 
 
+@pytest.mark.slow
 def test_cli_reports_slo_attainment_per_class(capsys: pytest.CaptureFixture[str]) -> None:
     assert sim_main(["--list-scenarios"]) == 0
     assert "slo-npu-draft-b32" in capsys.readouterr().out

@@ -109,6 +109,7 @@ def test_pred_ucb_keeps_its_anchor_unless_a_neighbour_promises_a_gain() -> None:
     assert 3 not in ctrl.selections and ctrl.selections[2] > ctrl.selections[1]
 
 
+@pytest.mark.slow
 def test_shipped_calibration_reproduces_its_fitted_figures() -> None:
     fitted = {row["config"]: row for row in RECORD["fitted"]}
     for cfg in DATA.measured:
@@ -143,6 +144,7 @@ def _loo_ratio(data: Measurements, name: str, leave_out: str | None) -> float:
     return predict(cal, DATA, DATA.get(name)).predicted
 
 
+@pytest.mark.slow
 def test_leave_one_out_never_reads_the_left_out_run() -> None:
     name = "draft-fixed-2"
     loo = _loo_ratio(DATA, name, name)

@@ -171,6 +171,7 @@ def test_propose_wrapper_gives_the_drafter_the_steps_verify_width() -> None:
     assert (st.drafting, st.drafting_width) == (False, None)
 
 
+@pytest.mark.slow
 def test_combined_full_dispatch_keeps_the_host_target_and_gates_the_drafts() -> None:
     """Combined FULL: the target dispatch is the host's own (shared keys, no width swap);
     the drafter gets the host's FULL key only in a steady frame of its gamma's width at a size

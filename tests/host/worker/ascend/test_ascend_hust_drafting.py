@@ -20,6 +20,9 @@ TESTS = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(TESTS))
 from _ascend_hust_tree import ascend_hust_tree, ascend_hust_upstream_comparison  # noqa: E402
 
+# every test runs the fork's files in a subprocess (tens of seconds each on 2 cores)
+pytestmark = pytest.mark.slow
+
 MAX_K = 4
 _cache: dict[str, dict[str, Any]] = {}
 
@@ -28,7 +31,8 @@ def run(line: str) -> dict[str, Any]:
     if line not in _cache:
         tree, upstream = ascend_hust_tree(), ascend_hust_upstream_comparison()
         proc = subprocess.run(
-            [sys.executable, str(TESTS / "support" / "_ascend_hust_exec.py"), line, str(tree), str(upstream)],
+            [sys.executable, str(TESTS / "support" / "_ascend_hust_exec.py"), line, str(tree),
+             str(upstream)],
             capture_output=True, text=True, timeout=600,
         )
         out = next((ln for ln in proc.stdout.splitlines() if ln.startswith("EXEC_JSON ")), None)

@@ -41,6 +41,7 @@ def findings(version: str | None) -> dict[str, Any]:
     return _cache[version]
 
 
+@pytest.mark.slow
 def test_release_backport_on_real_classes() -> None:
     f = findings(sd.RELEASE)
     # Draft model proposer: upstream DraftModelProposer comes first in the MRO but has no
@@ -60,6 +61,7 @@ def test_release_backport_on_real_classes() -> None:
         assert plan["undone"]
 
 
+@pytest.mark.slow
 def test_prerelease_is_native_and_untouched() -> None:
     f = findings(None)
     assert f["live_k_channel"] == "native"
@@ -67,6 +69,7 @@ def test_prerelease_is_native_and_untouched() -> None:
         assert f[key]["k_channel"] == "native" and f[key]["patched"] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", [sd.RELEASE, None])
 def test_acceptance_on_the_host_rejection_path(version: str | None) -> None:
     f = findings(version)
@@ -80,6 +83,7 @@ def test_acceptance_on_the_host_rejection_path(version: str | None) -> None:
     assert relaxed["relaxed_output"] == [[3, 2, 7], [1, 7, -1]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", [sd.RELEASE, None])
 def test_live_doctor_on_stubbed_import(version: str | None) -> None:
     f = findings(version)

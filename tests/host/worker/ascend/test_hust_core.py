@@ -41,6 +41,7 @@ def _sdist() -> str:
 
 
 # ---- the doctor on the released core ------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["draft", "eagle", "mtp"])
 def test_the_doctor_passes_on_the_released_core_through_vspecs_own_k_channel(
         method: str) -> None:
@@ -59,6 +60,7 @@ def test_the_doctor_passes_on_the_released_core_through_vspecs_own_k_channel(
         "vllm.v2_runner"].variant
 
 
+@pytest.mark.slow
 def test_the_installed_upstream_host_keeps_vllms_own_k_channel() -> None:
     pytest.importorskip("vllm")
     report = abi.check_static("eagle", True)
@@ -154,6 +156,7 @@ def _sync_frame(runner: Any, gamma: int) -> list[list[int]]:
 RUNNERS = ["vllm-hust core", "vllm-ascend 0.23"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", RUNNERS)
 def test_the_runner_alone_cannot_hand_a_gamma_below_max_k_to_the_scheduler(name: str) -> None:
     runner = _runner(name, wrapped=False)
@@ -163,6 +166,7 @@ def test_the_runner_alone_cannot_hand_a_gamma_below_max_k_to_the_scheduler(name:
             _sync_frame(runner, gamma)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", RUNNERS)
 def test_sync_frames_of_gamma_0_1_2_reach_the_scheduler_as_drafted(name: str) -> None:
     runner = _runner(name, wrapped=True)

@@ -180,6 +180,7 @@ def test_runner_checks_fail_closed() -> None:
                           SimpleNamespace(drafter=None, use_async_scheduling=True), ())
 
 
+@pytest.mark.slow
 def test_nothing_patched_without_options() -> None:
     runner = resolve(*MODEL_RUNNER)
     host.apply(Settings(method="eagle"))
@@ -187,6 +188,7 @@ def test_nothing_patched_without_options() -> None:
     assert not is_patched(runner, "shutdown")
 
 
+@pytest.mark.slow
 def test_patches_with_options_and_undo() -> None:
     runner = resolve(*MODEL_RUNNER)
     eagle = resolve("vllm.v1.spec_decode.eagle", "EagleProposer")
@@ -201,6 +203,7 @@ def test_patches_with_options_and_undo() -> None:
     assert is_patched(runner, "_bookkeeping_sync") and not is_patched(eagle, "propose")
 
 
+@pytest.mark.slow
 def test_apply_refuses_ngram_draft_traces_leaving_nothing_patched() -> None:
     from vllm import ModelRegistry
 

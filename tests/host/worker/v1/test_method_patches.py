@@ -34,6 +34,7 @@ def _rs_module() -> object:
     return rs
 
 
+@pytest.mark.slow
 def test_strict_patches_no_rejection_path_relaxed_patches_two() -> None:
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
@@ -54,6 +55,7 @@ def _greedy_meta(batch: int) -> SimpleNamespace:
                            temperature=torch.zeros(batch))
 
 
+@pytest.mark.slow
 def test_wrapper_wraps_the_real_function_and_relaxes_inside_a_verify_context() -> None:
     # vLLM's own greedy kernel only runs inside an engine (triton warm-up registration); the
     # e2e tests cover it. Here: the wrapper keeps the real function as its original and, in a
@@ -82,6 +84,7 @@ def test_wrapper_wraps_the_real_function_and_relaxes_inside_a_verify_context() -
     assert (relaxed != -1).sum() > (strict != -1).sum()
 
 
+@pytest.mark.slow
 def test_qwen2_eagle_registered_lazily_only_when_missing() -> None:
     from vllm import ModelRegistry
 

@@ -40,6 +40,7 @@ def _classes() -> tuple[Any, Any, Any]:
 ASKED = Settings(eagle_target_active_vocab_ids="/ids.json")  # read at KV-cache setup only
 
 
+@pytest.mark.slow
 def test_apply_patches_the_three_points_and_undo_restores() -> None:
     lp, ip, runner = _classes()
     host.apply(Settings())  # not asked: nothing on the request and step paths
@@ -77,6 +78,7 @@ def _make_lp(lp_cls: Any, vocab: int) -> Any:
         return lp_cls(vocab)
 
 
+@pytest.mark.slow
 def test_attach_restricts_the_real_logits_processor(tmp_path: Path) -> None:
     lp_cls, _, _ = _classes()
     host.apply(ASKED)
@@ -96,6 +98,7 @@ def test_attach_restricts_the_real_logits_processor(tmp_path: Path) -> None:
     assert torch.allclose(model.compute_logits(h), full)
 
 
+@pytest.mark.slow
 def test_attach_fails_closed(tmp_path: Path) -> None:
     lp_cls, _, _ = _classes()
     host.apply(ASKED)
