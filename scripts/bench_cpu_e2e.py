@@ -89,7 +89,8 @@ def bench_drafter(models: Path, drafter: str, reps: int, prompts: list[str],
     target = models / DRAFTERS[drafter]
     base = make_llm(target, None)
     settings = load_settings({"HUST_VSPEC_METHOD": "draft",
-                              "HUST_VSPEC_ADAPTIVE_ZERO_FAST_PATH": "1" if fast_path else "0",
+                              "HUST_VSPEC_ADAPTIVE_GAMMA0_MODE": "sticky" if fast_path
+                              else "sticky-spec",
                               **({"HUST_VSPEC_ADAPTIVE_TRACE": os.environ["BENCH_TRACE"]}
                                  if os.environ.get("BENCH_TRACE") else {})})
     host.apply(settings)
@@ -194,7 +195,7 @@ def main() -> int:
     add_load_arguments(parser, list(DRAFTERS), list(DRAFTERS))
     parser.add_argument("--no-fast-path", action="store_true",
                         help="keep vLLM's speculative path on gamma-0 steps "
-                             "(adaptive_zero_fast_path off), to measure what the fast path buys")
+                             "(adaptive_gamma0_mode sticky-spec), to measure what the fast path buys")
     parser.add_argument("--json", type=Path, metavar="PATH",
                         help="also write every repetition's tokens/s per drafter and arm, "
                              "the adaptive runs' steps per gamma and the start-up prior here")

@@ -99,7 +99,7 @@ def test_min_observations_is_a_profile_policy_knob_only() -> None:
     """As in the predecessor, the online policy does not wait for observations: a
     recorded adaptive_min_observations = 32 under online changes nothing."""
     default = _online()
-    knob = _online(adaptive_min_observations=32)
+    knob = _online(adaptive_tuning={"min_observations": 32})
     assert knob.config == default.config
     for ctrl in (default, knob):
         for _ in range(10):
@@ -110,7 +110,7 @@ def test_min_observations_is_a_profile_policy_knob_only() -> None:
 
 def test_min_observations_delays_an_arms_own_calibration(profile_path: str) -> None:
     default = _profile(profile_path)
-    knob = _profile(profile_path, adaptive_min_observations=5)
+    knob = _profile(profile_path, adaptive_tuning={"min_observations": 5})
     slow = 1.5 * default._times(BATCH)[2]
     # Same feedback, so the same acceptance and all-arms factor: only arm 2's own factor
     # (further toward 1.5 than the all-arms one) can tell the two apart.
@@ -132,11 +132,11 @@ def test_min_observations_delays_an_arms_own_calibration(profile_path: str) -> N
 def test_ewma_weight_sets_the_acceptance_half_life() -> None:
     assert halflife_from_ewma_weight(0.5) == pytest.approx(1.0)
     assert halflife_from_ewma_weight(0.001) == pytest.approx(math.log(0.5) / math.log(0.999))
-    assert _online(adaptive_ewma_weight=0.01).config.acceptance_halflife_requests == (
+    assert _online(adaptive_tuning={"ewma_weight": 0.01}).config.acceptance_halflife_requests == (
         pytest.approx(math.log(0.5) / math.log(0.99)))
     assert _online().config.acceptance_halflife_requests == 256.0  # unset: today's half-life
-    assert _profile_config(adaptive_ewma_weight=0.01).halflife_requests == pytest.approx(
-        math.log(0.5) / math.log(0.99))
+    assert _profile_config(adaptive_tuning={"ewma_weight": 0.01}).halflife_requests == (
+        pytest.approx(math.log(0.5) / math.log(0.99)))
 
 
 @pytest.mark.parametrize("policy", ["online", "profile"])
@@ -151,9 +151,9 @@ def test_ewma_weight_changes_how_fast_acceptance_is_forgotten(
     # At batch 32 the default half-life (256 requests) is 8 steps; 0.001 gives ~21.7 steps
     # and 1 the 4-step floor: 8 steps at the lower rate leave ~0.77, 0.5 and 0.25 of the
     # difference between the two rates in the estimate of p[0].
-    slow = _drop_acceptance(build(adaptive_ewma_weight=0.001))
+    slow = _drop_acceptance(build(adaptive_tuning={"ewma_weight": 0.001}))
     default = _drop_acceptance(build())
-    fast = _drop_acceptance(build(adaptive_ewma_weight=1.0))
+    fast = _drop_acceptance(build(adaptive_tuning={"ewma_weight": 1.0}))
     assert slow == pytest.approx(0.5 ** (8 / (math.log(0.5) / math.log(0.999) / BATCH)),
                                  rel=0.02)
     assert default == pytest.approx(0.5, rel=0.02)
@@ -165,7 +165,7 @@ def test_ewma_weight_changes_how_fast_acceptance_is_forgotten(
 
 def test_latency_calibration_off_trusts_the_profile(profile_path: str) -> None:
     on = _profile(profile_path)
-    off = _profile(profile_path, adaptive_latency_ewma_weight=0.0)
+    off = _profile(profile_path, adaptive_tuning={"latency_ewma_weight": 0.0})
     assert off.config.latency_calibration is False and on.config.latency_calibration
     before = off.predicted_goodput(BATCH)
     slow = 1.5 * on._times(BATCH)[2]
@@ -180,7 +180,7 @@ def test_latency_calibration_off_trusts_the_profile(profile_path: str) -> None:
 
 def test_latency_ewma_weight_sets_the_calibration_rate(profile_path: str) -> None:
     default = _profile(profile_path)
-    knob = _profile(profile_path, adaptive_latency_ewma_weight=0.5)
+    knob = _profile(profile_path, adaptive_tuning={"latency_ewma_weight": 0.5})
     assert knob.config.calibration_rate == 0.5
     slow = 1.5 * default._times(BATCH)[2]
     for ctrl in (default, knob):
@@ -191,7 +191,7 @@ def test_latency_ewma_weight_sets_the_calibration_rate(profile_path: str) -> Non
 
 def test_latency_knobs_are_ignored_by_the_online_policy() -> None:
     kwargs = controller_kwargs(
-        Settings(adaptive_speculation=True, adaptive_latency_ewma_weight=0.5), 4)
+        Settings(adaptive_speculation=True, adaptive_tuning={"latency_ewma_weight": 0.5}), 4)
     assert "calibration_rate" not in kwargs and "latency_calibration" not in kwargs
     assert isinstance(build_controller("online", **kwargs), OnlineController)
 
@@ -200,7 +200,8 @@ def test_latency_knobs_are_ignored_by_the_online_policy() -> None:
 
 
 def test_warmup_return_incumbent_keeps_the_initial_gamma_against_near_ties() -> None:
-    assert _online(adaptive_online_warmup_return="incumbent").warmup_return == "incumbent"
+    incumbent = _online(adaptive_tuning={"online_warmup_return": "incumbent"})
+    assert incumbent.warmup_return == "incumbent"
     assert _online().warmup_return == "best"
 
     def run(**fields: Any) -> list[int]:
@@ -214,7 +215,7 @@ def test_warmup_return_incumbent_keeps_the_initial_gamma_against_near_ties() -> 
         return out
 
     best = run()
-    incumbent = run(adaptive_online_warmup_return="incumbent")
+    incumbent = run(adaptive_tuning={"online_warmup_return": "incumbent"})
     # the initial gamma is 4: 'best' leaves it on a draw, 'incumbent' only for a sure winner
     assert incumbent.count(4) > best.count(4)
     assert incumbent.count(4) >= 70
@@ -224,7 +225,7 @@ def test_warmup_return_incumbent_keeps_the_initial_gamma_against_near_ties() -> 
 
 
 def test_window_and_exploration_reach_the_online_controller() -> None:
-    ctrl = _online(adaptive_online_window=7, adaptive_exploration=0.0)
+    ctrl = _online(adaptive_tuning={"online_window": 7}, adaptive_exploration=0.0)
     assert ctrl.config.window == 7 and ctrl.config.exploration == 0.0
     assert _online().config.exploration == 1.0
     for _ in range(20):

@@ -72,18 +72,18 @@ def test_knobs_mean_what_they_meant_in_0_14_3() -> None:
             base.config.window, base.config.warmup_samples, base.config.max_gamma_step,
             base.config.ewma_weight) == (4, 0.05, 0.01, 32, 1, 1, 0.1)
     assert base.config.initial_gamma == 2 and base.decide(8, 0) == 2
-    tuned = _ucb(Settings(adaptive_policy="ucb1", method="eagle3", adaptive_async=True,
-                          adaptive_online_window=16, adaptive_exploration=0.15,
-                          adaptive_online_warmup_samples=4, adaptive_hysteresis=0.2,
-                          adaptive_control_interval=2, adaptive_ewma_weight=0.3,
-                          adaptive_online_warmup_return="incumbent"), 6)
+    tuned = _ucb(Settings(adaptive_policy="ucb1", method="eagle3", async_scheduling=True,
+                          adaptive_exploration=0.15, adaptive_tuning={
+                              "online_window": 16, "online_warmup_samples": 4,
+                              "hysteresis": 0.2, "control_interval": 2, "ewma_weight": 0.3,
+                              "online_warmup_return": "incumbent"}), 6)
     cfg = tuned.config
     assert (cfg.window, cfg.exploration, cfg.warmup_samples, cfg.hysteresis,
             cfg.control_interval, cfg.ewma_weight, cfg.warmup_return) == (
         16, 0.15, 4, 0.2, 2, 0.3, "incumbent")
     assert (cfg.initial_gamma, cfg.probe_shared_cost_units, cfg.inflight_padding) == (5, 8.0, 1)
     mtp = _ucb(Settings(adaptive_policy="ucb1", method="mtp", adaptive_min_gamma=2,
-                        adaptive_gamma_stride=2, adaptive_max_gamma_step=2), 6)
+                        adaptive_tuning={"gamma_stride": 2, "max_gamma_step": 2}), 6)
     assert mtp.config.initial_gamma == 4 and mtp.config.gamma_stride == 2
 
 

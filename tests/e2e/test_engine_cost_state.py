@@ -27,7 +27,7 @@ def _lifetime(tmp_path: Path, state: Path, trace: Path, profile: bool = False,
     # preference order is tests/e2e/test_engine_startup_calibration.py's
     with (
         es.vspec(method="draft", adaptive_state_path=str(state), adaptive_trace=str(trace),
-                 adaptive_startup_profile=profile, adaptive_startup_calibration=False),
+                 adaptive_startup="profile" if profile else "off"),
         es.engine(es.model("target-deep"), spec, **engine_kwargs) as llm,
     ):
         es.generate(llm, es.PROMPTS, 96)

@@ -102,8 +102,8 @@ def test_sticky_gamma0_skips_drafter_then_resumes(
     # 2, 2, then 0 (pins the first cohort), then max for the rest.
     with es.vspec(
         controller=lambda k: es.ScriptedController([2, 2, 0, MAX_K], k, repeat=False),
-        method="draft", adaptive_gamma0_mode="sticky", adaptive_trace=str(trace),
-        adaptive_zero_fast_path=fast,
+        method="draft", adaptive_gamma0_mode="sticky" if fast else "sticky-spec",
+        adaptive_trace=str(trace),
     ) as built, es.engine(models["target"], _spec(models["draft"]), max_num_seqs=4) as llm:
         calls = es.count_propose_calls(llm)
         out = es.generate(llm)

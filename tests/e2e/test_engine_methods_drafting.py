@@ -62,7 +62,7 @@ def test_entropy_stop_with_online_controller(reference: list[list[int]], tmp_pat
         # and explores, so there are speculative steps to truncate (from a prior it pins 0
         # within a few steps here)
         es.vspec(method="eagle", confidence_stop=True, adaptive_trace=str(trace),
-                 adaptive_startup_profile=False, adaptive_startup_calibration=False),
+                 adaptive_startup="off"),
         es.engine(es.model("target"), spec, max_num_seqs=8) as llm,
     ):
         out = es.generate(llm)

@@ -71,7 +71,7 @@ def test_a_scheduler_that_skips_the_lookup_fails_closed() -> None:
         pass
     # without one, the first served step
     with (
-        es.vspec(method="draft", adaptive_startup_calibration=False),
+        es.vspec(method="draft", adaptive_startup="profile"),
         es.engine(target, spec, scheduler_cls="_schedulers.NoLookupScheduler") as llm,
         pytest.raises(Exception, match="dynamic_sd_lookup"),
     ):

@@ -87,7 +87,7 @@ def test_a_fresh_engine_times_real_steps_of_every_batch_and_arm(tmp_path: Path) 
 
 def test_no_calibration_when_turned_off(tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
-    hook, _, _ = _run(trace, adaptive_startup_calibration=False)
+    hook, _, _ = _run(trace, adaptive_startup="profile")
     assert hook.cost_prior is not None and hook.cost_prior.source == "start-up profile"
     assert es.read_trace_lines(trace)[0]["prior"] == "start-up profile"
 

@@ -22,8 +22,8 @@ SEQS = 8
 def _run(trace: Path, target: str, drafter: str, **fields: object) -> object:
     spec = {"method": "draft_model", "model": es.model(drafter), "num_speculative_tokens": MAX_K}
     with (
-        es.vspec(method="draft", adaptive_trace=str(trace), adaptive_startup_calibration=False,
-                 **fields),
+        es.vspec(method="draft", adaptive_trace=str(trace),
+                 **{"adaptive_startup": "profile", **fields}),
         es.engine(es.model(target), spec, max_num_seqs=SEQS) as llm,
     ):
         out = es.generate(llm, es.PROMPTS, 48)
@@ -53,6 +53,6 @@ def test_a_fresh_engine_times_every_batch_and_gamma_and_starts_from_them(
 
 def test_no_profile_when_turned_off(tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
-    hook, _ = _run(trace, "target", "draft-noise-medium", adaptive_startup_profile=False)
+    hook, _ = _run(trace, "target", "draft-noise-medium", adaptive_startup="off")
     assert hook.cost_prior is None
     assert es.read_trace_lines(trace)[0]["prior"] == "none"

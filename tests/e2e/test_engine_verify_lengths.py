@@ -89,8 +89,8 @@ def test_the_per_request_policy_trims_hot_requests_and_keeps_greedy_outputs(
             "num_speculative_tokens": MAX_K}
     with (
         # from the dummy-batch profile, as the docstring says (not the calibration)
-        es.vspec(method="draft", adaptive_per_request_lengths=True, adaptive_trace=str(trace),
-                 adaptive_min_gamma=1, adaptive_startup_calibration=False),
+        es.vspec(method="draft", per_request_lengths=True, adaptive_trace=str(trace),
+                 adaptive_min_gamma=1, adaptive_startup="profile"),
         es.engine(target, spec) as llm,
     ):
         got = [greedy(llm.generate(prompts, params)) for _ in range(3)]

@@ -105,7 +105,7 @@ def test_dry_run_every_preset(
         sizes = set(cc["cudagraph_capture_sizes"])
         gammas = range(settings.adaptive_min_gamma if settings.adaptive_speculation
                        else settings.effective_gamma(), settings.effective_gamma() + 1,
-                       settings.adaptive_gamma_stride)
+                       settings.tuning("gamma_stride"))
         # every candidate gamma's verify width at batch 1 has a graph
         assert {1 + g for g in gammas} <= sizes
 

@@ -5,6 +5,7 @@ lists exactly the table."""
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from vllm_hust_vspec.cli.launch import build_parser
 from vllm_hust_vspec.cli.options import cli_values
 from vllm_hust_vspec.settings import OPTIONS_BY_NAME, resolve_settings
+from vllm_hust_vspec.settings.fields import TUNING
 from vllm_hust_vspec.settings.legacy import LEGACY, LEGACY_BY_NAME, migration_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,12 +51,17 @@ def test_every_mapped_name_is_read_in_three_spellings(row: object, tmp_path: Pat
 
     assert isinstance(row, Legacy) and row.new is not None
     kind = row.read_kind()
-    sample = {"int": "3", "float": "0.5"}.get(kind)
-    if sample is not None:
+    tuning = TUNING.get(row.old.removeprefix("adaptive_")) if row.new == "adaptive_tuning" else None
+    sample = {"int": "2" if tuning else "3", "float": "0.5"}.get(kind)
+    if tuning is not None and tuning.choices:
+        sample = tuning.choices[-1]
+        raw, toml, argv = sample, f'"{sample}"', [row.flag, sample]
+    elif sample is not None:
         raw, toml, argv = sample, sample, [row.flag, sample]
     else:
         raw, toml, argv = {
-            "bool": (("1", "true", [row.flag]) if OPTIONS_BY_NAME[row.new].default is False
+            "bool": (("1", "true", [row.flag])
+                     if OPTIONS_BY_NAME[row.new].default is False or row.fallback
                      else ("0", "false", ["--no-" + row.flag[2:]])),
             "str": ("w8a16" if "quant" in row.old else "/ids.json",
                     '"w8a16"' if "quant" in row.old else '"/ids.json"',
@@ -73,6 +80,7 @@ def test_every_mapped_name_is_read_in_three_spellings(row: object, tmp_path: Pat
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[serve]\nmethod = "eagle"\n{row.old} = {toml}\n')
     got.append(resolve_settings(config=str(cfg), env={}))
-    values = {getattr(r.settings, row.new) for r in got}
+    values = {json.dumps(getattr(r.settings, row.new), sort_keys=True) for r in got}
     assert len(values) == 1
-    assert values != {getattr(resolve_settings(cli=base, env={}).settings, row.new)}
+    assert values != {json.dumps(getattr(resolve_settings(cli=base, env={}).settings, row.new),
+                                 sort_keys=True)}

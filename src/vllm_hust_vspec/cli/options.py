@@ -104,7 +104,7 @@ def describe_default(opt: OptionInfo) -> str:
         return "unset"
     if isinstance(opt.default, bool):
         return "on" if opt.default else "off"
-    if opt.default == []:
+    if opt.default in ([], {}):
         return "none"
     return str(opt.default)
 

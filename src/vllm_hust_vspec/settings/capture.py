@@ -49,7 +49,7 @@ def capture_plan(s: Settings) -> CapturePlan:
     """The capture plan for these settings (adaptive: every candidate gamma's width)."""
     gamma = s.effective_gamma()
     gammas = (
-        tuple(range(s.adaptive_min_gamma, gamma + 1, s.adaptive_gamma_stride))
+        tuple(range(s.adaptive_min_gamma, gamma + 1, int(s.tuning("gamma_stride"))))
         if s.adaptive_speculation else (gamma,)
     )
     max_seqs = s.max_num_seqs or DEFAULT_MAX_NUM_SEQS

@@ -6,7 +6,7 @@ import math
 import shlex
 from typing import Any
 
-from vllm_hust_vspec.settings.fields import METHOD_ALIASES, OptionInfo
+from vllm_hust_vspec.settings.fields import METHOD_ALIASES, TUNING, OptionInfo
 
 
 class SettingsError(ValueError):
@@ -25,6 +25,8 @@ def coerce(opt: OptionInfo, raw: Any, where: str) -> Any:
     """
     if isinstance(raw, str) and opt.optional and raw.strip().lower() in _NONE:
         return None
+    if opt.kind == "table":
+        return coerce_tuning(opt.name, raw, where)
     if opt.bare is not None and (isinstance(raw, bool) or (
             isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE)):
         # A switch-style value of a path option (the predecessor's boolean spelling).
@@ -45,6 +47,37 @@ def coerce(opt: OptionInfo, raw: Any, where: str) -> Any:
         if opt.maximum is not None and value > opt.maximum:
             raise SettingsError(f"{where}: {opt.name}={value} is above the maximum {opt.maximum}")
     return value
+
+
+def coerce_tuning(name: str, raw: Any, where: str) -> dict[str, Any]:
+    """Read ``adaptive_tuning``: a TOML table, or ``key=value,...`` (flags and environment).
+    Every key is checked before any model loads; a value "none" unsets the key (None)."""
+    if isinstance(raw, str):
+        pairs: dict[str, Any] = {}
+        for part in raw.replace(";", ",").split(","):
+            if not part.strip():
+                continue
+            key, sep, value = part.partition("=")
+            if not sep:
+                raise SettingsError(f"{where}: {name} takes key=value pairs, got {part!r}"
+                                    f" (keys: {', '.join(TUNING)})")
+            pairs[key.strip()] = value.strip()
+        raw = pairs
+    if not isinstance(raw, dict):
+        raise SettingsError(f"{where}: {name} must be a table of key = value (keys:"
+                            f" {', '.join(TUNING)}), got {raw!r}")
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        spec = TUNING.get(key)
+        if spec is None:
+            raise SettingsError(f"{where}: {name} has no key {key!r}; allowed keys:"
+                                f" {', '.join(TUNING)}")
+        opt = OptionInfo(name=f"{name}.{key}", kind=spec.kind, optional=True,
+                         default=spec.default, help=spec.help, group="adaptive",
+                         choices=spec.choices, minimum=spec.minimum, maximum=spec.maximum,
+                         metavar=None)
+        out[key] = coerce(opt, value, where)
+    return out
 
 
 def _convert(opt: OptionInfo, raw: Any, where: str) -> Any:
@@ -112,6 +145,8 @@ def render_env_value(value: Any) -> str:
         return "none"
     if isinstance(value, bool):
         return "1" if value else "0"
+    if isinstance(value, dict):
+        return ",".join(f"{k}={render_env_value(v)}" for k, v in sorted(value.items()))
     if isinstance(value, list):
         if all(isinstance(x, int) and not isinstance(x, bool) for x in value) and value:
             return ",".join(str(x) for x in value)

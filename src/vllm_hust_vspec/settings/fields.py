@@ -20,6 +20,53 @@ METHOD_ALIASES = {"draft_model": "draft", "qwen3_5_mtp": "mtp", "eagle-3": "eagl
 DEFAULT_GAMMA = {"mtp": 6}
 FALLBACK_GAMMA = 4
 
+GAMMA0_MODES = ("sticky", "sticky-spec", "sync")
+
+
+@dataclass(frozen=True)
+class TuningKey:
+    """One key of ``adaptive_tuning``: its type, default, range and which policies read it."""
+
+    kind: str  # "int" | "float" | "str"
+    help: str
+    default: Any = None
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] | None = None
+
+
+ALL_POLICIES = "all policies"
+# adaptive_tuning's keys (0.14.3's adaptive_<key> flags set one each: settings/legacy.py).
+TUNING: dict[str, TuningKey] = {
+    "control_interval": TuningKey("int", "steps between decisions", minimum=1),
+    "hysteresis": TuningKey("float", "relative gain needed to switch arms, 0..1",
+                            minimum=0.0, maximum=1.0),
+    "gamma_stride": TuningKey(
+        "int", "play only gammas adaptive_min_gamma + k * stride, default 1 (2 gives the"
+        " predecessor's MTP2 budgets 2/4/6; gamma minus adaptive_min_gamma must be a"
+        " multiple)", default=1, minimum=1),
+    "max_gamma_step": TuningKey("int", "largest gamma change per decision", minimum=1),
+    "online_window": TuningKey("int", "steady samples per arm kept for the measured goodput"
+                               " (online: in reports only; decisions use the posteriors)",
+                               minimum=1),
+    "online_warmup_samples": TuningKey("int", "steady samples discarded before learning step"
+                                       " costs", minimum=0),
+    "online_warmup_return": TuningKey(
+        "str", "online and ucb1: 'best' (default) may leave the initial gamma on the first"
+        " decision the posterior favours another arm, 'incumbent' keeps it until the posterior"
+        " says, with probability 0.9, that another arm beats it", default="best",
+        choices=("best", "incumbent")),
+    "min_observations": TuningKey("int", "profile: steady samples an arm needs in a batch"
+                                  " bucket before it is compared by its own measurements",
+                                  minimum=1),
+    "ewma_weight": TuningKey("float", "weight of the newest step in the acceptance estimate"
+                             " (0..1]; half-life ln(0.5)/ln(1-w) requests",
+                             minimum=0.001, maximum=1.0),
+    "latency_ewma_weight": TuningKey("float", "profile: weight of the newest step in the"
+                                     " online correction of the offline latency model, 0..1;"
+                                     " 0 trusts the profile as is", minimum=0.0, maximum=1.0),
+}
+
 def _opt(
     default: Any,
     help: str,
@@ -48,6 +95,8 @@ def _opt(
     }
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata=meta)
     return field(default=default, metadata=meta)
 
 @dataclass(frozen=True)
@@ -185,27 +234,6 @@ class Settings:
         0, "Lowest gamma the controller may pick (0 lets it switch speculation off).",
         group="adaptive", minimum=0, maximum=32,
     )
-    adaptive_control_interval: int | None = _opt(
-        None, "Steps between decisions (default: controller's).", group="adaptive", minimum=1
-    )
-    adaptive_hysteresis: float | None = _opt(
-        None, "Relative gain needed to switch arms (default: controller's).",
-        group="adaptive", minimum=0.0, maximum=1.0,
-    )
-    adaptive_gamma_stride: int = _opt(
-        1, "Play only gammas adaptive_min_gamma + k * stride (2 gives the predecessor's MTP2"
-        " budgets 2/4/6); gamma minus adaptive_min_gamma must be a multiple.",
-        group="adaptive", minimum=1,
-    )
-    adaptive_max_gamma_step: int | None = _opt(
-        None, "Largest gamma change per decision (default: controller's).",
-        group="adaptive", minimum=1,
-    )
-    adaptive_online_window: int | None = _opt(
-        None, "Online policy: steady samples per arm kept for the measured goodput in its "
-        "reports (default: controller's; decisions use the posteriors).",
-        group="adaptive", minimum=1,
-    )
     adaptive_exploration: float | None = _opt(
         None, "How much the online policies try arms their data does not favour, in UCB1's "
         "unit: policy ucb1 uses it as its exploration coefficient; policy online draws at "
@@ -213,19 +241,12 @@ class Settings:
         "explores nothing (the posterior mean, the best measured arm).", group="adaptive",
         minimum=0.0, maximum=1.0,
     )
-    adaptive_online_warmup_samples: int | None = _opt(
-        None, "Steady samples discarded before learning step costs (default: "
-        "controller's).", group="adaptive",
-        minimum=0,
-    )
     adaptive_gamma0_mode: str = _opt(
-        "sticky", "At gamma 0: 'sticky' skips drafting until the cohort ends; 'sync' keeps a "
-        "shadow draft so speculation can resume.", group="adaptive", choices=("sticky", "sync"),
-    )
-    adaptive_zero_fast_path: bool = _opt(
-        True, "In sticky gamma-0 steps with no drafts to verify, run the target like a "
-        "target-only engine (plain sampler, no spec metadata). Off: keep vLLM's speculative "
-        "path on every step.", group="adaptive",
+        "sticky", "At gamma 0: 'sticky' skips drafting until the cohort ends and runs such"
+        " steps with no drafts to verify like a target-only engine (plain sampler, no spec"
+        " metadata); 'sticky-spec' skips drafting but keeps vLLM's speculative path on every"
+        " step; 'sync' keeps a shadow draft so speculation can resume.", group="adaptive",
+        choices=GAMMA0_MODES,
     )
     adaptive_refill_batch: int = _opt(
         0, "Cohort refill: hold waiting requests until a cohort of this many can join (0: the"
@@ -250,49 +271,20 @@ class Settings:
         "restarted engine with the same host, models and batch settings starts from them.",
         group="adaptive", metavar="PATH",
     )
-    adaptive_startup_profile: bool = _opt(
-        True, "Time the runner's dummy batches at start-up (every power-of-two batch up to "
-        "max_num_seqs, every gamma; well under a second on small models, at most ~20 s) so a "
-        "fresh controller starts from step costs instead of exploring them. V1 runner; "
-        "a matching --adaptive-state-path is preferred.", group="adaptive",
+    adaptive_startup: str = _opt(
+        "both", "Start-up step costs for a fresh controller (a matching --adaptive-state-path"
+        " is preferred): 'profile' times the runner's dummy batches (every power-of-two batch"
+        " up to max_num_seqs, every gamma; V1 runner; at most ~20 s); 'calibration' times a few"
+        " real decode steps of vSpec's own random-token requests (every batch bucket, every"
+        " gamma, gamma 0 as the host plays it; online policy; at most ~30 s), which dummy"
+        " batches misprice; 'both' does both (calibration wins); 'off' explores the costs.",
+        group="adaptive", choices=("both", "calibration", "profile", "off"),
     )
-    adaptive_startup_calibration: bool = _opt(
-        True, "Before serving, time a few real decode steps of vSpec's own (random-token "
-        "requests at the middle of every batch bucket up to max_num_seqs (1, 3, 6, 12, ...), "
-        "every gamma, gamma 0 as the host plays it; a few seconds on small models, at most "
-        "~30 s; then aborted) so a fresh controller starts from real step costs, which "
-        "dummy batches misprice. Online policy; a matching --adaptive-state-path is "
-        "preferred.", group="adaptive",
-    )
-    adaptive_min_observations: int | None = _opt(
-        None, "Steady samples an arm needs in a batch-size bucket before the controller compares"
-        " it by its own measurements (default: controller's).", group="adaptive", minimum=1,
-    )
-    adaptive_ewma_weight: float | None = _opt(
-        None, "Weight of the newest step in the acceptance estimate (0..1]; sets the discount"
-        " half-life to ln(0.5)/ln(1-w) requests (default: controller's).", group="adaptive",
-        minimum=0.001, maximum=1.0,
-    )
-    adaptive_latency_ewma_weight: float | None = _opt(
-        None, "Profile policy: weight of the newest step in the online correction of the"
-        " offline latency model from measured step times, 0..1 (default: controller's); 0"
-        " trusts the profile as is.", group="adaptive", minimum=0.0, maximum=1.0,
-    )
-    adaptive_online_warmup_return: str = _opt(
-        "best", "Online policy: 'best' may leave the initial gamma on the first decision the"
-        " posterior favours another arm; 'incumbent' keeps it until the posterior says, with"
-        " probability 0.9, that another arm beats it.", group="adaptive",
-        choices=("best", "incumbent"),
-    )
-    adaptive_full_graph: bool = _opt(
-        False, "Graphs for every candidate gamma: FULL graph mode with every verify width in"
-        " the capture sizes (sets graph_mode full-and-piecewise unless one is given). CPU hosts"
-        " run eager.",
-        group="adaptive",
-    )
-    adaptive_async: bool = _opt(
-        False, "Async scheduling with dynamic gamma (sets async_scheduling). CPU hosts force"
-        " synchronous scheduling.", group="adaptive",
+    adaptive_tuning: dict[str, Any] = _opt(
+        {}, "The controller's tuning knobs, key=value,... (a TOML table under [serve"
+        ".adaptive_tuning] or an inline table); unset keys keep the policy's defaults. Keys: "
+        + "; ".join(f"{k} ({t.help})" for k, t in TUNING.items()) + ".",
+        group="adaptive", metavar="KEY=VALUE,...",
     )
 
     # --- acceptance (relaxed modes change outputs; opt-in) -------------------------------
@@ -370,7 +362,7 @@ class Settings:
         False, "Cut each request's draft at its first low-confidence position.",
         group="draft",
     )
-    adaptive_per_request_lengths: bool = _opt(
+    per_request_lengths: bool = _opt(
         False, "Verify a different number of drafts per request, by how likely each request's "
         "drafts survive (its own acceptance history) against the learned cost of a verified "
         "token; only while requests differ beyond chance. Outputs unchanged. Needs "
@@ -434,6 +426,30 @@ class Settings:
         group="ascend",
     )
 
+    def tuning(self, key: str) -> Any:
+        """An ``adaptive_tuning`` value, or its default (None: the policy's own)."""
+        return self.adaptive_tuning.get(key, TUNING[key].default)
+
+    def sticky_zero(self) -> bool:
+        """True when gamma 0 skips drafting until the cohort ends (modes sticky*)."""
+        return self.adaptive_gamma0_mode != "sync"
+
+    def zero_fast_path(self) -> bool:
+        """True when sticky gamma-0 steps run like a target-only engine (mode sticky)."""
+        return self.adaptive_gamma0_mode == "sticky"
+
+    def startup_profile(self) -> bool:
+        """Whether the runner's dummy batches are timed at start-up."""
+        return self.adaptive_startup in ("both", "profile")
+
+    def startup_calibration(self) -> bool:
+        """Whether real decode steps are timed before serving."""
+        return self.adaptive_startup in ("both", "calibration")
+
+    def without_startup_profile(self) -> str:
+        """adaptive_startup with the dummy-batch profile dropped."""
+        return "calibration" if self.startup_calibration() else "off"
+
     def effective_gamma(self) -> int:
         """The gamma upper bound, applying the method default when unset."""
         if self.gamma is not None:
@@ -489,7 +505,7 @@ class OptionInfo:
     """Metadata of one option, read from the Settings field."""
 
     name: str
-    kind: str  # "bool" | "int" | "float" | "str" | "list" | "ints"
+    kind: str  # "bool" | "int" | "float" | "str" | "list" | "ints" | "table"
     optional: bool
     default: Any
     help: str
@@ -521,7 +537,7 @@ def _kind(annotation: str) -> tuple[str, bool]:
     optional = "None" in annotation
     base = annotation.replace(" | None", "").strip()
     kind = {"bool": "bool", "int": "int", "float": "float", "str": "str", "list[str]": "list",
-            "list[int]": "ints"}
+            "list[int]": "ints", "dict[str, Any]": "table"}
     return kind[base], optional
 
 def options() -> tuple[OptionInfo, ...]:

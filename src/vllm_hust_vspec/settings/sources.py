@@ -59,6 +59,9 @@ class Layer:
     # 0.14.3's names whose value vSpec refuses: old name -> (value as an env string, message)
     refused: dict[str, tuple[str, str]] = field(default_factory=dict)
     legacy_seen: set[str] = field(default_factory=set)  # 0.14.3's names this layer gives
+    # 0.14.3's switches of host options (settings/legacy.py fallback rows): option ->
+    # (value or DROP, where); settings/build.py applies them where no source sets the option
+    fallbacks: dict[str, tuple[Any, str]] = field(default_factory=dict)
 
     def refused_or_cleared(self) -> set[str]:
         """0.14.3's names this layer sets (a later accepted value clears an earlier refusal)."""
@@ -77,15 +80,23 @@ class Layer:
                                       else str(raw), str(exc))
                 return True
             if mapped is not None:
-                self.values[mapped[0]] = mapped[1]
-                self.origins[mapped[0]] = where
+                if LEGACY_BY_NAME[name].fallback:
+                    self.fallbacks[mapped[0]] = (mapped[1], where)
+                else:
+                    self.set(mapped[0], mapped[1], where)
             return True
         opt = OPTIONS_BY_NAME.get(name)
         if opt is None:
             return False
-        self.values[opt.name] = coerce(opt, raw, where)
-        self.origins[opt.name] = where
+        self.set(opt.name, coerce(opt, raw, where), where)
         return True
+
+    def set(self, name: str, value: Any, where: str) -> None:
+        """Set a typed value; a table (adaptive_tuning) merges key by key."""
+        if isinstance(value, dict):
+            value = {**self.values.get(name, {}), **value}
+        self.values[name] = value
+        self.origins[name] = where
 
 
 def read_toml_layer(path: str | os.PathLike[str], label: str, *, base_of: Path | None = None
@@ -152,7 +163,9 @@ def _inherit(p: Path, data: dict[str, Any], label: str, base_of: Path | None) ->
     own = read_toml_layer_data(p, {k: v for k, v in data.items() if k != BASE_KEY}, label)
     return Layer(
         name=f"{label} {p} (on {name})",
-        values={**base.values, **own.values},
+        values={**base.values, **own.values,
+                **{k: {**base.values[k], **v} for k, v in own.values.items()
+                   if isinstance(v, dict) and isinstance(base.values.get(k), dict)}},
         origins={**{k: f"{v} (base of {p.name})" for k, v in base.origins.items()},
                  **own.origins},
         env={**base.env, **own.env},
@@ -161,6 +174,7 @@ def _inherit(p: Path, data: dict[str, Any], label: str, base_of: Path | None) ->
         refused={**{k: v for k, v in base.refused.items() if k not in own.legacy_seen},
                  **own.refused},
         legacy_seen=base.legacy_seen | own.legacy_seen,
+        fallbacks={**base.fallbacks, **own.fallbacks},
     )
 
 

@@ -79,7 +79,7 @@ class Scenario:
     # (seeded per run: what the host's steps vary by beyond the jitter, e.g. load moving within a
     # round). The host runs it by default, so a scenario file without the key gets 0.0; ``null``: no
     # calibration (a host where it cannot run: data-parallel, a KV connector, diagnostic traces, or
-    # --no-adaptive-startup-calibration), the start-up profile, if any, is the prior.
+    # --adaptive-startup profile|off), the start-up profile, if any, is the prior.
     startup_calibration: float | None = 0.0
     source: str = field(default="<memory>", compare=False)
 

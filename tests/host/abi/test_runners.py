@@ -16,8 +16,7 @@ from vllm_hust_vspec.settings import Settings  # noqa: E402
 
 # Options realised by worker-side patches of the V1 runner, with a value that asks for them.
 WORKER_OPTIONS: dict[str, Any] = {
-    "adaptive_gamma0_mode": "sticky",
-    "adaptive_zero_fast_path": True,
+    "adaptive_gamma0_mode": "sticky-spec",  # sticky without the fast path (V2: native)
     "confidence_stop": True,
     "eagle_draft_active_vocab_size": 100,
     "eagle_draft_lm_head_quant": "w8a8",
@@ -29,7 +28,8 @@ WORKER_OPTIONS: dict[str, Any] = {
     "eagle_target_argmax_trace_path": "/tmp/argmax.jsonl",
     "eagle_target_active_vocab_ids": "/tmp/ids.json",
 }
-# Options Model Runner V2 honours through host/worker/v2/runner.py (tests/host/test_runner_v2.py
+# Options Model Runner V2 honours through host/worker/v2/runner.py
+# (tests/host/worker/v2/test_runner_v2.py
 # runs
 # those patches on V2's real classes).
 NATIVE_ON_V2 = {"adaptive_gamma0_mode", "confidence_accept_margin", "eagle_relaxed_accept_topk",
@@ -64,8 +64,7 @@ def test_everything_applies_on_v1() -> None:
 
 @pytest.mark.parametrize("name", sorted(set(WORKER_OPTIONS) - NATIVE_ON_V2))
 def test_no_worker_feature_is_silently_dropped_on_v2(name: str) -> None:
-    method = "draft" if name == "adaptive_zero_fast_path" else "eagle"
-    s = Settings(method=method, **{name: WORKER_OPTIONS[name]})
+    s = Settings(method="eagle", **{name: WORKER_OPTIONS[name]})
     result = runners.plan(s, runners.V2)
     changed = result.settings != s
     assert result.errors or (result.warnings and changed), name
@@ -74,8 +73,9 @@ def test_no_worker_feature_is_silently_dropped_on_v2(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(NATIVE_ON_V2))
 def test_what_v2_honours_natively_is_kept(name: str) -> None:
     for method in ("draft", "eagle"):
-        s = Settings(method=method, adaptive_zero_fast_path=False,
-                     adaptive_startup_profile=False, **{name: WORKER_OPTIONS[name]})
+        s = Settings(method=method, **{"adaptive_gamma0_mode": "sticky-spec",
+                                       "adaptive_startup": "calibration",
+                                       name: WORKER_OPTIONS[name]})
         result = runners.plan(s, runners.V2, config(v2=True))
         assert result.settings == s and not result.errors and not result.warnings, method
 
@@ -83,7 +83,8 @@ def test_what_v2_honours_natively_is_kept(name: str) -> None:
 def test_v2_keeps_sticky_and_refuses_what_it_cannot_honour() -> None:
     s = Settings(method="eagle", eagle_relaxed_accept_topk=2, eagle_draft_trace=True)
     result = runners.plan(s, runners.V2)
-    assert result.settings.adaptive_gamma0_mode == "sticky"
+    assert result.settings.adaptive_gamma0_mode == "sticky-spec"  # no fast path on V2
+    assert any("fast path" in w for w in result.warnings)
     assert not any("sticky gamma 0" in w for w in result.warnings)
     assert len(result.errors) == 1  # relaxed acceptance applies (host/worker/v2/acceptance.py)
     with pytest.raises(runners.RunnerFeatureError) as err:
@@ -112,25 +113,26 @@ def test_the_confidence_stop_on_v2_needs_eager_drafting_except_for_a_draft_model
 
 
 def test_draft_model_gamma_applies_on_v2() -> None:
-    result = runners.plan(Settings(method="draft", adaptive_zero_fast_path=False,
-                                   adaptive_startup_profile=False), runners.V2, config(v2=True))
+    result = runners.plan(Settings(method="draft", adaptive_gamma0_mode="sticky-spec",
+                                   adaptive_startup="calibration"), runners.V2, config(v2=True))
     assert not result.errors and not result.warnings
 
 
 @pytest.mark.parametrize("runner", [runners.V2, runners.ASCEND])
 def test_the_startup_profile_is_turned_off_with_a_warning_off_the_v1_runner(runner: str) -> None:
-    s = Settings(method="draft", adaptive_zero_fast_path=False)
-    assert s.adaptive_startup_profile  # on by default
+    s = Settings(method="draft", adaptive_gamma0_mode="sticky-spec")
+    assert s.startup_profile()  # on by default
     result = runners.plan(s, runner)
-    assert not result.errors and not result.settings.adaptive_startup_profile
+    assert not result.errors and not result.settings.startup_profile()
+    assert result.settings.adaptive_startup == "calibration"
     assert any("start-up cost profile" in w for w in result.warnings)
-    assert runners.plan(s, runners.V1).settings.adaptive_startup_profile
+    assert runners.plan(s, runners.V1).settings.startup_profile()
 
 
 def test_multi_module_mtp_on_v2_warns_that_gamma_only_trims_verification() -> None:
     cfg = config(v2=True)
     cfg.speculative_config.use_multi_module_mtp = lambda: True
-    s = Settings(method="mtp", adaptive_zero_fast_path=False)
+    s = Settings(method="mtp", adaptive_gamma0_mode="sticky-spec")
     result = runners.plan(s, runners.V2, cfg)
     assert not result.errors
     assert any("MultiModuleMTPSpeculator" in w for w in result.warnings)
@@ -141,7 +143,7 @@ def test_multi_module_mtp_on_v2_warns_that_gamma_only_trims_verification() -> No
 
 def test_draft_head_options_on_v2_refuse_the_drafters_that_bypass_them() -> None:
     head = Settings(method="mtp", eagle_draft_active_vocab_size=100,
-                    adaptive_zero_fast_path=False)
+                    adaptive_gamma0_mode="sticky-spec")
     cfg = config(v2=True)
     assert not runners.plan(head, runners.V2, cfg).errors
     cfg.speculative_config.use_multi_module_mtp = lambda: True
@@ -163,8 +165,7 @@ def test_vllms_adaptive_verification_excludes_adaptive_gamma_on_v2() -> None:
 
 def test_ascend_keeps_sticky_but_not_the_fast_path() -> None:
     result = runners.plan(Settings(method="eagle"), runners.ASCEND)
-    assert result.settings.adaptive_gamma0_mode == "sticky"
-    assert result.settings.adaptive_zero_fast_path is False
+    assert result.settings.adaptive_gamma0_mode == "sticky-spec"  # sticky, no fast path
     assert any("NPUModelRunner" in w for w in result.warnings)
 
 
@@ -200,7 +201,7 @@ def test_sticky_under_async_without_vllms_k_channel_keeps_the_first_draft_pass(
     cfg = config()
     cfg.scheduler_config = SimpleNamespace(async_scheduling=True)
     assert runners.plan(Settings(method="eagle"), runners.V1, cfg).settings \
-        .adaptive_gamma0_mode == "sticky"  # vLLM 0.32 has the channel
+        .adaptive_gamma0_mode == "sticky-spec"  # vLLM 0.32 has the channel (no fast path)
     monkeypatch.setattr(host_facts, "host_has_k_channel", lambda: False)
     result = runners.plan(Settings(method="eagle"), runners.V1, cfg)
     assert result.settings.adaptive_gamma0_mode == "sync"
@@ -212,8 +213,8 @@ def test_lockstep_data_parallel_agrees_on_v1_and_is_refused_elsewhere() -> None:
     assert v1.errors == ()
     # nothing may run (or skip) a drafter pass the other ranks do not
     assert v1.settings.adaptive_gamma0_mode == "sync"
-    assert not v1.settings.adaptive_zero_fast_path
-    assert not v1.settings.adaptive_startup_profile
+    assert not v1.settings.zero_fast_path()
+    assert not v1.settings.startup_profile()
     assert any("lockstep data parallel" in w for w in v1.warnings)
     for runner in (runners.V2, runners.ASCEND):
         result = runners.plan(Settings(method="eagle"), runner, config(dp=2))
@@ -272,7 +273,7 @@ def test_async_scheduling_refuses_the_confidence_stop_and_downgrades_the_fast_pa
     result = runners.plan(stop, runners.V1, cfg)
     assert any("async scheduling" in e and "confidence stop" in e for e in result.errors)
     plain = runners.plan(Settings(method="eagle"), runners.V1, cfg)
-    assert not plain.errors and plain.settings.adaptive_zero_fast_path is False
+    assert not plain.errors and plain.settings.adaptive_gamma0_mode == "sticky-spec"
     assert any("fast path" in w for w in plain.warnings)
     cfg.scheduler_config.async_scheduling = False
     assert runners.plan(stop, runners.V1, cfg).errors == ()

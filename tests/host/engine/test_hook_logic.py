@@ -528,7 +528,7 @@ def test_after_a_step_that_skipped_the_drafter_no_worker_is_asked_for_drafts() -
     post_step(core, True)  # and the switches back: skipped again
     assert core.calls == 4
     # without the zero-draft fast path (a runner that may still draft) vLLM asks the worker
-    hook.settings = Settings(adaptive_gamma0_mode="sticky", adaptive_zero_fast_path=False)
+    hook.settings = Settings(adaptive_gamma0_mode="sticky-spec")
     step(0)
     post_step(core, True)
     assert core.calls == 5 and core.updates == []

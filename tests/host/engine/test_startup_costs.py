@@ -101,7 +101,7 @@ def _config(method: str = "draft_model", v2: bool = False) -> SimpleNamespace:
 def test_only_adaptive_engines_with_a_drafter_on_the_v1_runner_are_profiled() -> None:
     on = Settings(method="draft")
     assert startup_costs.wanted(on, _config())
-    assert not startup_costs.wanted(Settings(method="draft", adaptive_startup_profile=False),
+    assert not startup_costs.wanted(Settings(method="draft", adaptive_startup="calibration"),
                                     _config())
     assert not startup_costs.wanted(Settings(method="draft", adaptive_speculation=False),
                                     _config())

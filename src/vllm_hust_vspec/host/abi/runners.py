@@ -66,18 +66,17 @@ FEATURES: tuple[RunnerFeature, ...] = (
     ),
     RunnerFeature(
         "sticky gamma 0 (the drafter skipped while speculation is off)",
-        lambda s: s.adaptive_speculation and s.adaptive_gamma0_mode == "sticky",
+        lambda s: s.adaptive_speculation and s.sticky_zero(),
         {},  # V2: host/worker/v2/runner.py skips the speculator's propose on pinned steps
     ),
     RunnerFeature(
-        "the zero-draft fast path (--adaptive-zero-fast-path)",
-        lambda s: (s.adaptive_speculation and s.adaptive_gamma0_mode == "sticky"
-                   and s.adaptive_zero_fast_path),
+        "the zero-draft fast path (--adaptive-gamma0-mode sticky)",
+        lambda s: s.adaptive_speculation and s.zero_fast_path(),
         {ASCEND: "NPUModelRunner overrides execute_model and sample_tokens, which the fast "
                  "path wraps on the V1 runner",
          V2: "the fast path wraps the V1 runner's execute_model and sample_tokens (V2 takes "
              "its plain sampler on steps without drafts by itself)"},
-        downgrade=lambda s: dataclasses.replace(s, adaptive_zero_fast_path=False),
+        downgrade=lambda s: dataclasses.replace(s, adaptive_gamma0_mode="sticky-spec"),
         downgrade_note="sticky gamma-0 steps keep the speculative path (same outputs)",
     ),
     RunnerFeature(
@@ -109,20 +108,21 @@ FEATURES: tuple[RunnerFeature, ...] = (
          ASCEND: "NPUModelRunner computes the target's logits on its own path"},
     ),
     RunnerFeature(
-        "per-request verify lengths (--adaptive-per-request-lengths)",
-        lambda s: s.adaptive_speculation and s.adaptive_per_request_lengths,
+        "per-request verify lengths (--per-request-lengths)",
+        lambda s: s.adaptive_speculation and s.per_request_lengths,
         {V2: "they trim each request's drafts in the scheduler before it schedules them; "
              "whether Model Runner V2, which keeps drafts in its own device state, verifies "
              "exactly the trimmed drafts is not verified"},
     ),
     RunnerFeature(
-        "the start-up cost profile (--adaptive-startup-profile)",
-        lambda s: s.adaptive_speculation and s.adaptive_startup_profile,
+        "the start-up cost profile (--adaptive-startup both|profile)",
+        lambda s: s.adaptive_speculation and s.startup_profile(),
         {ASCEND: "it times the V1 GPUModelRunner's _dummy_run; NPUModelRunner's dummy runs "
                  "(ACL graph dispatch, MTP's own drafter path) were not verified for timing",
          V2: "it times the V1 runner's _dummy_run and proposer dummy_run, which Model Runner "
              "V2 does not have"},
-        downgrade=lambda s: dataclasses.replace(s, adaptive_startup_profile=False),
+        downgrade=lambda s: dataclasses.replace(
+            s, adaptive_startup=s.without_startup_profile()),
         downgrade_note="a fresh controller starts without a cost prior (learns the costs)",
     ),
     RunnerFeature(
@@ -206,13 +206,13 @@ def _async_scheduling(settings: Settings, vllm_config: Any, warnings: list[str],
             "drafts on the host before the scheduler reads them, which async scheduling skips; "
             "use --no-async-scheduling or drop the stop"
         )
-    if settings.adaptive_speculation and settings.adaptive_per_request_lengths:
+    if settings.adaptive_speculation and settings.per_request_lengths:
         errors.append(
-            "per-request verify lengths (--adaptive-per-request-lengths) with async "
+            "per-request verify lengths (--per-request-lengths) with async "
             "scheduling: they trim drafts on the host before the scheduler reads them, which "
             "async scheduling skips; use --no-async-scheduling or drop the option"
         )
-    if (settings.adaptive_speculation and settings.adaptive_gamma0_mode == "sticky"
+    if (settings.adaptive_speculation and settings.sticky_zero()
             and not host_facts.host_has_k_channel()):
         warnings.append(
             "sticky gamma 0 with async scheduling on a host without vLLM's K channel (the "
@@ -220,14 +220,13 @@ def _async_scheduling(settings: Settings, vllm_config: Any, warnings: list[str],
             "skipping it would leave the host's device-side draft bookkeeping unset"
         )
         settings = dataclasses.replace(settings, adaptive_gamma0_mode="sync")
-    if (settings.adaptive_speculation and settings.adaptive_gamma0_mode == "sticky"
-            and settings.adaptive_zero_fast_path):
+    if settings.adaptive_speculation and settings.zero_fast_path():
         warnings.append(
             "the zero-draft fast path is not available with async scheduling (draft "
             "placeholders are in flight); sticky gamma-0 steps keep the speculative path "
             "(same outputs)"
         )
-        settings = dataclasses.replace(settings, adaptive_zero_fast_path=False)
+        settings = dataclasses.replace(settings, adaptive_gamma0_mode="sticky-spec")
     return settings
 
 
@@ -246,12 +245,12 @@ def lockstep_dp(vllm_config: Any) -> bool:
 # What a lockstep rank cannot do alone: every step's drafter collectives must pair with the
 # other ranks', so nothing may run a drafter pass (or skip one) that its peers do not.
 _LOCKSTEP_DOWNGRADES: tuple[tuple[str, Callable[[Settings], bool], dict[str, Any], str], ...] = (
-    ("sticky gamma 0", lambda s: s.adaptive_gamma0_mode == "sticky",
-     {"adaptive_gamma0_mode": "sync", "adaptive_zero_fast_path": False},
+    ("sticky gamma 0", lambda s: s.sticky_zero(),
+     {"adaptive_gamma0_mode": "sync"},
      "gamma 0 keeps the drafter's first pass (sync mode), as the other ranks' dummy batches "
      "run it"),
-    ("the start-up cost profile", lambda s: s.adaptive_startup_profile,
-     {"adaptive_startup_profile": False},
+    ("the start-up cost profile", lambda s: s.startup_profile(),
+     {"adaptive_startup": lambda s: s.without_startup_profile()},
      "its timed dummy batches stop on a per-rank time budget; the controller learns the costs"),
 )
 
@@ -263,7 +262,8 @@ def _lockstep_dp(settings: Settings, vllm_config: Any, warnings: list[str]) -> S
         return settings
     for name, asked, changes, note in _LOCKSTEP_DOWNGRADES:
         if asked(settings):
-            settings = dataclasses.replace(settings, **changes)
+            settings = dataclasses.replace(settings, **{  # a callable: the value from settings
+                k: v(settings) if callable(v) else v for k, v in changes.items()})
             warnings.append(f"{name} is not available under lockstep data parallel "
                             f"(size {dp_size(vllm_config)}): {note}")
     return settings

@@ -26,17 +26,17 @@ ControllerFactory = Callable[[Any, int], Controller]
 # adaptive_exploration is in UCB1's unit: 0.01 (UCB1's default coefficient) draws the Thompson
 # samples at one posterior standard deviation (OnlineConfig.exploration, default 1).
 THOMPSON_WIDTH_PER_EXPLORATION = 100.0
-# Settings field -> keyword of adaptive.build_controller (OnlineConfig field names).
+# adaptive_tuning key -> keyword of adaptive.build_controller (OnlineConfig field names).
 _OVERRIDES = {
-    "adaptive_online_window": "window",
-    "adaptive_online_warmup_samples": "warmup_samples",
-    "adaptive_hysteresis": "hysteresis",
-    "adaptive_control_interval": "control_interval",
-    "adaptive_max_gamma_step": "max_gamma_step",
+    "online_window": "window",
+    "online_warmup_samples": "warmup_samples",
+    "hysteresis": "hysteresis",
+    "control_interval": "control_interval",
+    "max_gamma_step": "max_gamma_step",
 }
 # Knobs only the profile policy has (ProfileConfig field names).
 _PROFILE_OVERRIDES = {
-    "adaptive_latency_ewma_weight": "calibration_rate",
+    "latency_ewma_weight": "calibration_rate",
 }
 
 _factory_override: ControllerFactory | None = None
@@ -58,15 +58,14 @@ def takes_cost_prior(settings: Settings) -> bool:
             and settings.adaptive_policy == "online")
 
 
-# Settings -> UcbConfig fields (each knob means what it meant in 0.14.3).
+# adaptive_tuning key -> UcbConfig fields (each knob means what it meant in 0.14.3).
 _UCB_OVERRIDES = {
-    "adaptive_online_window": "window",
-    "adaptive_exploration": "exploration",
-    "adaptive_online_warmup_samples": "warmup_samples",
-    "adaptive_hysteresis": "hysteresis",
-    "adaptive_control_interval": "control_interval",
-    "adaptive_max_gamma_step": "max_gamma_step",
-    "adaptive_ewma_weight": "ewma_weight",
+    "online_window": "window",
+    "online_warmup_samples": "warmup_samples",
+    "hysteresis": "hysteresis",
+    "control_interval": "control_interval",
+    "max_gamma_step": "max_gamma_step",
+    "ewma_weight": "ewma_weight",
 }
 
 
@@ -89,16 +88,18 @@ def ucb_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
     settings under 0.14.3's meanings, its per-method starting gamma and probe cost, and one
     extra hold of a first visit under asynchronous scheduling (the in-flight frame)."""
     min_gamma = min(int(settings.adaptive_min_gamma or 0), max_gamma)
-    stride = settings.adaptive_gamma_stride
+    stride = int(settings.tuning("gamma_stride"))
     kwargs: dict[str, Any] = {"min_gamma": min_gamma, "max_gamma": max_gamma,
                               "algorithm": "ucb1"}
     if stride > 1:
         kwargs["gamma_stride"] = stride
-    for field_name, keyword in _UCB_OVERRIDES.items():
-        value = getattr(settings, field_name, None)
+    if settings.adaptive_exploration is not None:
+        kwargs["exploration"] = settings.adaptive_exploration
+    for key, keyword in _UCB_OVERRIDES.items():
+        value = settings.tuning(key)
         if value is not None:
             kwargs[keyword] = value
-    warmup_return = settings.adaptive_online_warmup_return or "best"
+    warmup_return = settings.tuning("online_warmup_return") or "best"
     if warmup_return != "best":
         kwargs["warmup_return"] = warmup_return
     anchor = _ucb_anchor(settings.method, range(min_gamma, max_gamma + 1, stride))
@@ -108,7 +109,7 @@ def ucb_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
         # a width change also rebinds EAGLE-3's graphs and recurrent state: 0.14.3 priced an
         # unplayed arm's shared cost at 8 drafter passes there (2 elsewhere)
         kwargs["probe_shared_cost_units"] = 8.0
-    if settings.adaptive_async:
+    if settings.async_scheduling:  # (0.14.3's --adaptive-async sets it)
         kwargs["inflight_padding"] = 1
     return kwargs
 
@@ -121,17 +122,17 @@ def controller_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
         "max_gamma": max_gamma,
         "profile_path": settings.adaptive_profile,
     }
-    if settings.adaptive_gamma_stride > 1:
-        kwargs["gamma_stride"] = settings.adaptive_gamma_stride
+    if int(settings.tuning("gamma_stride")) > 1:
+        kwargs["gamma_stride"] = int(settings.tuning("gamma_stride"))
     if settings.adaptive_exploration is not None and settings.adaptive_policy == "online":
         # (the profile policy does not explore, as in 0.14.3, which read it under UCB1 only)
         kwargs["exploration"] = settings.adaptive_exploration * THOMPSON_WIDTH_PER_EXPLORATION
-    for field_name, keyword in _OVERRIDES.items():
-        value = getattr(settings, field_name, None)
+    for key, keyword in _OVERRIDES.items():
+        value = settings.tuning(key)
         if value is not None:
             kwargs[keyword] = value
     policy = settings.adaptive_policy
-    ewma_weight = settings.adaptive_ewma_weight
+    ewma_weight = settings.tuning("ewma_weight")
     if ewma_weight is not None:
         # 0.14.3's knob, read by both policies in their own terms (docs/controller.md):
         # the online policy takes the acceptance half-life it means (same step clamp).
@@ -139,28 +140,29 @@ def controller_kwargs(settings: Settings, max_gamma: int) -> dict[str, Any]:
             kwargs["acceptance_halflife_requests"] = halflife_from_ewma_weight(ewma_weight)
         else:
             kwargs["ewma_weight"] = ewma_weight
-    calibrate = settings.adaptive_latency_ewma_weight != 0  # 0: trust the profile as is
-    profile_only = {k: getattr(settings, f, None) for f, k in _PROFILE_OVERRIDES.items()
+    calibrate = settings.tuning("latency_ewma_weight") != 0  # 0: trust the profile as is
+    profile_only = {k: settings.tuning(f) for f, k in _PROFILE_OVERRIDES.items()
                     if calibrate}
-    warmup_return = settings.adaptive_online_warmup_return or "best"
+    warmup_return = settings.tuning("online_warmup_return") or "best"
     if policy == "profile":
         kwargs.update({k: v for k, v in profile_only.items() if v is not None})
-        if settings.adaptive_min_observations is not None:
+        if settings.tuning("min_observations") is not None:
             # as in 0.14.3, only the profile policy waits for observations
-            kwargs["min_observations"] = settings.adaptive_min_observations
+            kwargs["min_observations"] = settings.tuning("min_observations")
         if not calibrate:
             kwargs["latency_calibration"] = False
     elif any(v is not None for v in profile_only.values()) or not calibrate:
         # The online policy measures step times directly: there is no model to calibrate.
-        logger.warning("vSpec: adaptive_latency_* options only apply to the profile policy; "
+        logger.warning("vSpec: adaptive_tuning latency_ewma_weight (0.14.3's"
+                       " adaptive_latency_*) only applies to the profile policy; "
                        "ignored by policy %r", policy)
     if policy == "online":
         if warmup_return != "best":
             kwargs["warmup_return"] = warmup_return
     elif warmup_return != "best":
-        logger.warning("vSpec: adaptive_online_warmup_return only applies to the online "
+        logger.warning("vSpec: adaptive_tuning online_warmup_return only applies to the online "
                        "policy; ignored by policy %r", policy)
-    if policy == "online" and settings.adaptive_gamma0_mode == "sticky":
+    if policy == "online" and settings.sticky_zero():
         # The host skips the drafter at a settled gamma 0: arm 0 costs a target-only step.
         kwargs["zero_skips_drafter"] = True
     return kwargs
@@ -188,7 +190,7 @@ def make_controller(settings: Settings, max_gamma: int,
     if cost_prior is not None:
         kwargs["cost_prior"] = cost_prior
     controller = build_controller(policy, **kwargs)
-    if settings.adaptive_per_request_lengths:
+    if settings.per_request_lengths:
         from vllm_hust_vspec.adaptive.verify_lengths import PerRequestController
 
         return PerRequestController(controller, kwargs["min_gamma"], max_gamma,

@@ -106,7 +106,7 @@ class SchedulerHook:
         self.settings = settings
         self.max_gamma = max_gamma
         self.adaptive = settings.adaptive_speculation
-        self.mode = settings.adaptive_gamma0_mode
+        self.mode = "sticky" if settings.sticky_zero() else "sync"
         self.token_budget = int(scheduler.max_num_scheduled_tokens)
         self._metrics = metrics
         self.guard = GuardedController(controller, max_gamma, self._fallback)
@@ -138,7 +138,7 @@ class SchedulerHook:
         nothing (the zero-draft fast path's runners); cleared on reading. No request of that
         step has drafts to fetch from the worker."""
         skipped, self._skipped = self._skipped, False
-        return skipped and self.settings.adaptive_zero_fast_path
+        return skipped and self.settings.zero_fast_path()
 
     @property
     def failed(self) -> bool:

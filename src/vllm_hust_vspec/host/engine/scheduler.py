@@ -91,7 +91,7 @@ def attach(scheduler: Any, settings: Settings) -> SchedulerHook | None:
         prior = state.load()
     # real steps (an earlier run's, or this engine's calibration once it is built) beat
     # dummy batches of this one
-    calibrate = (settings.adaptive_startup_calibration and prior is None
+    calibrate = (settings.startup_calibration() and prior is None
                  and controller_factory.takes_cost_prior(settings))
     if calibrate and (why := calibration.blocker(settings, scheduler)) is not None:
         logger.warning("vSpec: no start-up calibration: %s; the controller starts from the "

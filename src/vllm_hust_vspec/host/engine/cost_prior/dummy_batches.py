@@ -162,7 +162,7 @@ def wanted(settings: Settings, vllm_config: Any) -> bool:
     if str(getattr(spec, "method", "")) not in PROFILED_METHODS:
         return False
     effective = runners.plan(settings, runners.runner_of(vllm_config)).settings
-    return bool(effective.adaptive_startup_profile)
+    return effective.startup_profile()
 
 
 def profile_engine(executor: Any, vllm_config: Any, settings: Settings) -> CostPrior | None:

@@ -64,7 +64,7 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> AscendPla
     method = settings.method
 
     def gamma0_mode() -> str:
-        return str(get_settings().adaptive_gamma0_mode)
+        return "sticky" if get_settings().sticky_zero() else "sync"
 
     k_channel = "off"
     if adaptive:

@@ -63,7 +63,7 @@ def make_execute_wrapper(
     skip_attr: str, enabled: Callable[[], bool]
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Wrapper factory for ``GPUModelRunner.execute_model`` (``enabled`` is read per step:
-    the ``adaptive_zero_fast_path`` setting)."""
+    ``adaptive_gamma0_mode`` sticky, not sticky-spec)."""
 
     def wrap(orig: Callable[..., Any]) -> Callable[..., Any]:
         def execute_model(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:

@@ -111,7 +111,7 @@ def install(patcher: Patcher, get_settings: Callable[[], Settings]) -> None:
     patcher.wrap(resolve(*WORKER), "load_model", _make_load_model_wrapper(get_settings))
 
     def fast_on() -> bool:
-        return get_settings().adaptive_zero_fast_path
+        return get_settings().zero_fast_path()
 
     patcher.wrap(runner_cls, "execute_model", fast_path.make_execute_wrapper(SKIP_ATTR, fast_on))
     patcher.wrap(runner_cls, "sample_tokens", fast_path.make_sample_wrapper)
