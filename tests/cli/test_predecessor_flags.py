@@ -111,6 +111,7 @@ def test_merged_full_fails_closed_on_upstream() -> None:
     assert compat.unsupported(resolve_settings(env={}).settings, ascend=False) == []
 
 
+@pytest.mark.slow
 def test_env_only_switch_stops_the_plugin_with_exit_2() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUST_VSPEC_")}
     env.update({"HUST_VSPEC_ENABLED": "1", "HUST_VSPEC_METHOD": "eagle",

@@ -89,6 +89,7 @@ def test_undo_keeps_kvcompress_wrapper(clean, kv_first: bool) -> None:
     assert _owners("schedule").count(VSPEC) == 1
 
 
+@pytest.mark.slow
 def test_named_plugins_and_wrappers(clean) -> None:
     _kvcompress.install()
     plugins = {p.dist: p for p in nb.installed_plugins()}

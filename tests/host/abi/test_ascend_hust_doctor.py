@@ -73,6 +73,7 @@ def test_each_shape_implies_its_k_channel() -> None:
     assert any("keyword num_speculative_tokens=" in m for m in mismatch.missing)
 
 
+@pytest.mark.slow
 def test_upstream_proposer_overlaid_makes_the_k_channel_native() -> None:
     """Given first, upstream's proposer replaces the saved one: K-taking, as the runner
     calls it, so the runner/proposer mismatch is gone and the channel is native."""
