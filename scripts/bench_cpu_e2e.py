@@ -194,8 +194,8 @@ def main() -> int:
                "(see 'per-request --help')")
     add_load_arguments(parser, list(DRAFTERS), list(DRAFTERS))
     parser.add_argument("--no-fast-path", action="store_true",
-                        help="keep vLLM's speculative path on gamma-0 steps "
-                             "(adaptive_gamma0_mode sticky-spec), to measure what the fast path buys")
+                        help="keep vLLM's speculative path on gamma-0 steps (adaptive_gamma0_mode "
+                             "sticky-spec), to measure what the fast path buys")
     parser.add_argument("--json", type=Path, metavar="PATH",
                         help="also write every repetition's tokens/s per drafter and arm, "
                              "the adaptive runs' steps per gamma and the start-up prior here")

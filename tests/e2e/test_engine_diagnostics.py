@@ -44,10 +44,10 @@ def _run_traced(
     # sync gamma 0: the drafter runs every step whatever gamma this machine's timing makes
     # the controller choose (sticky would skip it, and the traces would have no records)
     settings = Settings(
-        method=method, adaptive_gamma0_mode="sync", eagle_draft_trace=True,
-        eagle_draft_io_trace_dir=str(tmp_path / "io"),
-        eagle_target_hidden_trace_dir=str(tmp_path / "hidden"),
-        eagle_target_argmax_trace_path=str(tmp_path / "argmax" / "trace.jsonl"),
+        method=method, adaptive_gamma0_mode="sync", diagnostics={
+            "eagle_draft_trace": True, "eagle_draft_io_trace_dir": str(tmp_path / "io"),
+            "eagle_target_hidden_trace_dir": str(tmp_path / "hidden"),
+            "eagle_target_argmax_trace_path": str(tmp_path / "argmax" / "trace.jsonl")},
     )
     with caplog.at_level(logging.INFO, logger="vllm_hust_vspec.diagnostics"), es.vspec(settings):
         llm = es.make_llm(es.model("target"), spec, max_num_seqs=8)
@@ -148,7 +148,8 @@ def test_argmax_trace_appends_runs_and_feeds_the_active_vocab(
     trace = tmp_path / "argmax.jsonl"
     spec = {"method": "eagle", "model": es.model("eagle"), "num_speculative_tokens": 2}
     for _ in range(2):
-        with es.vspec(Settings(method="eagle", eagle_target_argmax_trace_path=str(trace))):
+        with es.vspec(Settings(method="eagle", diagnostics={
+                "eagle_target_argmax_trace_path": str(trace)})):
             llm = es.make_llm(es.model("target"), spec, max_num_seqs=8)
             try:
                 assert es.generate(llm, es.PROMPTS[:2]) == reference[:2]

@@ -19,8 +19,7 @@ def requested(settings: Settings | None) -> dict[str, Any]:
     """The diagnostics options that are set (name -> value)."""
     if settings is None:
         return {}
-    names = (*DRAFT_OPTIONS, ARGMAX_OPTION)
-    return {n: getattr(settings, n) for n in names if getattr(settings, n, None)}
+    return {n: v for n, v in settings.diagnostics.items() if v}
 
 
 __all__ = ["ARGMAX_OPTION", "DRAFT_OPTIONS", "requested"]

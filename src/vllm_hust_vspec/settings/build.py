@@ -103,9 +103,9 @@ def resolve_settings(
         # The predecessor's manual passes a profile without naming the policy: it implies it.
         values["adaptive_policy"] = "profile"
         origins["adaptive_policy"] = f"implied by adaptive_profile ({origins['adaptive_profile']})"
-    if isinstance(values.get("adaptive_tuning"), dict):  # "none" unsets a key
-        values["adaptive_tuning"] = {k: v for k, v in values["adaptive_tuning"].items()
-                                     if v is not None}
+    for name, value in list(values.items()):  # a table's "none" unsets its key
+        if isinstance(value, dict):
+            values[name] = {k: v for k, v in value.items() if v is not None}
     _check_pinned(layers, values, origins)
     implied = _apply_fallbacks(fallbacks, values, origins)
     settings = Settings(**values)

@@ -6,7 +6,7 @@ import math
 import shlex
 from typing import Any
 
-from vllm_hust_vspec.settings.fields import METHOD_ALIASES, TUNING, OptionInfo
+from vllm_hust_vspec.settings.fields import METHOD_ALIASES, TABLES, OptionInfo
 
 
 class SettingsError(ValueError):
@@ -50,8 +50,10 @@ def coerce(opt: OptionInfo, raw: Any, where: str) -> Any:
 
 
 def coerce_tuning(name: str, raw: Any, where: str) -> dict[str, Any]:
-    """Read ``adaptive_tuning``: a TOML table, or ``key=value,...`` (flags and environment).
-    Every key is checked before any model loads; a value "none" unsets the key (None)."""
+    """Read a table option (``adaptive_tuning``, ``diagnostics``): a TOML table, or
+    ``key=value,...`` (flags and environment). Every key is checked before any model loads; a
+    value "none" unsets the key (None)."""
+    keys = TABLES[name]
     if isinstance(raw, str):
         pairs: dict[str, Any] = {}
         for part in raw.replace(";", ",").split(","):
@@ -60,20 +62,20 @@ def coerce_tuning(name: str, raw: Any, where: str) -> dict[str, Any]:
             key, sep, value = part.partition("=")
             if not sep:
                 raise SettingsError(f"{where}: {name} takes key=value pairs, got {part!r}"
-                                    f" (keys: {', '.join(TUNING)})")
+                                    f" (keys: {', '.join(keys)})")
             pairs[key.strip()] = value.strip()
         raw = pairs
     if not isinstance(raw, dict):
         raise SettingsError(f"{where}: {name} must be a table of key = value (keys:"
-                            f" {', '.join(TUNING)}), got {raw!r}")
+                            f" {', '.join(keys)}), got {raw!r}")
     out: dict[str, Any] = {}
     for key, value in raw.items():
-        spec = TUNING.get(key)
+        spec = keys.get(key)
         if spec is None:
             raise SettingsError(f"{where}: {name} has no key {key!r}; allowed keys:"
-                                f" {', '.join(TUNING)}")
+                                f" {', '.join(keys)}")
         opt = OptionInfo(name=f"{name}.{key}", kind=spec.kind, optional=True,
-                         default=spec.default, help=spec.help, group="adaptive",
+                         default=spec.default, help=spec.help, group="",
                          choices=spec.choices, minimum=spec.minimum, maximum=spec.maximum,
                          metavar=None)
         out[key] = coerce(opt, value, where)

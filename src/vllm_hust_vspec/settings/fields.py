@@ -27,7 +27,7 @@ GAMMA0_MODES = ("sticky", "sticky-spec", "sync")
 class TuningKey:
     """One key of ``adaptive_tuning``: its type, default, range and which policies read it."""
 
-    kind: str  # "int" | "float" | "str"
+    kind: str  # "int" | "float" | "str" | "bool"
     help: str
     default: Any = None
     minimum: float | None = None
@@ -66,6 +66,21 @@ TUNING: dict[str, TuningKey] = {
                                      " online correction of the offline latency model, 0..1;"
                                      " 0 trusts the profile as is", minimum=0.0, maximum=1.0),
 }
+
+# diagnostics' keys (0.14.3's flags of the same names: settings/legacy.py).
+DIAGNOSTICS: dict[str, TuningKey] = {
+    "eagle_draft_trace": TuningKey("bool", "true: log every step's draft tokens per request"),
+    "eagle_draft_io_trace_dir": TuningKey("str", "folder for the drafter's inputs and outputs"
+                                          " per step (bounded)"),
+    "eagle_target_hidden_trace_dir": TuningKey("str", "folder for the target hidden states the"
+                                               " drafter receives (bounded)"),
+    "eagle_target_argmax_trace_path": TuningKey("str", "JSONL file the target's argmax token"
+                                                " ids per step are appended to (the input of"
+                                                " vllm-hust-vspec-active-vocab)"),
+}
+# The table options and their keys.
+TABLES: dict[str, dict[str, TuningKey]] = {"adaptive_tuning": TUNING, "diagnostics": DIAGNOSTICS}
+
 
 def _opt(
     default: Any,
@@ -393,21 +408,11 @@ class Settings:
     )
 
     # --- diagnostics (slow: for correctness checks and active-vocabulary data only) -------
-    eagle_draft_trace: bool = _opt(
-        False, "Log every step's draft tokens per request (slow; diagnostics only).",
-        group="diagnostics",
-    )
-    eagle_draft_io_trace_dir: str | None = _opt(
-        None, "Write the drafter's inputs and outputs per step to this folder (bounded; slow).",
-        group="diagnostics", metavar="PATH",
-    )
-    eagle_target_hidden_trace_dir: str | None = _opt(
-        None, "Write the target hidden states the drafter receives to this folder (bounded;"
-        " slow).", group="diagnostics", metavar="PATH",
-    )
-    eagle_target_argmax_trace_path: str | None = _opt(
-        None, "Append the target's argmax token ids per step to this JSONL file (the input of"
-        " vllm-hust-vspec-active-vocab).", group="diagnostics", metavar="PATH",
+    diagnostics: dict[str, Any] = _opt(
+        {}, "Diagnostics traces (slow; docs/diagnostics.md), key=value,... (a TOML table);"
+        " each key is also 0.14.3's flag of that name. Keys: "
+        + "; ".join(f"{k} ({t.help})" for k, t in DIAGNOSTICS.items()) + ".",
+        group="diagnostics", metavar="KEY=VALUE,...",
     )
 
     # --- vLLM-Ascend (NPU host) ----------------------------------------------------------

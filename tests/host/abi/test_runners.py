@@ -22,10 +22,9 @@ WORKER_OPTIONS: dict[str, Any] = {
     "eagle_draft_lm_head_quant": "w8a8",
     "confidence_accept_margin": 0.2,
     "eagle_relaxed_accept_topk": 2,
-    "eagle_draft_trace": True,
-    "eagle_draft_io_trace_dir": "/tmp/io",
-    "eagle_target_hidden_trace_dir": "/tmp/hidden",
-    "eagle_target_argmax_trace_path": "/tmp/argmax.jsonl",
+    "diagnostics": {"eagle_draft_trace": True, "eagle_draft_io_trace_dir": "/tmp/io",
+                    "eagle_target_hidden_trace_dir": "/tmp/hidden",
+                    "eagle_target_argmax_trace_path": "/tmp/argmax.jsonl"},
     "eagle_target_active_vocab_ids": "/tmp/ids.json",
 }
 # Options Model Runner V2 honours through host/worker/v2/runner.py
@@ -81,7 +80,8 @@ def test_what_v2_honours_natively_is_kept(name: str) -> None:
 
 
 def test_v2_keeps_sticky_and_refuses_what_it_cannot_honour() -> None:
-    s = Settings(method="eagle", eagle_relaxed_accept_topk=2, eagle_draft_trace=True)
+    s = Settings(method="eagle", eagle_relaxed_accept_topk=2,
+                 diagnostics={"eagle_draft_trace": True})
     result = runners.plan(s, runners.V2)
     assert result.settings.adaptive_gamma0_mode == "sticky-spec"  # no fast path on V2
     assert any("fast path" in w for w in result.warnings)
@@ -171,9 +171,7 @@ def test_ascend_keeps_sticky_but_not_the_fast_path() -> None:
 
 # The options NPUModelRunner's own draft path (_propose -> _run_merged_draft) never reaches.
 NOT_ON_ASCEND = {"confidence_stop", "eagle_draft_active_vocab_size",
-                 "eagle_draft_lm_head_quant", "eagle_draft_trace", "eagle_draft_io_trace_dir",
-                 "eagle_target_hidden_trace_dir", "eagle_target_argmax_trace_path",
-                 "eagle_target_active_vocab_ids"}
+                 "eagle_draft_lm_head_quant", "diagnostics", "eagle_target_active_vocab_ids"}
 
 
 @pytest.mark.parametrize("name", sorted(NOT_ON_ASCEND))
@@ -240,8 +238,8 @@ def test_padded_draft_vocabulary_is_refused_on_v2_only_without_its_logits() -> N
 
 def test_the_worker_stops_before_its_model_loads() -> None:
     loaded: list[bool] = []
-    wrapped = _make_load_model_wrapper(lambda: Settings(method="eagle",
-                                                        eagle_draft_trace=True))(
+    wrapped = _make_load_model_wrapper(lambda: Settings(
+        method="eagle", diagnostics={"eagle_draft_trace": True}))(
         lambda self: loaded.append(True))
     with pytest.raises(runners.RunnerFeatureError, match="diagnostic traces"):
         wrapped(SimpleNamespace(vllm_config=config(v2=True)))

@@ -157,7 +157,7 @@ def test_verify_times_are_scaled_onto_the_real_target_only_steps() -> None:
 def test_engines_whose_steps_others_record_are_not_calibrated() -> None:
     plain = SimpleNamespace(connector=None)
     assert blocker(Settings(method="draft"), plain) is None
-    traced = blocker(Settings(method="eagle", eagle_draft_trace=True), plain)
+    traced = blocker(Settings(method="eagle", diagnostics={"eagle_draft_trace": True}), plain)
     assert traced is not None and "eagle_draft_trace" in traced
     assert "KV connector" in (blocker(Settings(method="draft"),
                                       SimpleNamespace(connector=object())) or "")

@@ -93,8 +93,7 @@ FEATURES: tuple[RunnerFeature, ...] = (
     ),
     RunnerFeature(
         "the diagnostic traces (--eagle-draft-trace, --eagle-*-trace-dir/-path)",
-        lambda s: bool(s.eagle_draft_trace or s.eagle_draft_io_trace_dir
-                       or s.eagle_target_hidden_trace_dir or s.eagle_target_argmax_trace_path),
+        lambda s: any(s.diagnostics.values()),
         {V2: "they wrap the V1 proposers and runner bookkeeping, which Model Runner V2 does "
              "not have (its drafting lives in spec_decode/*/speculator.py)",
          ASCEND: "they wrap the upstream proposers' propose and the V1 runner's bookkeeping; "

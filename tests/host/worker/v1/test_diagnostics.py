@@ -152,12 +152,15 @@ def test_unwritable_path_names_the_option(tmp_path: Path) -> None:
 def test_settings_checks_fail_closed() -> None:
     assert diag.check_settings(Settings(), ascend=False) == {}
     with pytest.raises(diag.DiagnosticsError, match="eagle_draft_trace.*ngram"):
-        diag.check_settings(Settings(method="ngram", eagle_draft_trace=True), ascend=False)
+        diag.check_settings(Settings(method="ngram", diagnostics={"eagle_draft_trace": True}),
+                            ascend=False)
     # the argmax trace needs no drafter
-    assert diag.check_settings(Settings(method="ngram", eagle_target_argmax_trace_path="x"),
+    assert diag.check_settings(Settings(
+        method="ngram", diagnostics={"eagle_target_argmax_trace_path": "x"}),
                                ascend=False)
     with pytest.raises(diag.DiagnosticsError, match="vLLM-Ascend"):
-        diag.check_settings(Settings(method="eagle", eagle_draft_trace=True), ascend=True)
+        diag.check_settings(Settings(method="eagle", diagnostics={"eagle_draft_trace": True}),
+                            ascend=True)
 
 
 def test_runner_checks_fail_closed() -> None:
@@ -193,13 +196,13 @@ def test_patches_with_options_and_undo() -> None:
     runner = resolve(*MODEL_RUNNER)
     eagle = resolve("vllm.v1.spec_decode.eagle", "EagleProposer")
     draft = resolve("vllm.v1.spec_decode.draft_model", "DraftModelProposer")
-    host.apply(Settings(method="eagle", eagle_draft_trace=True))
+    host.apply(Settings(method="eagle", diagnostics={"eagle_draft_trace": True}))
     for owner, name in ((runner, "__init__"), (runner, "_bookkeeping_sync"),
                         (runner, "shutdown"), (eagle, "propose"), (draft, "propose")):
         assert is_patched(owner, name), name
     host.undo()
     assert "propose" not in vars(eagle) and not is_patched(runner, "shutdown")
-    host.apply(Settings(method="draft", eagle_target_argmax_trace_path="x"))
+    host.apply(Settings(method="draft", diagnostics={"eagle_target_argmax_trace_path": "x"}))
     assert is_patched(runner, "_bookkeeping_sync") and not is_patched(eagle, "propose")
 
 
@@ -212,7 +215,8 @@ def test_apply_refuses_ngram_draft_traces_leaving_nothing_patched() -> None:
     before = set(ModelRegistry.get_supported_archs())
     try:
         with pytest.raises(diag.DiagnosticsError, match="eagle_draft_io_trace_dir"):
-            host.apply(Settings(method="ngram", eagle_draft_io_trace_dir="/tmp/unused"))
+            host.apply(Settings(method="ngram",
+                                diagnostics={"eagle_draft_io_trace_dir": "/tmp/unused"}))
         assert not host.applied()
         assert not is_patched(resolve(*MODEL_RUNNER), "shutdown")
     finally:
