@@ -22,7 +22,7 @@ class OnlineConfig(PolicyConfig):
 
     # The shared switch margin, smaller here: it is applied to Thompson draws, so it only has
     # to stop flapping between near-ties; a larger one keeps the controller at an arm that
-    # is measured to be a few percent worse (measured on the simulator suite: 0.02 > 0.05).
+    # is a few percent worse.
     hysteresis: float = 0.02
     # Steady samples discarded at start (graph capture, allocator and cache warm-up). Without
     # a cost prior the gamma is held meanwhile; with one, decisions follow it from the start.
