@@ -441,7 +441,7 @@ def check_vspec_graphs(graph_mode: str = "FULL_DECODE_ONLY") -> dict[str, Any]:
         method="mtp", gamma=VSPEC_K, adaptive_speculation=True, adaptive_min_gamma=0,
         graph_mode={"FULL_DECODE_ONLY": "full-decode-only", "FULL": "full"}.get(
             graph_mode, "full-and-piecewise"),
-        max_num_seqs=VSPEC_SEQS, capture_policy="exact", mtp_strict_graph=False)}
+        max_num_seqs=VSPEC_SEQS, capture_policy="exact", ascend={"mtp_strict_graph": False})}
     out["plan_gammas"] = list(gw.plan_from_settings(settings["now"]).gammas)
     out["plan_settings_sizes"] = list(gw.plan_from_settings(settings["now"]).sizes)
     patcher = Patcher("pair-graph-widths")
@@ -630,7 +630,8 @@ def check_vspec_graphs(graph_mode: str = "FULL_DECODE_ONLY") -> dict[str, Any]:
                 out["decode_steps"] = {"error": traceback.format_exc()[-4000:]}
 
             # mtp_strict_graph: 4 requests at gamma 3 (16 tokens: no width-4 graph of that size)
-            settings["now"] = dataclasses.replace(settings["now"], mtp_strict_graph=True)
+            settings["now"] = dataclasses.replace(settings["now"],
+                                                  ascend={"mtp_strict_graph": True})
             strict_out: dict[str, Any] = {}
             for gamma, reqs in ((3, 4), (3, 3), (1, 4), (0, 4)):
                 lens = np.full(reqs, 1 + gamma, dtype=np.int32)
@@ -639,7 +640,8 @@ def check_vspec_graphs(graph_mode: str = "FULL_DECODE_ONLY") -> dict[str, Any]:
                     strict_out[f"gamma={gamma},reqs={reqs}"] = {"ok": res["target"]}
                 except MtpStrictGraphError as exc:
                     strict_out[f"gamma={gamma},reqs={reqs}"] = {"error": str(exc)}
-            settings["now"] = dataclasses.replace(settings["now"], mtp_strict_graph=False)
+            settings["now"] = dataclasses.replace(settings["now"],
+                                                  ascend={"mtp_strict_graph": False})
             out["strict"] = strict_out
     finally:
         AscendSpecDecodeBaseProposer._run_merged_draft = merged

@@ -122,7 +122,7 @@ def test_a_preset_inherits_one_base(tmp_path: Path) -> None:
 
 def test_the_frontier_protocol_pins_its_validated_conditions(model_dir: Path) -> None:
     pinned = resolve_settings(preset="qwen35-frontier-mtp2", env={}).settings
-    assert (pinned.method, pinned.gamma, pinned.tensor_parallel_size, pinned.max_model_len,
+    assert (pinned.method, pinned.gamma, pinned.tensor_parallel_size, pinned.vllm["max_model_len"],
             pinned.graph_mode) == ("mtp", 6, 2, 262144, "full-and-piecewise")
     for name, value in (("gamma", 4), ("max_model_len", 8192), ("prefix_caching", False),
                         ("graph_mode", "full")):
@@ -147,11 +147,11 @@ def test_arc_easy_protocol_picks_the_preset_by_method() -> None:
 @pytest.mark.parametrize("method", ["draft", "eagle"])
 def test_arc_easy_presets_are_the_predecessor_protocol(method: str) -> None:
     s = resolve_settings(preset=f"{method}-arc-easy", env={}).settings
-    assert (s.method, s.target_model, s.dtype, s.max_num_seqs, s.port, s.max_model_len) == (
+    assert (s.method, s.target_model, s.dtype, s.max_num_seqs, s.port, s.vllm["max_model_len"]) == (
         method, "/model/Qwen2.5-14B-Instruct", "float16", 16, 18180, 32768)
-    assert (s.graph_mode, s.prefix_caching, s.async_scheduling) == (
+    assert (s.graph_mode, s.vllm["prefix_caching"], s.async_scheduling) == (
         "full-decode-only", False, False)
-    assert (s.generation_config, s.served_model_name) == (
+    assert (s.vllm["generation_config"], s.vllm["served_model_name"]) == (
         "auto", f"qwen2.5-14b-{method}-vspec-fp16")
     assert (s.adaptive_speculation, s.adaptive_policy) == (True, "online")
     assert (s.adaptive_min_gamma, s.effective_gamma()) == (1, 4)

@@ -13,7 +13,7 @@ import pytest
 from vllm_hust_vspec.cli.launch import build_parser
 from vllm_hust_vspec.cli.options import cli_values
 from vllm_hust_vspec.settings import OPTIONS_BY_NAME, resolve_settings
-from vllm_hust_vspec.settings.fields import TUNING
+from vllm_hust_vspec.settings.fields import TABLES, TUNING
 from vllm_hust_vspec.settings.legacy import LEGACY, LEGACY_BY_NAME, migration_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +52,10 @@ def test_every_mapped_name_is_read_in_three_spellings(row: object, tmp_path: Pat
     assert isinstance(row, Legacy) and row.new is not None
     kind = row.read_kind()
     tuning = TUNING.get(row.old.removeprefix("adaptive_")) if row.new == "adaptive_tuning" else None
-    sample = {"int": "2" if tuning else "3", "float": "0.5"}.get(kind)
+    low = int(TABLES[row.new][row.key].minimum or 0) if row.key else 0  # e.g. max_model_len
+    sample = {"int": "2" if tuning else str(max(3, low)), "float": "0.5"}.get(kind)
+    if row.key and TABLES[row.new][row.key].choices:
+        tuning = TABLES[row.new][row.key]
     if tuning is not None and tuning.choices:
         sample = tuning.choices[-1]
         raw, toml, argv = sample, f'"{sample}"', [row.flag, sample]

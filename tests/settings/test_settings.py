@@ -86,7 +86,7 @@ def test_env_types_and_booleans() -> None:
         }
     )
     assert s.adaptive_speculation is False
-    assert s.prefix_caching is True
+    assert s.vllm["prefix_caching"] is True
     assert s.tuning("hysteresis") == pytest.approx(0.1)
     assert s.extra_args == ["--seed", "3", "--max-log-len", "1 2"]
     assert s.max_num_seqs is None

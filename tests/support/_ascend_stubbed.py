@@ -154,7 +154,8 @@ def run(root: str) -> dict[str, Any]:
     out["eagle_relaxed"] = plan_for(Settings(method="eagle", eagle_relaxed_accept_topk=2))
     out["draft"] = plan_for(Settings(method="draft"))
     if out["runner_import_error"] is None:
-        out["mtp_strict_graph"] = plan_for(Settings(method="mtp", mtp_strict_graph=True))
+        out["mtp_strict_graph"] = plan_for(
+            Settings(method="mtp", ascend={"mtp_strict_graph": True}))
     return out
 
 

@@ -156,7 +156,7 @@ def plan_pair(
         commands={"baseline": baseline_command(vspec), "vspec": vspec},
         load=load, repetitions=repetitions, min_speedup=min_speedup,
         backend=choose_backend(backend, Target("", None, target)),
-        model=s.served_model_name or target, tokenizer=target, result_dir=result_dir,
+        model=s.vllm_arg("served_model_name") or target, tokenizer=target, result_dir=result_dir,
         server_timeout_s=server_timeout_s, forced_acceptance_length=forced,
         max_p99_ratios=gates, trace=trace,
     )

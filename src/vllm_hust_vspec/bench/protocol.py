@@ -107,7 +107,7 @@ def plan_protocol(
     )
     target = Target(
         base_url=base_url or f"http://127.0.0.1:{s.port}",
-        model=model or s.served_model_name, tokenizer=tokenizer,
+        model=model or s.vllm_arg("served_model_name"), tokenizer=tokenizer,
     )
     return ProtocolRun(method=method, target=target, load=load,
                        out_dir=result_dir(output_root, method))

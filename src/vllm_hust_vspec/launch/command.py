@@ -25,7 +25,7 @@ from vllm_hust_vspec.settings import (
     render_env_value,
 )
 from vllm_hust_vspec.settings.capture import capture_plan
-from vllm_hust_vspec.settings.fields import ENV_PREFIX
+from vllm_hust_vspec.settings.fields import ENV_PREFIX, VLLM
 
 VLLM_METHOD = {
     "draft": "draft_model",
@@ -101,7 +101,7 @@ def speculative_config(s: Settings, draft_path: str | None) -> dict[str, object]
         spec["draft_tensor_parallel_size"] = s.draft_tensor_parallel_size
     if s.method == "ngram":
         spec.update({"prompt_lookup_min": 2, "prompt_lookup_max": 4})
-    if s.mtp_local_argmax_reduction:
+    if s.ascend_opt("mtp_local_argmax_reduction"):
         # the host's own field: a host without it refuses the config before any model loads
         spec["use_local_argmax_reduction"] = True
     return spec
@@ -188,7 +188,7 @@ def build_serve_command(
 
     argv = [*server_prefix(target, s.vllm_executable), "--host", s.host, "--port", str(s.port)]
     argv += ["--dtype", s.dtype, "--tensor-parallel-size", str(s.tensor_parallel_size)]
-    argv += ["--generation-config", s.generation_config]
+    argv += ["--generation-config", s.vllm_arg("generation_config")]
     for name, flag in (
         ("served_model_name", "--served-model-name"),
         ("max_num_seqs", "--max-num-seqs"),
@@ -199,7 +199,7 @@ def build_serve_command(
         ("gpu_memory_utilization", "--gpu-memory-utilization"),
         ("shutdown_timeout", "--shutdown-timeout"),
     ):
-        value = getattr(s, name)
+        value = s.vllm_arg(name) if name in VLLM else getattr(s, name)
         if value is not None:
             argv += [flag, str(value)]
     for name, flag in (
@@ -207,12 +207,12 @@ def build_serve_command(
         ("prefix_caching", "enable-prefix-caching"),
         ("chunked_prefill", "enable-chunked-prefill"),
     ):
-        value = getattr(s, name)
+        value = s.vllm_arg(name) if name in VLLM else getattr(s, name)
         if value is not None:
             argv.append(f"--{flag}" if value else f"--no-{flag}")
-    if s.language_model_only:
+    if s.vllm_arg("language_model_only"):
         argv.append("--language-model-only")
-    if s.disable_log_stats:
+    if s.vllm_arg("disable_log_stats"):
         argv.append("--disable-log-stats")
     argv += ["--speculative-config", json.dumps(speculative_config(s, draft), sort_keys=True)]
     cc = compilation_config(s)
@@ -259,7 +259,7 @@ def build_serve_command(
         )
     if s.confidence_stop:
         notes.append("confidence stop on: drafts are cut at their first uncertain position")
-    if s.adaptive_trace and s.adaptive_trace != "log" and not s.shutdown_timeout:
+    if s.adaptive_trace and s.adaptive_trace != "log" and not s.vllm_arg("shutdown_timeout"):
         notes.append(
             "shutdown_timeout is 0/unset: on SIGTERM vLLM aborts in-flight requests and kills"
             " the EngineCore at once, so the trace's last steps (up to 64) may be lost; set"

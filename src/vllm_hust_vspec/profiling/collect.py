@@ -80,7 +80,8 @@ def plan_profile(
         if not s.draft_model:
             raise SettingsError(f"method {s.method!r} needs --draft-model PATH")
         draft = resolve_model(s.draft_model, "draft", env, "--draft-model")
-    max_len = s.max_model_len or (grid.prompt_len + max(grid.output_lens) + grid.max_gamma + 16)
+    max_len = s.vllm_arg("max_model_len") or (
+        grid.prompt_len + max(grid.output_lens) + grid.max_gamma + 16)
     grid.validate(max_len)
     s_grid = replace(s, gamma=grid.max_gamma)
     engine = EngineSpec(
@@ -91,7 +92,7 @@ def plan_profile(
         max_num_seqs=max(grid.batch_sizes),
         max_num_batched_tokens=s.max_num_batched_tokens,
         compilation_config=compilation_config(s_grid),
-        gpu_memory_utilization=s.gpu_memory_utilization,
+        gpu_memory_utilization=s.vllm_arg("gpu_memory_utilization"),
     )
     label = name or f"{Path(target).name}-{s.method}-{s.dtype}"
     return ProfilePlan(

@@ -153,13 +153,18 @@ def _check_pinned(layers: list[Layer], values: Mapping[str, Any],
     """A protocol preset's pinned options keep the preset's values: the validated conditions
     cannot drift through a flag, a config file or the environment."""
     for layer in layers:
-        for name in layer.pinned:
-            want = layer.values.get(name)
-            if values.get(name) != want:
+        for name in layer.pinned:  # an option, or one key of a table option (table.key)
+            option, _, key = name.partition(".")
+            want, got = layer.values.get(option), values.get(option)
+            where = origins.get(option, "a later source")
+            if key:
+                want, got = (want or {}).get(key), (got or {}).get(key)
+                where = next((later.name for later in reversed(layers)
+                              if key in later.values.get(option, {})), "a later source")
+            if got != want:
                 raise SettingsError(
                     f"{name} is pinned to {want!r} by {layer.name} (its validated protocol) but"
-                    f" {origins.get(name, 'a later source')} sets {values.get(name)!r}; drop"
-                    " that, or start from a preset without pins"
+                    f" {where} sets {got!r}; drop that, or start from a preset without pins"
                 )
 
 

@@ -50,7 +50,7 @@ def coerce(opt: OptionInfo, raw: Any, where: str) -> Any:
 
 
 def coerce_tuning(name: str, raw: Any, where: str) -> dict[str, Any]:
-    """Read a table option (``adaptive_tuning``, ``diagnostics``): a TOML table, or
+    """Read a table option (``adaptive_tuning``, ``vllm``, ...): a TOML table, or
     ``key=value,...`` (flags and environment). Every key is checked before any model loads; a
     value "none" unsets the key (None)."""
     keys = TABLES[name]
@@ -74,6 +74,9 @@ def coerce_tuning(name: str, raw: Any, where: str) -> dict[str, Any]:
         if spec is None:
             raise SettingsError(f"{where}: {name} has no key {key!r}; allowed keys:"
                                 f" {', '.join(keys)}")
+        if value is None:  # an old name's "none" (settings/legacy.py): unsets the key
+            out[key] = None
+            continue
         opt = OptionInfo(name=f"{name}.{key}", kind=spec.kind, optional=True,
                          default=spec.default, help=spec.help, group="",
                          choices=spec.choices, minimum=spec.minimum, maximum=spec.maximum,

