@@ -7,6 +7,7 @@ with :func:`write_text_atomic`; samples, profile, scenario and trace readers rea
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from collections.abc import Callable
@@ -27,6 +28,17 @@ def read_utf8_text(path: Path, what: str, error: Callable[[str], Exception]) -> 
         byte = exc.object[exc.start]
         raise error(f"{path}: cannot read {what}: not UTF-8 text (byte 0x{byte:02x} at offset "
                     f"{exc.start}), so not JSON") from None
+
+
+def read_json_file(path: Path, what: str, error: Callable[[str], Exception]) -> object:
+    """The parsed JSON of ``path``; unreadable, non-UTF-8 or malformed files raise
+    ``error(message)`` naming the file and, for malformed JSON, the line and column."""
+    text = read_utf8_text(path, what, error)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}): "
+                    f"{exc.msg}") from None
 
 
 def write_text_atomic(path: Path, text: str, *, make_parents: bool = False) -> None:
@@ -59,4 +71,4 @@ def write_text_atomic(path: Path, text: str, *, make_parents: bool = False) -> N
         raise
 
 
-__all__ = ["read_utf8_text", "write_text_atomic"]
+__all__ = ["read_json_file", "read_utf8_text", "write_text_atomic"]

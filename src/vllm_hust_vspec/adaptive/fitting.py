@@ -18,13 +18,12 @@ profiler did not fit) are skipped, so a refit sees what the profiler fitted.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._files import read_utf8_text
+from ._files import read_json_file
 from .nnls import dependent_columns, nnls
 from .profile import FitInfo, LatencyCoefficients, Profile
 
@@ -126,13 +125,7 @@ def parse_samples(data: object, *, source: str = "<samples>") -> list[FitSample]
 def load_samples(path: str | Path) -> list[FitSample]:
     """Read and validate a samples JSON file (errors name the file and the key)."""
     p = Path(path)
-    text = read_utf8_text(p, "samples", SamplesFileError)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SamplesFileError(f"{p}: not valid JSON (line {exc.lineno}, column {exc.colno}): "
-                               f"{exc.msg}") from None
-    return parse_samples(data, source=str(p))
+    return parse_samples(read_json_file(p, "samples", SamplesFileError), source=str(p))
 
 
 def _parse_sample(item: object, where: str, source: str) -> FitSample | None:

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from ._files import read_utf8_text
+from ._files import read_json_file
 from .profile import Profile, ProfileError
 from .profile_v014 import convert_v014, is_v014_profile
 
@@ -22,13 +21,7 @@ def parse_profile(data: object, *, source: str = "<profile>") -> Profile:
 def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile JSON file; errors name the file and the key."""
     p = Path(path)
-    text = read_utf8_text(p, "profile", ProfileError)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ProfileError(f"{p}: not valid JSON (line {exc.lineno}, column {exc.colno}): "
-                           f"{exc.msg}") from None
-    return parse_profile(data, source=str(p))
+    return parse_profile(read_json_file(p, "profile", ProfileError), source=str(p))
 
 
 __all__ = ["load_profile", "parse_profile"]
