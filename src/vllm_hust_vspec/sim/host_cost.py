@@ -19,7 +19,17 @@ drafts ``g`` tokens for ``D`` requests (the decision of this step):
 * admission (``P > 0``): ``admission_ms`` per step that admits requests (a mixed step outside
   the captured graphs), + ``offpath_pass_ms`` x ``g`` when ``g`` is not one of
   ``native_gammas`` (the host drafts such a step without its graphs; empty: every gamma is
-  native).
+  native);
+* eager decode (``P == 0``, ``g > 0`` and ``D > 0``, ``g`` not one of a non-empty
+  ``native_gammas``): ``eager_step_ms`` + ``eager_per_request_ms`` x ``B``, what a decode step
+  pays when the host captured no graph for its draft width and runs it eager (a partial-graph
+  host). The calibration does not fit these two (they are not among ``fit.py``'s columns);
+  they default to 0, which leaves every calibrated scenario as it was, and the hypothetical
+  partial-graph hosts of ``sim/calibration/family.py`` set them.
+
+In a scenario's ``cost`` object every coefficient but ``target_base_ms`` is optional (default
+0); :meth:`HostCost.to_json` writes the two eager terms only when non-zero, so the calibrated
+scenario files stay as they were written.
 """
 
 from __future__ import annotations
@@ -41,7 +51,12 @@ HOST_COST_TERMS = (
     "draft_ingest_per_token_ms",
     "admission_ms",
     "offpath_pass_ms",
+    # last, so the calibration's feature columns keep their indices (fit.py never fits them)
+    "eager_step_ms",
+    "eager_per_request_ms",
 )
+# Terms :meth:`HostCost.to_json` leaves out at 0 (older scenario files have no such key).
+OPTIONAL_TERMS = ("eager_step_ms", "eager_per_request_ms")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +73,8 @@ class HostCost:
     draft_ingest_per_token_ms: float = 0.0
     admission_ms: float = 0.0
     offpath_pass_ms: float = 0.0
+    eager_step_ms: float = 0.0
+    eager_per_request_ms: float = 0.0
     capture_sizes: tuple[int, ...] = ()
     native_gammas: tuple[int, ...] = ()
 
@@ -95,8 +112,11 @@ class HostCost:
         passes = gamma_draft if gamma_draft > 0 else (1 if zero_pass else 0)
         drafting = passes > 0 and num_drafting > 0
         admitting = prefill_tokens > 0
-        offpath = (admitting and gamma_draft > 0 and bool(self.native_gammas)
-                   and gamma_draft not in self.native_gammas)
+        uncaptured = (gamma_draft > 0 and bool(self.native_gammas)
+                      and gamma_draft not in self.native_gammas)
+        offpath = admitting and uncaptured
+        # a decode-only step drafting at a width without a graph runs eager
+        eager = not admitting and uncaptured and num_drafting > 0
         return (
             1.0,
             float(num_decode),
@@ -108,6 +128,8 @@ class HostCost:
             float(decode_tokens + prefill_tokens) if drafting else 0.0,
             1.0 if admitting else 0.0,
             float(gamma_draft) if offpath else 0.0,
+            1.0 if eager else 0.0,
+            float(num_decode) if eager else 0.0,
         )
 
     def step_time(
@@ -134,7 +156,9 @@ class HostCost:
         """The scenario ``cost`` object of this model."""
         out: dict[str, object] = {"type": "host"}
         for name in HOST_COST_TERMS:
-            out[name] = round(float(getattr(self, name)), 6)
+            value = round(float(getattr(self, name)), 6)
+            if value or name not in OPTIONAL_TERMS:
+                out[name] = value
         if self.capture_sizes:
             out["capture_sizes"] = list(self.capture_sizes)
         if self.native_gammas:
@@ -160,4 +184,8 @@ def describe_host_cost(cost: HostCost) -> str:
     """One-line summary for reports."""
     return (f"host (target {cost.target_base_ms:.1f} ms + {cost.target_per_token_ms:.3f} "
             f"ms/token, {len(cost.capture_sizes)} capture sizes, draft pass "
-            f"{cost.draft_pass_ms:.1f} ms, admission {cost.admission_ms:.0f} ms)")
+            f"{cost.draft_pass_ms:.1f} ms, admission {cost.admission_ms:.0f} ms"
+            + (f", eager {cost.eager_step_ms:.1f} ms + {cost.eager_per_request_ms:.3f} "
+               f"ms/request off native gammas {list(cost.native_gammas)}"
+               if cost.eager_step_ms or cost.eager_per_request_ms else "")
+            + ")")
