@@ -31,6 +31,7 @@ examples:
   vllm-hust-vspec-sim --trace vspec_trace.jsonl --trace-run 2 --policy online
   vllm-hust-vspec-sim calibrate-npu --out-dir npu-calibration    (see calibrate-npu --help)
   vllm-hust-vspec-sim explain-npu --sensitivity                  (see explain-npu --help)
+  vllm-hust-vspec-sim robust --unseen 20                         (see robust --help)
   vllm-hust-vspec-sim time-by-arm vspec.trace.jsonl --after-idle 2  (see time-by-arm --help)
   vllm-hust-vspec-sim lockstep-dp --cost mtp-head                (see lockstep-dp --help)
 
@@ -113,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         from .sim_explain import main as explain_main  # noqa: PLC0415
 
         return explain_main(argv[1:])
+    if argv and argv[0] == "robust":
+        from .sim_robust import main as robust_main  # noqa: PLC0415
+
+        return robust_main(argv[1:])
     if argv and argv[0] == "lockstep-dp":
         from .sim_lockstep_dp import main as lockstep_dp_main  # noqa: PLC0415
 

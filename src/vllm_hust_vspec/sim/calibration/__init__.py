@@ -10,5 +10,9 @@ What ``vllm-hust-vspec-sim calibrate-npu`` runs (docs/simulator.md):
 * :mod:`.trace` -- the same fit from a vSpec per-step trace;
 * :mod:`.fair` -- target-only and both online algorithms on one host, under either reading of
   the data;
-* :mod:`.explain` -- ablations and sensitivity runs on a calibration.
+* :mod:`.explain` -- ablations and sensitivity runs on a calibration;
+* :mod:`.family` -- the calibration family (costs between both readings of the data),
+  hypothetical partial-graph hosts and unseen draws of both;
+* :mod:`.robust` -- gamma controllers over the family against fixed gammas and the oracle
+  (``vllm-hust-vspec-sim robust``).
 """
