@@ -12,12 +12,12 @@ from _adaptive_env import SynthEnv, run
 
 from vllm_hust_vspec.adaptive import OnlineConfig, OnlineController
 from vllm_hust_vspec.adaptive import online as online_module
-from vllm_hust_vspec.adaptive.cost_posterior import CostPosterior, features
+from vllm_hust_vspec.adaptive.cost_posterior import CostPosterior
 
 
 def _posterior() -> CostPosterior:
     # the controller's own constants
-    return CostPosterior(online_module._OVERHEAD_SD, online_module._LOAD_DRIFT,
+    return CostPosterior(4, online_module._OVERHEAD_SD, online_module._LOAD_DRIFT,
                          online_module._COST_DRIFT)
 
 
@@ -26,12 +26,12 @@ _ARMS = {g: object() for g in range(5)}
 
 def _play(post: CostPosterior, gamma: int, seconds: float, steps: int) -> None:
     for _ in range(steps):
-        post.update(3, features(8, 8 * (1 + gamma), gamma, True), seconds, _ARMS[gamma])
+        post.update(3, post.row(8, 8 * (1 + gamma), gamma, True), seconds, _ARMS[gamma])
 
 
 def _cost(post: CostPosterior, gamma: int) -> float:
     """Posterior-mean seconds of ``gamma`` at batch 8 at today's load."""
-    return post.seconds(post.mean_costs(3, [features(8, 8 * (1 + gamma), gamma, True)])[0])
+    return post.seconds(post.mean_costs(3, [post.row(8, 8 * (1 + gamma), gamma, True)])[0])
 
 
 def test_load_change_moves_the_level_not_the_long_played_arm() -> None:

@@ -8,13 +8,14 @@ import random
 
 import pytest
 
-from vllm_hust_vspec.adaptive.admission import AdmissionCost, RefillHold
+from vllm_hust_vspec.adaptive.admission import RefillHold
+from vllm_hust_vspec.adaptive.feedback import StepFeedback
 from vllm_hust_vspec.sim import load_scenario
 from vllm_hust_vspec.sim.engine import simulate
 from vllm_hust_vspec.sim.policies import make_controller
 
 
-def _feed(cost: AdmissionCost | RefillHold, fixed_s: float, per_token_s: float, *,
+def _feed(rule: RefillHold, fixed_s: float, per_token_s: float, *, gamma: int = 0,
           steps: int = 200, noise: float = 0.0, seed: int = 1) -> None:
     """Steady steps (10 ms + 0.1 ms per request) and, every 5th, an admitting one."""
     rng = random.Random(seed)
@@ -24,30 +25,45 @@ def _feed(cost: AdmissionCost | RefillHold, fixed_s: float, per_token_s: float, 
         prompt = 0 if i % 5 else rng.randint(20, 140)
         if prompt:
             t += fixed_s + per_token_s * prompt
-        cost.observe(batch, 0, t * (1.0 + rng.gauss(0.0, noise)), prompt)
+        rule.observe(StepFeedback(
+            batch_size=batch, gamma=gamma, drafted=(gamma,) * batch, accepted=(0,) * batch,
+            committed=batch, interval_s=t * (1.0 + rng.gauss(0.0, noise)), token_budget=8192,
+            steady=not prompt, drafter_ran=gamma > 0, next_gamma=gamma,
+            prefill_tokens=prompt))
+
+
+def _fixed_ms(rule: RefillHold) -> float:
+    return float(rule.snapshot()["fixed_ms"])
 
 
 def test_the_fixed_and_per_token_costs_are_told_apart() -> None:
-    cost = AdmissionCost()
-    assert cost.fixed_cost() is None and not cost.holds_pay()  # nothing measured yet
-    _feed(cost, 0.200, 0.0005)
-    fixed = cost.fixed_cost()
-    assert fixed is not None and fixed[0] == pytest.approx(0.200, rel=0.01)
-    assert cost.snapshot()["per_prompt_token_ms"] == pytest.approx(0.5, rel=0.02)
-    assert cost.holds_pay()
-    assert cost.steady_time(40, 0) == pytest.approx(0.014, rel=0.01)
+    rule = RefillHold(8, "auto", 16)
+    assert rule.snapshot()["admitting_steps"] == 0
+    # nothing measured yet: no hold
+    assert not rule.decide(occupied=40, free=2, waiting=50, speculating=False, gamma=0)
+    _feed(rule, 0.200, 0.0005)
+    # every 5th of 200 steps admits; the first, before any decode step, teaches nothing
+    assert rule.snapshot()["admitting_steps"] == 39
+    assert _fixed_ms(rule) == pytest.approx(200.0, rel=0.05)
+    cost = rule.cost
+    assert cost is not None
+    per_token_s = cost.coefficients(5)["prompt"] / 64.0
+    assert per_token_s == pytest.approx(0.0005, rel=0.1)
+    assert rule.decide(occupied=40, free=2, waiting=50, speculating=False, gamma=0)
 
 
 def test_prompt_work_alone_never_pays_for_holding() -> None:
-    cost = AdmissionCost()
-    _feed(cost, 0.0, 0.0005, noise=0.05)
-    assert not cost.holds_pay()
+    rule = RefillHold(8, "auto", 16)
+    _feed(rule, 0.0, 0.0005, noise=0.05)
+    assert _fixed_ms(rule) < 3.0
+    assert not any(rule.decide(occupied=40, free=2, waiting=50, speculating=False, gamma=0)
+                   for _ in range(5))
 
 
 def test_a_fixed_cost_lost_in_the_noise_does_not_hold() -> None:
-    cost = AdmissionCost()
-    _feed(cost, 0.002, 0.0005, steps=60, noise=0.5)
-    assert not cost.holds_pay()
+    rule = RefillHold(8, "auto", 16)
+    _feed(rule, 0.002, 0.0005, steps=60, noise=0.5)
+    assert not rule.decide(occupied=40, free=2, waiting=50, speculating=False, gamma=0)
 
 
 def test_auto_holds_at_any_gamma_while_grouping_saves_more_than_idle_slots_lose() -> None:
@@ -61,9 +77,27 @@ def test_auto_holds_at_any_gamma_while_grouping_saves_more_than_idle_slots_lose(
     # accounting alone (no step bound)
     small = RefillHold(8, "auto", 0)
     _feed(small, 0.004, 0.0)
-    held = sum(small.decide(occupied=4, free=2, waiting=50, speculating=True, gamma=0)
+    held = sum(small.decide(occupied=40, free=2, waiting=50, speculating=True, gamma=0)
                for _ in range(20))
     assert 0 < held < 20
+
+
+def test_the_hold_reads_the_online_controllers_model() -> None:
+    """Shared: the controller feeds the model, the hold reads it and feeds nothing itself;
+    a controller without a model gives the hold its own back."""
+    from vllm_hust_vspec.adaptive import OnlineConfig, OnlineController
+    from vllm_hust_vspec.adaptive.fixed import FixedController
+
+    ctrl = OnlineController(OnlineConfig(max_gamma=4, warmup_samples=0))
+    rule = RefillHold(8, "auto", 16, max_gamma=4)
+    rule.share(ctrl)
+    assert rule.cost is ctrl.cost_model
+    _feed(rule, 0.200, 0.0)  # the hold does not feed a shared model
+    assert ctrl.cost_model.admissions == 0
+    rule.share(FixedController(0, 4))
+    assert rule.cost is not ctrl.cost_model
+    _feed(rule, 0.200, 0.0)
+    assert rule.snapshot()["admitting_steps"] == 39
 
 
 def test_speculating_holds_only_while_speculating_and_for_a_bounded_time() -> None:

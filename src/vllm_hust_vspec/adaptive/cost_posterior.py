@@ -1,34 +1,43 @@
-"""Step-cost posterior of the online controller: one small Kalman filter.
+"""The step-cost model: one small Kalman filter over every step the host runs.
 
-A steady decode step of ``B`` requests verifying ``g`` drafts each takes
+A step of ``B`` decoding requests that verified ``V`` tokens at draft depth ``g`` and
+prefilled ``P`` prompt tokens takes
 
-    T = tau * exp(L) * f,   f = a_k + ran * ([g > 0] (d_k (g + 1) + delta_k) + [g == 0] z_k)
+    T = tau * exp(L) * f,
+    f = a_k + ran * ([g > 0] (d_k (g + 1) + delta_k - u_k (g + 1 - V/B)) + [g == 0] z_k)
+            + [P == 0] s_kg + [P > 0] (m_k + c_k P/64 + o_kg)
 
 * ``L``: the log load level (other processes, clock scaling, a shared core, the batch
   drifting inside its bucket), a random walk common to every arm and bucket;
 * ``a_k``: bucket ``k``'s target-only step (bucket = power of two of the batch). A step that
   skipped the drafter (``ran`` = 0, the host's sticky gamma 0) is the row ``a_k`` of the same
-  regression: every speculative step is measured against it, no separate zero arm;
-* ``d_k``: one more verified token per request plus one drafter pass (the per-token cost
-  ``b B`` of the affine form at the bucket's batch, plus the draft pass ``d``: kept per bucket
-  because measured step times are not linear in the batch, e.g. vLLM's H100 table);
+  regression: every speculative step is measured against it;
+* ``d_k``: one more verified token per request plus one drafter pass (kept per bucket because
+  step times are not linear in the batch, e.g. vLLM's H100 table); ``u_k``: what a verified
+  token costs on its own, saved by each draft left unverified (per-request lengths trimmed
+  it); steps that verify all they draft never show it, so a batch controller never reads it;
 * ``delta_k``: the fixed overhead of a speculative step minus one increment (prior mean 0:
   the overhead costs about one increment; ``overhead_sd``);
 * ``z_k``: a zero-depth step in which the drafter still ran (0 on an ideal host, about
-  ``d + overhead`` for vLLM's K=0).
+  ``d + overhead`` for vLLM's K=0);
+* ``m_k`` + ``c_k P/64``: what admitting requests adds to a step (a mixed step leaves the
+  captured graphs: ``m_k``; the prompts' own work: ``c_k``). Only ``m_k`` is saved by grouping
+  admissions (the refill hold reads it);
+* ``s_kg`` / ``o_kg``: depth ``g``'s deviation from that affine shape on a decode-only / an
+  admitting step (prior mean 0, tight): a width the host runs without a graph, or one that is
+  cheap because its graph is native, is priced as measured while unmeasured widths are
+  predicted by the affine part.
 
-``g`` in a row is the mean drafts verified per request (a batch in which some requests no
-longer draft, a budget-trimmed one, is priced by what it verified). ``tau`` is the first
-measured step (or the cost prior's median), so every coefficient is a plain number near 1
-and the priors below are scale free. The state ``[L, a_k, d_k, delta_k, z_k]`` of the bucket
-in use is one Gaussian with full covariance, updated by an extended Kalman filter in log time
+``tau`` is the first measured step (or the cost prior's median), so every coefficient is a
+plain number near 1 and the priors are scale free. The state ``[L, theta_k]`` of the bucket in
+use is one Gaussian with full covariance, updated by an extended Kalman filter in log time
 (``y = L + log f``): a long-played arm's surprise moves the level, a new arm's moves the
-coefficients, unmeasured arms are predicted by the affine structure. Other buckets keep their
+coefficients, unmeasured arms are predicted by the structure. Other buckets keep their
 coefficients' mean and covariance (their correlation with the level is dropped when the batch
 leaves them, which only widens the sum's uncertainty); a new bucket starts from its nearest
-neighbour's. The noise ``r`` and the level's drift are measured by a variogram
-(load.DriftEstimator); stalls are clipped and two outliers in a row re-anchor the level, as
-in adaptive/load.py.
+neighbour's. The noise ``r`` and the level's drift are measured by a variogram of the
+decode-only steps (load.DriftEstimator); stalls are clipped and two outliers in a row
+re-anchor the level, as in adaptive/load.py.
 """
 
 from __future__ import annotations
@@ -38,20 +47,32 @@ import random
 
 from ._limits import bucket_index
 from .cost_prior import CostPrior
+from .feedback import StepFeedback
 from .load import DriftEstimator, outlier_side
 
-N = 4  # coefficients per bucket: a, d, delta, z
-_A, _D, _DELTA, _Z = range(N)
+# The state ``z``: the level, the host's admission terms (shared by every bucket: a mixed step
+# leaves the graphs whatever the batch), then the active bucket's terms.
+_L, _M, _C, _W = 0, 1, 2, 3
+_O1 = 4  # o_g at _O1 + g - 1, g = 1..max_gamma; the bucket's terms follow the o's
+_A, _D, _DELTA, _Z, _U = range(5)  # bucket terms, offsets after the global ones
+_S1 = 5  # s_g at bucket offset _S1 + g - 1
+_BUCKET_NAMES = ("a", "d", "delta", "z", "u")
 # Prior means and standard deviations in units of tau (delta's sd is a knob): a step costs
 # ~tau, a draft increment ~0.1 tau, the data moves them within a few steps. z is tight: an
 # arm that is rarely played (a drafter-running zero where speculation pays) must not be
-# drawn cheaper than a target-only step.
-_PRIOR_MEAN = (0.5, 0.1, 0.0, 0.1)
-_PRIOR_SD = (0.5, 0.2, 0.0, 0.1)
+# drawn cheaper than a target-only step. An admission's fixed cost is wide (an Ascend mixed
+# step costs several decode steps); a depth's deviation is tight, so played arms teach the
+# affine part and only a far miss (below) or a consistent misfit becomes a deviation.
+_BUCKET_PRIOR = ((0.5, 0.5), (0.1, 0.2), (0.0, 0.0), (0.1, 0.1), (0.05, 0.1))
+_ADMISSION_PRIOR = ((0.0, 2.0), (0.0, 1.0), (0.0, 2.0))  # m, c, w
+_STEADY_DEVIATION_SD = 0.003
+_ADMITTING_DEVIATION_SD = 0.02
+PROMPT_UNIT = 64.0  # prompt tokens per unit of the prompt feature (a short prompt)
 _LEVEL_VAR0 = 1.0  # log^2: the level is unknown until the first samples
 _R_MIN = 1e-4  # measurement-noise floor (1% jitter), as load.py
 _R_INIT = 4e-3
 _CLIP = 3.0  # innovations beyond this many sigmas are clipped (stalls)
+_YOUNG = 4  # steps showing a rare term before a far miss of them is taken for load
 _F_MIN = 1e-3  # predicted costs are kept positive (units of tau)
 _A_MIN = 0.01  # smallest target-only step (units of tau)
 # A new bucket starts from its nearest neighbour's coefficients, widened by this share of
@@ -66,151 +87,275 @@ _REAL_SAMPLE_SD = 0.03
 # The sampling factor of a bucket's covariance is refreshed every this many updates, and the
 # coefficients' drift is added in lumps of this many steps (the mean is always current). A
 # bucket's first factor is normally its prior's (or its neighbour's), so its first 16
-# samples draw at that width: that is part of how a new bucket is explored (refreshing as
-# the posterior narrows explores less and re-opens a switched-off drafter less often).
+# samples draw at that width: that is part of how a new bucket is explored.
 _CHOL_EVERY = 16
 _DRIFT_EVERY = 8
 # Draws of an infeasible machine are redrawn this many times before being projected. Only
 # the feasible region has prior mass: an untruncated draw with a negative target-only cost
 # makes per-token cost all there is, and a shallower arm look best even when every draft
-# is accepted (with only the deepest arm measured, a persisted state, ~15% of draws).
+# is accepted.
 _REDRAWS = 8
 _TWO_PI = 2.0 * math.pi
 
-
-def features(batch: int, verified: int, gamma: int, ran: bool) -> list[float]:
-    """Regression row ``[x_a, x_d, x_delta, x_z]`` of a step of ``batch`` requests that
-    verified ``verified`` tokens (drafts plus one each) at gamma ``gamma``."""
-    if not ran:
-        return [1.0, 0.0, 0.0, 0.0]
-    if gamma > 0:
-        return [1.0, verified / batch, 1.0, 0.0]  # (g + 1) at a uniform width
-    return [1.0, 0.0, 0.0, 1.0]
+Row = tuple[tuple[int, float], ...]  # sparse regression row: (index in z, feature)
+Bounds = tuple[tuple[tuple[tuple[int, float], ...], float], ...]  # sum(coef * z) >= lo
 
 
 class _Bucket:
-    __slots__ = ("chol", "chol_at", "cov", "mean", "samples")
+    __slots__ = ("chol", "chol_at", "cov", "mean", "samples", "seen")
 
     def __init__(self, mean: list[float], cov: list[list[float]]) -> None:
-        self.mean = mean
-        self.cov = cov  # N rows of N
+        self.mean = mean  # the bucket's terms (stored while another bucket is active)
+        self.cov = cov
         self.samples = 0
-        self.chol: tuple[float, ...] = ()  # Cholesky factor of cov, for sampling
-        self.chol_at = 0  # samples when it was computed
+        self.seen: dict[int, int] = {}  # rare term (index in z) -> steps it was in
+        self.chol: tuple[float, ...] = ()  # factor of the sampling covariance
+        self.chol_at = -1  # samples when it was computed
 
 
 class CostPosterior:
-    """Gaussian posterior over the load level and each bucket's cost coefficients."""
+    """Gaussian posterior over the load level, the host's admission terms and each bucket's
+    cost coefficients, for depths ``0..max_gamma`` (module docstring)."""
 
-    __slots__ = ("_active", "_buckets", "_cross", "_drift", "_measured", "_outlier",
-                 "_overhead_var", "_q_floor", "_q_theta", "level", "level_drift", "level_var",
-                 "r", "tau")
+    __slots__ = ("_active", "_arm_keys", "_buckets", "_drift", "_extra", "_measured",
+                 "_outlier", "_prior_mean", "_prior_var", "_q_floor", "_q_theta",
+                 "_sample_order", "_step_bounds", "admissions", "cov", "level_drift",
+                 "max_gamma", "mean", "n", "ng", "r", "tau")
 
-    def __init__(self, overhead_sd: float, level_drift: float, cost_drift: float) -> None:
-        self._overhead_var = overhead_sd * overhead_sd
+    def __init__(self, max_gamma: int, overhead_sd: float = 0.05, level_drift: float = 1.0,
+                 cost_drift: float = 1e-6) -> None:
+        self.max_gamma = k = max_gamma
+        self.ng = ng = _O1 + k
+        self.n = n = ng + _S1 + k
+        sds = ([0.0] + [sd for _, sd in _ADMISSION_PRIOR] + [_ADMITTING_DEVIATION_SD] * k
+               + [sd for _, sd in _BUCKET_PRIOR] + [_STEADY_DEVIATION_SD] * k)
+        sds[ng + _DELTA] = overhead_sd
+        self._prior_mean = ([0.0] + [m for m, _ in _ADMISSION_PRIOR] + [0.0] * k
+                            + [m for m, _ in _BUCKET_PRIOR] + [0.0] * k)
+        self._prior_var = [sd * sd for sd in sds]
+        self._prior_var[_L] = _LEVEL_VAR0
         self.level_drift = level_drift  # prior, in units of r, until the variogram has data
         self._q_theta = cost_drift  # per-step variance growth, share of each coefficient's
         # square; plus this much of its prior per lump, so a zero coefficient can move too
-        self._q_floor = [_DRIFT_EVERY * cost_drift * 0.01 * self._prior_var(i)
-                         for i in range(N)]
+        self._q_floor = [0.0] + [_DRIFT_EVERY * cost_drift * 0.01 * v
+                                 for v in self._prior_var[1:]]
+        a, d = ng + _A, ng + _D
+        self._step_bounds: Bounds = (  # physics every update keeps (see _step)
+            (((a, 1.0),), _A_MIN), (((d, 1.0),), 0.0),
+            (((d, 1.0), (ng + _DELTA, 1.0)), 0.0), (((ng + _Z, 1.0),), 0.0))
+        # sampled in this order: the terms every step shows first (see sample_theta)
+        self._sample_order = list(range(ng, n)) + list(range(1, ng))
+        self.mean = list(self._prior_mean)  # z of the active bucket
+        self.cov = [[self._prior_var[i] if i == j else 0.0 for j in range(n)]
+                    for i in range(n)]
         self._drift = DriftEstimator()
         self._measured = False  # the variogram has measured r and the drift
         self._buckets: dict[int, _Bucket] = {}
         self._active = -1
-        self._cross = [0.0] * N  # cov(level, theta) of the active bucket
         self._outlier = 0
-        self.level = 0.0
-        self.level_var = _LEVEL_VAR0
+        self.admissions = 0  # admitting steps folded in
+        self._extra = random.Random(0x5EED)  # draws of the rarely shown terms
+        self._arm_keys = [object() for _ in range(max_gamma + 2)]  # variogram keys
         self.r = _R_INIT
         self.tau = 0.0  # seconds; 0 until the first sample
 
+    @property
+    def level(self) -> float:
+        """The log load level."""
+        return self.mean[_L]
+
+    @property
+    def level_var(self) -> float:
+        """Its variance."""
+        return self.cov[_L][_L]
+
     # -- structure --------------------------------------------------------------------------
+
+    def row(self, batch: int, verified: float, gamma: int, ran: bool = True,
+            prefill_tokens: int = 0) -> Row:
+        """Regression row of a step of ``batch`` requests that verified ``verified`` tokens
+        (drafts plus one each) at depth ``gamma`` and prefilled ``prefill_tokens``."""
+        ng = self.ng
+        g = gamma if gamma <= self.max_gamma else self.max_gamma
+        out: list[tuple[int, float]] = [(ng + _A, 1.0)]
+        if ran:
+            if gamma > 0:
+                out += ((ng + _D, gamma + 1.0), (ng + _DELTA, 1.0))
+                unverified = gamma + 1 - verified / batch
+                if unverified > 0.0:
+                    out.append((ng + _U, -unverified))
+            else:
+                out.append((ng + _Z, 1.0))
+        if prefill_tokens > 0:
+            out += ((_M, 1.0), (_C, prefill_tokens / PROMPT_UNIT))
+            if g > 0 and ran:
+                out += ((_W, float(g)), (_O1 + g - 1, 1.0))
+        elif g > 0 and ran:
+            out.append((ng + _S1 + g - 1, 1.0))
+        return tuple(out)
+
+    def _activate(self, idx: int) -> _Bucket:
+        """Make bucket ``idx`` the one in the joint state (the previous one's terms are
+        stored without their correlation with the global terms)."""
+        b = self._buckets.get(idx)
+        if idx == self._active and b is not None:
+            return b
+        ng, n = self.ng, self.n
+        old = self._buckets.get(self._active)
+        if old is not None:
+            old.mean = self.mean[ng:]
+            old.cov = [row[ng:] for row in self.cov[ng:]]
+        if b is None:
+            b = self._buckets[idx] = self._new_bucket(idx)
+        self.mean[ng:] = b.mean
+        cov = self.cov
+        for i in range(n):
+            row = cov[i]
+            if i < ng:
+                row[ng:] = [0.0] * (n - ng)
+            else:
+                row[:ng] = [0.0] * ng
+                row[ng:] = b.cov[i - ng]
+        self._active = idx
+        return b
+
+    def _new_bucket(self, idx: int) -> _Bucket:
+        ng, nb = self.ng, self.n - self.ng
+        if self._buckets:
+            near = min(self._buckets, key=lambda j: (abs(j - idx), -self._buckets[j].samples))
+            mean, cov = self._bucket_block(near)
+            cov = [list(row) for row in cov]
+            for i in range(nb):
+                w = _WIDEN * mean[i]
+                cov[i][i] += w * w + 0.01 * self._prior_var[ng + i]
+            return _Bucket(list(mean), cov)
+        return _Bucket(self._prior_mean[ng:], [
+            [self._prior_var[ng + i] if i == j else 0.0 for j in range(nb)] for i in range(nb)])
+
+    def _bucket_block(self, idx: int) -> tuple[list[float], list[list[float]]]:
+        """Bucket ``idx``'s terms: mean and covariance."""
+        ng = self.ng
+        if idx == self._active:
+            return self.mean[ng:], [row[ng:] for row in self.cov[ng:]]
+        b = self._buckets[idx]
+        return b.mean, b.cov
 
     def bucket(self, idx: int) -> _Bucket:
         """The bucket ``idx`` (created from its nearest neighbour, or the prior)."""
         b = self._buckets.get(idx)
         if b is None:
-            b = self._new_bucket(idx)
-            self._buckets[idx] = b
+            b = self._buckets[idx] = self._new_bucket(idx)
         return b
-
-    def _new_bucket(self, idx: int) -> _Bucket:
-        if self._buckets:
-            near = min(self._buckets, key=lambda j: (abs(j - idx), -self._buckets[j].samples))
-            src = self._buckets[near]
-            cov = [list(row) for row in src.cov]
-            for i in range(N):
-                w = _WIDEN * src.mean[i]
-                cov[i][i] += w * w + 0.01 * self._prior_var(i)
-            return _Bucket(list(src.mean), cov)
-        cov = [[self._prior_var(i) if i == j else 0.0 for j in range(N)] for i in range(N)]
-        return _Bucket(list(_PRIOR_MEAN), cov)
-
-    def _prior_var(self, i: int) -> float:
-        return self._overhead_var if i == _DELTA else _PRIOR_SD[i] * _PRIOR_SD[i]
 
     def buckets(self) -> list[int]:
         """Indices of the buckets with a posterior."""
         return sorted(self._buckets)
 
+    def theta(self, idx: int) -> list[float]:
+        """The posterior mean of ``z`` with bucket ``idx``'s terms (level 0)."""
+        self.bucket(idx)
+        return [0.0] + self.mean[1:self.ng] + list(self._bucket_block(idx)[0])
+
     # -- learning ---------------------------------------------------------------------------
 
-    def update(self, idx: int, x: list[float], seconds: float, arm: object) -> None:
-        """Fold in one clean step of bucket ``idx`` with row ``x`` that took ``seconds``;
-        ``arm`` identifies what was played (for the noise variogram)."""
+    def observe(self, fb: StepFeedback) -> None:
+        """Fold in one completed step as the host reported it (every caller's filter, e.g.
+        a controller's warm-up, applied before): decode-only steps by arm, admitting ones
+        with their prompt tokens. A mixed step whose prompt tokens were not reported, and a
+        step without a time, teach nothing."""
+        batch, g = fb.batch_size, fb.gamma
+        prefill = 0 if fb.steady else fb.prefill_tokens
+        if fb.interval_s <= 0.0 or batch <= 0 or (not fb.steady and prefill <= 0):
+            return
+        drafted = fb.drafted
+        # Tokens verified: drafts are trimmed per request by the budget or per-request
+        # lengths, or zero for requests whose drafter was skipped (sticky host), so the
+        # uniform width is checked first.
+        verified = batch * (1 + g)
+        if len(drafted) == batch and drafted.count(g) != batch:
+            verified = batch + sum(drafted)
+        ran = fb.drafter_ran
+        x = self.row(batch, verified, g, ran, prefill)
+        idx = batch.bit_length() - 1 if batch > 1 else 0  # bucket_index, inlined (hot path)
+        arm = None if prefill else self._arm_keys[min(g, self.max_gamma) + 1 if ran or g else 0]
+        self.update(idx, x, fb.interval_s, arm)
+
+    def update(self, idx: int, x: Row, seconds: float, arm: object | None) -> None:
+        """Fold in one step of bucket ``idx`` with row ``x`` that took ``seconds``; ``arm``
+        identifies a decode-only step's arm for the noise variogram (None: an admitting
+        step, whose prompt work varies, is left out of it)."""
         if self.tau <= 0.0:
+            if arm is None:
+                return  # an admitting step has no decode step to be measured against yet
             self.tau = seconds
         y = math.log(seconds / self.tau)
-        drift = self._drift
-        drift.observe(arm, y)
-        if drift.n_long & 7 == 0:  # the noise moves slowly: re-read it every 8 long lags
-            measured = drift.estimate()
-            if measured is not None:
-                self.r, self.level_drift = measured
-                self._measured = True
+        if arm is None:
+            self.admissions += 1
+        else:
+            drift = self._drift
+            drift.observe(arm, y)
+            if drift.n_long & 7 == 0:  # the noise moves slowly: re-read it every 8 long lags
+                measured = drift.estimate()
+                if measured is not None:
+                    self.r, self.level_drift = measured
+                    self._measured = True
         self._step(idx, x, y, self.r, True, not self._measured)
 
-    def _step(self, idx: int, x: list[float], y: float, r: float, robust: bool,
+    def _step(self, idx: int, x: Row, y: float, r: float, robust: bool,
               learn_r: bool) -> None:
-        """One extended Kalman update; ``robust``: clip outliers, ``learn_r``: learn the noise
-        from the innovations (until the variogram has measured it)."""
-        b = self._buckets.get(idx) if idx == self._active else None
-        if b is None:
-            b = self.bucket(idx)
-            self._active = idx
-            self._cross = [0.0] * N
+        """One extended Kalman update of the joint state; ``robust``: clip outliers,
+        ``learn_r``: learn the noise from the innovations (until the variogram has it)."""
+        b = self._activate(idx)
         b.samples += 1
-        m = b.mean
-        p = b.cov
-        m0, m1, m2, m3 = m
-        x0, x1, x2, x3 = x
-        f = x0 * m0 + x1 * m1 + x2 * m2 + x3 * m3
+        m = self.mean
+        p = self.cov
+        ng = self.ng
+        f = 0.0
+        for i, v in x:
+            f += m[i] * v
         if f < _F_MIN:
             f = _F_MIN
         if self._q_theta and not b.samples % _DRIFT_EVERY:
             # Slow drift of the cost shape: each coefficient's variance grows by a share of
             # its square per step (added in lumps), so an arm left alone is re-checked.
             q = self._q_theta * _DRIFT_EVERY
-            for i, qv in enumerate(self._q_floor):
-                p[i][i] += q * m[i] * m[i] + qv
-        level_var = self.level_var + self.level_drift * r
-        inv_f = 1.0 / f
-        h0, h1, h2, h3 = x0 * inv_f, x1 * inv_f, x2 * inv_f, x3 * inv_f
-        # P H' for the joint state [level, theta] (H = [1, h]), written out for N = 4: this
-        # runs every step.
-        p0, p1, p2, p3 = p
-        t0 = p0[0] * h0 + p0[1] * h1 + p0[2] * h2 + p0[3] * h3
-        t1 = p1[0] * h0 + p1[1] * h1 + p1[2] * h2 + p1[3] * h3
-        t2 = p2[0] * h0 + p2[1] * h1 + p2[2] * h2 + p2[3] * h3
-        t3 = p3[0] * h0 + p3[1] * h1 + p3[2] * h2 + p3[3] * h3
-        hph = h0 * t0 + h1 * t1 + h2 * t2 + h3 * t3  # the coefficients' share of the doubt
-        c0, c1, c2, c3 = self._cross
-        ch = c0 * h0 + c1 * h1 + c2 * h2 + c3 * h3
-        ph_l = level_var + ch
-        q0, q1, q2, q3 = t0 + c0, t1 + c1, t2 + c2, t3 + c3
+            for i in range(1, self.n):
+                p[i][i] += q * m[i] * m[i] + self._q_floor[i]
+        p[_L][_L] += self.level_drift * r
+        h = [(i, v / f) for i, v in x]
+        # P h over the row's few non-zero features: the coefficients' part, then the level's
+        t = [0.0] * self.n
+        for i, hv in h:
+            for row_i, prow in enumerate(p):
+                t[row_i] += prow[i] * hv
+        hph = 0.0  # the coefficients' share of the doubt
+        for i, hv in h:
+            hph += hv * t[i]
+        level_var = p[_L][_L]
+        ch = t[_L]  # cov(level, coefficients' prediction)
+        for row_i, prow in enumerate(p):
+            t[row_i] += prow[_L]
         s = level_var + 2.0 * ch + hph + r
-        self.level_var = level_var
-        e = y - self.level - math.log(f)
+        e = y - m[_L] - math.log(f)
+        rare, seen = -1, _YOUNG
+        for i, _ in x:  # the admission term first, then a depth's deviation
+            if i == _M or _O1 <= i < ng or i >= ng + _S1:
+                n_i = b.seen.get(i, 0)
+                if n_i < _YOUNG:
+                    b.seen[i] = n_i + 1
+                    if rare < 0:
+                        rare, seen = i, n_i
+        if robust and seen < _YOUNG and e * e > _CLIP * _CLIP * s:
+            # A depth (or admitting) not measured yet missed by far: suspected to be its own
+            # term (a width without a graph, a mixed step outside the graphs) before the
+            # machine's load, so that term is opened to the size of the miss and the step is
+            # taken again. A measured one's miss is load (below).
+            p[rare][rare] += (f * e) ** 2
+            p[_L][_L] -= self.level_drift * r
+            b.samples -= 1
+            b.seen[rare] = _YOUNG  # once
+            self._step(idx, x, y, r, robust, learn_r)
+            return
         if learn_r:
             self.r += 0.05 * (min(e * e / s * r, 9.0 * self.r) - self.r)
             if self.r < _R_MIN:
@@ -226,35 +371,31 @@ class CostPosterior:
                 side, shifted = outlier_side(e, bound, hph <= level_var, self._outlier)
                 if shifted:
                     self._outlier = side
-                    self.level += e
-                    self.level_var = r + hph
-                    self._cross = [0.0] * N
+                    m[_L] += e
+                    p[_L] = [0.0] * self.n
+                    for prow in p:
+                        prow[_L] = 0.0
+                    p[_L][_L] = r + hph
                     return
                 if side:
                     e = side * bound
             self._outlier = side
+        if any(i == _M for i, _ in x):
+            # An admitting step's terms add to the step, so its surprise is taken in linear
+            # time (the log's linearisation undershoots a mixed step many decode steps long).
+            e = math.expm1(e)
         inv = 1.0 / s
         ke = e * inv
-        # Physics the linearised update does not know: a target step costs something, a
-        # draft increment or a drafter pass never saves time. A surprise far outside the
-        # linear range (a load change in the very first steps) would step across those
-        # bounds; the step is shortened to stay inside them, level and coefficients alike,
-        # so the split between them stays consistent (clipping one coefficient alone had
-        # another absorb the difference, and the filter never recovered).
-        dm0, dm1, dm2, dm3 = q0 * ke, q1 * ke, q2 * ke, q3 * ke
-        if not (m0 + dm0 >= _A_MIN and m1 + dm1 >= 0.0 and (m1 + m2) + (dm1 + dm2) >= 0.0
-                and m3 + dm3 >= 0.0):  # the common case, a step inside the bounds, is whole
-            ke *= _feasible_step(m, [dm0, dm1, dm2, dm3])
-        self.level += ph_l * ke
-        b.mean = [m0 + q0 * ke, m1 + q1 * ke, m2 + q2 * ke, m3 + q3 * ke]
-        self.level_var -= ph_l * ph_l * inv
-        kl = ph_l * inv
-        self._cross = [c0 - kl * q0, c1 - kl * q1, c2 - kl * q2, c3 - kl * q3]
-        g0, g1, g2, g3 = q0 * inv, q1 * inv, q2 * inv, q3 * inv
-        p[0] = [p0[0] - g0 * q0, p0[1] - g0 * q1, p0[2] - g0 * q2, p0[3] - g0 * q3]
-        p[1] = [p1[0] - g1 * q0, p1[1] - g1 * q1, p1[2] - g1 * q2, p1[3] - g1 * q3]
-        p[2] = [p2[0] - g2 * q0, p2[1] - g2 * q1, p2[2] - g2 * q2, p2[3] - g2 * q3]
-        p[3] = [p3[0] - g3 * q0, p3[1] - g3 * q1, p3[2] - g3 * q2, p3[3] - g3 * q3]
+        # A surprise far outside the linear range (a load change in the very first steps)
+        # would step across the physical bounds; the step is shortened to stay inside them,
+        # level and coefficients alike, so the split between them stays consistent. The
+        # terms only some steps show are projected onto their bounds after.
+        ke *= _feasible_step(self._step_bounds, m, [ti * ke for ti in t])
+        self.mean = self._project([mi + ti * ke for mi, ti in zip(m, t, strict=True)])
+        for i, ti in enumerate(t):
+            if ti:
+                gi = ti * inv
+                p[i] = [a - gi * tj for a, tj in zip(p[i], t, strict=True)]
 
     def apply_prior(self, prior: CostPrior) -> int:
         """Fold in a cost prior's samples (see _DUMMY_SAMPLE_SD). Returns the samples used."""
@@ -266,74 +407,203 @@ class CostPosterior:
         sd = _DUMMY_SAMPLE_SD if prior.needs_anchor else _REAL_SAMPLE_SD
         r = sd * sd
         for s in prior.samples:
-            idx = bucket_index(s.batch)
-            x = features(s.batch, s.batch * (1 + s.gamma), s.gamma, s.drafter_ran)
-            self._step(idx, x, math.log(s.seconds / self.tau), r, False, False)
+            x = self.row(s.batch, s.batch * (1 + s.gamma), s.gamma, s.drafter_ran)
+            self._step(bucket_index(s.batch), x, math.log(s.seconds / self.tau), r, False,
+                       False)
+        # The target alone over b (1 + g) tokens: a verified token's own cost (u), which
+        # steps that verify all they draft cannot separate from a drafter pass.
+        batches = sorted({s.batch for s in prior.samples})
+        u = self.ng + _U
+        for tokens, seconds in prior.verify:
+            for b in batches:
+                extra = tokens / b - 1.0
+                if tokens % b == 0 and 1.0 <= extra <= self.max_gamma:
+                    x = ((self.ng + _A, 1.0), (u, extra))
+                    self._step(bucket_index(b), x, math.log(seconds / self.tau), r, False,
+                               False)
         # The shape is kept; the level of real steps is measured afresh.
-        self.level_var = _LEVEL_VAR0
-        self._cross = [0.0] * N
-        self._active = -1
+        p = self.cov
+        p[_L] = [0.0] * self.n
+        for prow in p:
+            prow[_L] = 0.0
+        p[_L][_L] = _LEVEL_VAR0
         return len(prior.samples)
 
     # -- prediction -------------------------------------------------------------------------
 
-    def mean_costs(self, idx: int, rows: list[list[float]]) -> list[float]:
+    def mean_costs(self, idx: int, rows: list[Row]) -> list[float]:
         """Posterior-mean ``f`` (units of tau, load-free) of each row in bucket ``idx``."""
-        m = self.bucket(idx).mean
-        return [max(x[0] * m[0] + x[1] * m[1] + x[2] * m[2] + x[3] * m[3], _F_MIN)
-                for x in rows]
+        return price(self.theta(idx), rows)
 
-    def sample_costs(self, idx: int, rows: list[list[float]], rng: random.Random,
+    def sample_costs(self, idx: int, rows: list[Row], rng: random.Random,
                      width: float = 1.0) -> list[float]:
         """``f`` of each row under one draw of bucket ``idx``'s coefficients, ``width``
         posterior sds wide (Thompson sampling; the level is common to a bucket's arms and
-        cancels between them). The draw is of the posterior truncated to machines that can
-        exist (the bounds _feasible_step keeps the mean in): by rejection, projected onto the
-        bounds after _REDRAWS misses."""
+        cancels between them)."""
+        return price(self.sample_theta(idx, rng, width), rows)
+
+    def sample_theta(self, idx: int, rng: random.Random, width: float = 1.0) -> list[float]:
+        """One draw of ``z`` (level 0) with bucket ``idx``'s terms, truncated to machines that
+        can exist: the four terms every step shows are drawn first, by rejection against
+        the bounds every update keeps (projected after _REDRAWS misses); the terms only
+        admitting, trimmed or one depth's steps show are drawn after, from a stream of their
+        own (so ``rng`` is used as by a model without them), and projected."""
         b = self.bucket(idx)
+        order = self._sample_order
+        n1 = len(order)
         k = b.chol
-        if not k or b.samples - b.chol_at >= _CHOL_EVERY:
-            k = b.chol = _cholesky(b.cov)
+        if not k or b.samples - b.chol_at >= _CHOL_EVERY or b.chol_at < 0:
+            k = b.chol = _cholesky(self._sampling_cov(idx))
             b.chol_at = b.samples
+        mean = self.theta(idx)
+        m = [mean[i] for i in order]
         uniform = rng.random
-        m = b.mean
+        z = [0.0] * (n1 + 1)
+        head: list[float] = m[:4]
+        bounds = self._step_bounds
+        ng = self.ng
         for _ in range(_REDRAWS):
-            # Four standard normals as two Box-Muller pairs, written out: a third of the
-            # cost of four random.gauss calls, and this runs every decision.
-            u = uniform() * _TWO_PI
-            r = math.sqrt(-2.0 * math.log(1.0 - uniform())) * width
-            z0, z1 = math.cos(u) * r, math.sin(u) * r
-            u = uniform() * _TWO_PI
-            r = math.sqrt(-2.0 * math.log(1.0 - uniform())) * width
-            z2, z3 = math.cos(u) * r, math.sin(u) * r
-            t0 = m[0] + k[0] * z0  # the factor written out (N = 4): this runs every decision
-            t1 = m[1] + k[4] * z0 + k[5] * z1
-            t2 = m[2] + k[8] * z0 + k[9] * z1 + k[10] * z2
-            t3 = m[3] + k[12] * z0 + k[13] * z1 + k[14] * z2 + k[15] * z3
-            if t0 >= _A_MIN and t1 >= 0.0 and t1 + t2 >= 0.0 and t3 >= 0.0:
+            for j in (0, 2):  # standard normals as Box-Muller pairs
+                u = uniform() * _TWO_PI
+                rad = math.sqrt(-2.0 * math.log(1.0 - uniform())) * width
+                z[j], z[j + 1] = math.cos(u) * rad, math.sin(u) * rad
+            head = [m[i] + sum(k[i * n1 + j] * z[j] for j in range(i + 1)) for i in range(4)]
+            trial = mean[:ng] + head  # the bounds read only these four
+            if all(sum(trial[i] * c for i, c in terms) >= lo for terms, lo in bounds):
                 break
-        else:
-            t0, t1, t3 = max(t0, _A_MIN), max(t1, 0.0), max(t3, 0.0)
-            t2 = max(t2, -t1)
-        return [max(x[0] * t0 + x[1] * t1 + x[2] * t2 + x[3] * t3, _F_MIN) for x in rows]
+        extra = self._extra.random
+        for j in range(4, n1, 2):
+            u = extra() * _TWO_PI
+            rad = math.sqrt(-2.0 * math.log(1.0 - extra())) * width
+            z[j], z[j + 1] = math.cos(u) * rad, math.sin(u) * rad
+        drawn = head + [m[i] + sum(k[i * n1 + j] * z[j] for j in range(i + 1))
+                        for i in range(4, n1)]
+        out = [0.0] * self.n
+        for pos, i in enumerate(order):
+            out[i] = drawn[pos]
+        return self._project(out, True)
+
+    def _sampling_cov(self, idx: int) -> list[list[float]]:
+        """Covariance of every term but the level, in sampling order (the active bucket's
+        joint with the global terms; another bucket's block-diagonal with them)."""
+        order = self._sample_order
+        if idx == self._active:
+            p = self.cov
+            return [[p[i][j] for j in order] for i in order]
+        ng = self.ng
+        bcov = self._buckets[idx].cov
+        p = self.cov
+        out = []
+        for i in order:
+            row = []
+            for j in order:
+                if i >= ng and j >= ng:
+                    row.append(bcov[i - ng][j - ng])
+                elif i < ng and j < ng:
+                    row.append(p[i][j])
+                else:
+                    row.append(0.0)
+            out.append(row)
+        return out
+
+    def _project(self, z: list[float], core: bool = False) -> list[float]:
+        """``z`` moved onto the bounds: the terms only some steps show always, the four every
+        step shows only when ``core`` (an update keeps those by its step length)."""
+        ng, k = self.ng, self.max_gamma
+        a, d, delta = ng + _A, ng + _D, ng + _DELTA
+        if core:
+            z[a] = max(z[a], _A_MIN)
+            z[d] = max(z[d], 0.0)
+            z[delta] = max(z[delta], -z[d])
+            z[ng + _Z] = max(z[ng + _Z], 0.0)
+        for i in (_M, _C, _W, ng + _U):
+            if z[i] < 0.0:
+                z[i] = 0.0
+        for g in range(1, k + 1):
+            # a speculative step never costs less than the target's alone, an admitting step
+            # never less than the same step without admissions
+            s = ng + _S1 + g - 1
+            z[s] = max(z[s], -(z[d] * (g + 1) + z[delta]))
+            o = _O1 + g - 1
+            z[o] = max(z[o], z[s] - z[_M] - z[_W] * g)
+        return z
 
     def seconds(self, f: float) -> float:
         """Seconds of a load-free cost ``f`` at today's load."""
-        return f * self.tau * math.exp(self.level)
+        return f * self.tau * math.exp(self.mean[_L])
+
+    def term(self, idx: int, terms: tuple[tuple[int, float], ...]) -> tuple[float, float]:
+        """Mean and sd, in seconds at today's load, of a linear combination of ``z`` with
+        bucket ``idx``'s terms."""
+        mean_z = self.theta(idx)
+        mean = sum(mean_z[i] * c for i, c in terms)
+        ng = self.ng
+        if idx == self._active:
+            p = self.cov
+            var = sum(ci * cj * p[i][j] for i, ci in terms for j, cj in terms)
+        else:
+            bcov = self._buckets[idx].cov
+            var = 0.0
+            for i, ci in terms:
+                for j, cj in terms:
+                    if i >= ng and j >= ng:
+                        var += ci * cj * bcov[i - ng][j - ng]
+                    elif i < ng and j < ng:
+                        var += ci * cj * self.cov[i][j]
+        scale = self.tau * math.exp(self.mean[_L])
+        return mean * scale, math.sqrt(max(var, 0.0)) * scale
+
+    def admission_cost(self, idx: int, gamma: int) -> tuple[float, float]:
+        """Mean and sd (seconds) of what admitting adds to a step at depth ``gamma`` beyond
+        its prompts' work: the part grouping admissions saves."""
+        g = min(gamma, self.max_gamma)
+        if g <= 0:
+            return self.term(idx, ((_M, 1.0),))
+        return self.term(idx, ((_M, 1.0), (_W, float(g)), (_O1 + g - 1, 1.0),
+                               (self.ng + _S1 + g - 1, -1.0)))
+
+    def verify_token_cost(self, idx: int) -> tuple[float, float]:
+        """Mean and sd (seconds) of one more verified token per request on its own
+        (``u``; a drafter pass apart)."""
+        return self.term(idx, ((self.ng + _U, 1.0),))
 
     def coefficients(self, idx: int) -> dict[str, float]:
-        """The bucket's coefficients in seconds at today's load (for reports)."""
-        m = self.bucket(idx).mean
-        k = self.tau * math.exp(self.level)
-        return {name: m[i] * k for i, name in enumerate(("a", "d", "delta", "z"))}
+        """The named terms with bucket ``idx``'s in seconds at today's load (for reports; the
+        per-depth deviations as ``steady_<g>`` / ``admitting_<g>``)."""
+        z = self.theta(idx)
+        scale = self.tau * math.exp(self.mean[_L])
+        ng = self.ng
+        out = {name: z[ng + i] * scale for i, name in enumerate(_BUCKET_NAMES)}
+        out["admission"] = z[_M] * scale
+        out["prompt"] = z[_C] * scale
+        out["admitting_pass"] = z[_W] * scale
+        for g in range(1, self.max_gamma + 1):
+            out[f"steady_{g}"] = z[ng + _S1 + g - 1] * scale
+            out[f"admitting_{g}"] = z[_O1 + g - 1] * scale
+        return out
 
 
-def _feasible_step(m: list[float], dm: list[float]) -> float:
-    """Largest share (<= 1) of the move ``dm`` from ``m`` that keeps a >= _A_MIN, d >= 0,
-    d + delta >= 0 and z >= 0."""
+PROMPT = _C  # the prompt coefficient's index in ``z`` (a controller scales it by the mean)
+
+
+def model_of(controller: object) -> CostPosterior | None:
+    """The step-cost model a controller learns (``cost_model``), or None (a fixed, profile or
+    UCB1 policy learns none)."""
+    model = getattr(controller, "cost_model", None)
+    return model if isinstance(model, CostPosterior) else None
+
+
+def price(theta: list[float], rows: list[Row]) -> list[float]:
+    """``f`` of each row under coefficients ``theta`` (kept positive)."""
+    return [max(sum(theta[i] * v for i, v in x), _F_MIN) for x in rows]
+
+
+def _feasible_step(bounds: Bounds, m: list[float], dm: list[float]) -> float:
+    """Largest share (<= 1) of the move ``dm`` from ``m`` that keeps every bound."""
     step = 1.0
-    for lo, now, move in ((_A_MIN, m[_A], dm[_A]), (0.0, m[_D], dm[_D]),
-                          (0.0, m[_D] + m[_DELTA], dm[_D] + dm[_DELTA]), (0.0, m[_Z], dm[_Z])):
+    for terms, lo in bounds:
+        now = sum(m[i] * c for i, c in terms)
+        move = sum(dm[i] * c for i, c in terms)
         if move < 0.0 and now + move < lo:
             room = (now - lo) / -move if now > lo else 0.0
             if room < step:
@@ -342,20 +612,21 @@ def _feasible_step(m: list[float], dm: list[float]) -> float:
 
 
 def _cholesky(p: list[list[float]]) -> tuple[float, ...]:
-    """Lower Cholesky factor (row-major, flat) of an N x N covariance; non-positive pivots (a
+    """Lower Cholesky factor (row-major, flat) of a covariance; non-positive pivots (a
     direction the data pinned to rounding error) give a zero column."""
-    out = [0.0] * (N * N)
-    for i in range(N):
+    n = len(p)
+    out = [0.0] * (n * n)
+    for i in range(n):
         for j in range(i + 1):
             acc = p[i][j]
             for k in range(j):
-                acc -= out[i * N + k] * out[j * N + k]
+                acc -= out[i * n + k] * out[j * n + k]
             if i == j:
-                out[i * N + i] = math.sqrt(acc) if acc > 1e-12 else 0.0
+                out[i * n + i] = math.sqrt(acc) if acc > 1e-12 else 0.0
             else:
-                d = out[j * N + j]
-                out[i * N + j] = acc / d if d > 0.0 else 0.0
+                d = out[j * n + j]
+                out[i * n + j] = acc / d if d > 0.0 else 0.0
     return tuple(out)
 
 
-__all__ = ["N", "CostPosterior", "features"]
+__all__ = ["PROMPT", "PROMPT_UNIT", "CostPosterior", "Row", "model_of", "price"]

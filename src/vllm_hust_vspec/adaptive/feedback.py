@@ -42,6 +42,9 @@ class StepFeedback:
     # their request was judged unlikely to accept them: deep positions were then tried only by
     # the requests kept, so the step's per-position counts over-represent easy requests.
     lengths_trimmed: bool = False
+    # Prompt tokens the step prefilled beside its decodes (admitted requests' chunks); 0 on a
+    # decode-only step. A step with ``steady`` False and no count is not priced by it.
+    prefill_tokens: int = 0
 
     @property
     def reward(self) -> float:

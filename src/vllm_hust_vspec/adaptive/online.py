@@ -38,7 +38,7 @@ from typing import Any
 from ._limits import bucket_index, should_switch, step_toward
 from .acceptance import AcceptanceModel
 from .cadence import CadencedPolicy
-from .cost_posterior import CostPosterior, features
+from .cost_posterior import PROMPT, PROMPT_UNIT, CostPosterior, Row, price
 from .cost_prior import CostPrior
 from .feedback import ControllerSnapshot, StepFeedback
 from .online_config import WARMUP_RETURNS, OnlineConfig
@@ -61,6 +61,8 @@ _PRIOR_ACCEPTANCE = 0.6
 # Acceptance half-life clamp in steps: big batches may forget fast, small ones need the steps.
 _ACC_MIN_HALFLIFE_STEPS = 4.0
 _ACC_MAX_HALFLIFE_STEPS = 64.0
+# Memory of the admission counts (steps): a workload's request lengths change slowly.
+_ADMISSION_DECAY = 0.5 ** (1.0 / 512.0)
 
 
 class OnlineController(CadencedPolicy):
@@ -94,7 +96,13 @@ class OnlineController(CadencedPolicy):
         self._width = cfg.exploration
         self._incumbent = warmup_return == "incumbent"  # until the first chosen switch
         self._measured: dict[tuple[int, int], deque[float]] = {}  # (bucket, gamma): tok/s/req
-        self._cost = CostPosterior(_OVERHEAD_SD, _LOAD_DRIFT, _COST_DRIFT)
+        self._cost = CostPosterior(hi, _OVERHEAD_SD, _LOAD_DRIFT, _COST_DRIFT)
+        # Admitting steps per committed token and their mean prompt tokens per request
+        # (discounted): how often an arm's steps pay the admission terms (module docstring).
+        self._adm_steps = 0.0
+        self._adm_tokens = 0.0
+        self._adm_prompt = 0.0
+        self._prompt_cost = 0.0  # prompt coefficient of the draw (or mean) being scored
         self._acc = AcceptanceModel(
             hi,
             prior=(_PRIOR_ACCEPTANCE,),
@@ -104,7 +112,6 @@ class OnlineController(CadencedPolicy):
             max_halflife_steps=_ACC_MAX_HALFLIFE_STEPS,
         )
         self._warmup_left = cfg.warmup_samples
-        self._arm_ids = [object() for _ in range(hi + 2)]  # variogram keys (arm, path)
         self._prior_source = "none"
         self._prior_samples = 0
         if cost_prior is not None and cost_prior.samples:
@@ -119,7 +126,7 @@ class OnlineController(CadencedPolicy):
         self._zero_confident = False  # last decision was a zero the posterior is sure of
         self._p_zero = 0.0
         self._visit = False  # the last decision switched arms
-        self._row_cache: dict[tuple[int, int], list[list[float]]] = {}  # (batch, cap) rows
+        self._row_cache: dict[tuple[int, int], tuple[list[Row], list[Row]]] = {}
         self._seen_n = [0.0] * hi  # per position: counts when last measured ...
         self._seen_t = [0] * hi  # ... and the observation it was measured in
         self._last_batch = 0
@@ -142,8 +149,10 @@ class OnlineController(CadencedPolicy):
             if self._acc.shifts != shifts:
                 # The long memory was dropped: deeper positions are known no better than now.
                 self._seen_n = [min(a, b) for a, b in zip(self._seen_n, weights, strict=True)]
-        if not feedback.steady:
-            self._skipped_nonsteady += 1
+        prefill = feedback.prefill_tokens if not feedback.steady else 0
+        self._count_admissions(feedback.committed, prefill)
+        if not feedback.steady and prefill <= 0:
+            self._skipped_nonsteady += 1  # mixed, but its prompt work is not reported
             return
         batch = feedback.batch_size
         if feedback.interval_s <= 0.0 or batch <= 0 or g < self._lo or g > self._hi:
@@ -155,21 +164,32 @@ class OnlineController(CadencedPolicy):
         if self._is_transition(feedback):
             self._skipped_transition += 1
             return
+        self._cost.observe(feedback)
+        if prefill:
+            return
         idx = batch.bit_length() - 1 if batch > 1 else 0  # bucket_index, inlined (hot path)
-        drafted = feedback.drafted
-        # Tokens verified: drafts are trimmed per request by the budget, or zero for requests
-        # whose drafter was skipped (sticky host), so the uniform width is checked first.
-        verified = batch * (1 + g)
-        if len(drafted) == batch and drafted.count(g) != batch:
-            verified = batch + sum(drafted)
-        ran = feedback.drafter_ran
-        x = features(batch, verified, g, ran)
-        arm = self._arm_ids[g + 1 if ran or g else 0]
-        self._cost.update(idx, x, feedback.interval_s, arm)
         window = self._measured.get((idx, g))
         if window is None:
             window = self._measured[(idx, g)] = deque(maxlen=self.config.window)
         window.append(feedback.committed / (batch * feedback.interval_s))
+
+    def _count_admissions(self, committed: int, prefill: int) -> None:
+        """Discounted admitting steps per committed token and prompt tokens per admission:
+        whatever the depth, requests finish (and new ones are admitted) at a rate per token
+        the workload sets, so an arm's share of admitting steps follows from its tokens per
+        step."""
+        d = _ADMISSION_DECAY
+        self._adm_tokens = self._adm_tokens * d + committed
+        self._adm_steps *= d
+        self._adm_prompt *= d
+        if prefill > 0:
+            self._adm_steps += 1.0
+            self._adm_prompt += prefill
+
+    @property
+    def cost_model(self) -> CostPosterior:
+        """The step-cost posterior (the refill hold and per-request lengths read it)."""
+        return self._cost
 
     def settled(self) -> bool:
         """True when the last decision was a gamma 0 the posterior says is best with
@@ -234,22 +254,57 @@ class OnlineController(CadencedPolicy):
         """The last decision."""
         return self._gamma
 
-    def _rows(self, batch: int, cap: int) -> list[list[float]]:
-        """Regression rows of the arms ``lo..cap`` at ``batch`` (arm 0 as the host runs it)."""
+    def _rows(self, batch: int, cap: int) -> tuple[list[Row], list[Row]]:
+        """Regression rows of the arms ``lo..cap`` at ``batch`` (arm 0 as the host runs it):
+        a decode-only step, and the same step admitting one unit of prompt tokens (scaled to
+        the measured mean when scored)."""
         key = (batch, cap)
         rows = self._row_cache.get(key)
         if rows is None:
             skip = self._skip_zero
-            rows = [features(batch, batch * (1 + g), g, not (skip and g == 0))
-                    for g in range(self._lo, cap + 1)]
+            cost = self._cost
+            arms = range(self._lo, cap + 1)
+            unit = int(PROMPT_UNIT)
+            rows = ([cost.row(batch, batch * (1 + g), g, not (skip and g == 0)) for g in arms],
+                    [cost.row(batch, batch * (1 + g), g, not (skip and g == 0), unit)
+                     for g in arms])
             if len(self._row_cache) < 4096:
                 self._row_cache[key] = rows
         return rows
 
+    def _admission_mix(self, batch: int) -> tuple[float, float]:
+        """(admitting steps per committed token x ``batch``, prompt units of an admitting
+        step): an arm committing ``E`` tokens per request admits on a share ``E`` x the first
+        of its steps."""
+        if self._adm_steps <= 0.0 or self._adm_tokens <= 0.0:
+            return 0.0, 0.0
+        return (batch * self._adm_steps / self._adm_tokens,
+                self._adm_prompt / self._adm_steps / PROMPT_UNIT)
+
+    def _step_costs(self, steady: list[float], admitting: list[float],
+                    expected: list[float], batch: int) -> list[float]:
+        """Expected load-free cost of a step of each arm: decode-only, or admitting on the
+        share of its steps its tokens per step imply (``admitting`` priced at one prompt
+        unit; the measured mean replaces it)."""
+        rate, prompt = self._admission_mix(batch)
+        if rate <= 0.0:
+            return steady
+        lo = self._lo
+        out = []
+        for i, (fs, fa) in enumerate(zip(steady, admitting, strict=True)):
+            share = rate * expected[lo + i]
+            if share > 1.0:
+                share = 1.0
+            out.append(fs + share * (fa - fs + self._prompt_cost * (prompt - 1.0)))
+        return out
+
     def _mean_goodput(self, batch: int, cap: int) -> list[float]:
         idx = bucket_index(batch)
-        costs = self._cost.mean_costs(idx, self._rows(batch, cap))
+        steady, admitting = self._rows(batch, cap)
         expected = self._acc.expected_committed()
+        self._prompt_cost = self._cost.theta(idx)[PROMPT]
+        costs = self._step_costs(self._cost.mean_costs(idx, steady),
+                                 self._cost.mean_costs(idx, admitting), expected, batch)
         lo = self._lo
         return [batch * expected[lo + i] / self._cost.seconds(f) for i, f in enumerate(costs)]
 
@@ -305,11 +360,17 @@ class OnlineController(CadencedPolicy):
             return target
         return step_toward(cur, target, self.config.max_gamma_step)
 
-    def _draw_scores(self, idx: int, rows: list[list[float]], width: float = 1.0) -> list[float]:
+    def _draw_scores(self, idx: int, rows: tuple[list[Row], list[Row]],
+                     width: float = 1.0) -> list[float]:
         """One joint draw of every eligible arm's score (committed tokens per request over its
         load-free cost) from the posteriors of bucket ``idx``, ``width`` sds wide."""
-        costs = self._cost.sample_costs(idx, rows, self._rng, width)
+        steady, admitting = rows
+        theta = self._cost.sample_theta(idx, self._rng, width)
         expected = self._sample_expected(width)
+        costs = price(theta, steady)
+        if self._adm_steps > 0.0:
+            self._prompt_cost = theta[PROMPT]
+            costs = self._step_costs(costs, price(theta, admitting), expected, self._last_batch)
         lo = self._lo
         return [expected[lo + i] / f for i, f in enumerate(costs)]
 

@@ -73,6 +73,14 @@ class _Req:
         self.slo_tpot_ms = spec.slo_tpot_ms
 
 
+def _holder(sc: Scenario, controller: object) -> RefillHold:
+    """The scenario's refill hold, reading the controller's step-cost model when it has one."""
+    holder = RefillHold(sc.refill_batch, sc.refill_hold, sc.refill_max_hold_steps,
+                        max_gamma=sc.max_gamma)
+    holder.share(controller)
+    return holder
+
+
 def _never() -> bool:
     return False
 
@@ -291,7 +299,7 @@ class Simulation:
             sticky=sticky,
             zero_pass=sc.gamma0 != "free",
             settled=settled if callable(settled) else _never,
-            holder=RefillHold(sc.refill_batch, sc.refill_hold, sc.refill_max_hold_steps),
+            holder=_holder(sc, controller),
             warmup=warmup,
             since_switch=len(warmup),
             timeline={"t": [], "gamma": [], "batch": [], "committed": [], "dt": []}
@@ -482,7 +490,6 @@ class Simulation:
         step), the trace row and the timeline point."""
         g, dt, decode = step.gamma, step.dt, step.decode
         if decode:
-            st.holder.observe(len(decode), st.g_prev, dt, step.pre_tokens)
             sum_d = step.verify
             sum_a = sum(step.accepted)
             st.drafted_total += sum_d
@@ -500,7 +507,9 @@ class Simulation:
                 next_gamma=g,
                 request_ids=tuple(r.rid for r in decode),
                 lengths_trimmed=step.trimmed,
+                prefill_tokens=step.pre_tokens,
             )
+            st.holder.observe(fb)
             self.controller.observe(fb)
             if self.want_trace:
                 st.trace.append({

@@ -32,8 +32,8 @@ class RefillAdmission:
     __slots__ = ("rule", "held", "_metrics", "_saved", "yields_to")
 
     def __init__(self, batch: int, metrics: VSpecMetrics | None = None,
-                 mode: str = "speculating") -> None:
-        self.rule = RefillHold(batch, mode)
+                 mode: str = "speculating", max_gamma: int = 8) -> None:
+        self.rule = RefillHold(batch, mode, max_gamma=max_gamma)
         self.held = False
         self._metrics = metrics
         self._saved: tuple[str, int] | None = None  # the limit a hold replaced

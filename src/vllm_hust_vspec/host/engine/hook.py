@@ -111,6 +111,7 @@ class SchedulerHook:
         self._metrics = metrics
         self.guard = GuardedController(controller, max_gamma, self._fallback)
         self.refill = self._refill(metrics)
+        self.refill.rule.share(controller)  # the controller's step-cost model, if it has one
         self.telemetry = Telemetry(metrics, trace)
         self.cost_state = cost_state
         self.cost_prior = cost_prior  # what the controller started from (None: nothing)
@@ -155,6 +156,7 @@ class SchedulerHook:
         # Benchmarks swap controllers between repetitions; each gets a fresh fallback guard.
         self.settle()
         self.guard = GuardedController(controller, self.max_gamma, self._fallback)
+        self.refill.rule.share(controller)
 
     def _reset_steps(self) -> None:
         """The per-step state of an engine that has served nothing yet."""
@@ -194,7 +196,8 @@ class SchedulerHook:
     def _refill(self, metrics: VSpecMetrics | None) -> RefillAdmission:
         """The refill admission the settings ask for (``auto``: holds when measured to pay)."""
         batch = self.settings.refill_batch() if self.adaptive else 1
-        return RefillAdmission(batch, metrics, self.settings.adaptive_refill_hold)
+        return RefillAdmission(batch, metrics, self.settings.adaptive_refill_hold,
+                               self.max_gamma)
 
     def restart(self, controller: Controller, prior: CostPrior | None,
                 trace: TraceWriter | None) -> None:
@@ -410,8 +413,9 @@ class SchedulerHook:
                 next_gamma=record.decided,
                 request_ids=ids,
                 lengths_trimmed=record.trimmed,
+                prefill_tokens=record.prefill,
             )
-            self.refill.rule.observe(len(drafted), record.verified, interval, record.prefill)
+            self.refill.rule.observe(feedback)
         # What this step's feedback goes to, as it is now (calibration swaps them).
         guard, cost_state, telemetry = self.guard, self.cost_state, self.telemetry
         t_wall = time.time()
