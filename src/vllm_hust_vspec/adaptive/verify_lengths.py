@@ -19,14 +19,14 @@ a hard request are nearly worthless while costing the target as much as an easy 
   trimmed, are not mistaken for easy positions.
 
 Verifying slot ``(i, k)`` buys its survival ``S_i(k) = prod_{j <= k} alpha_i rho_j`` tokens. A
-step's cost is learned as ``T = c0 + c_v V + c_g D + c_bg B D`` (``V`` tokens verified, ``D``
-the depth drafted, ``B`` the requests; discounted NNLS), so the goodput of verifying the
-``n`` best slots is ``(B + their S) / T``, best where a slot stops being worth ``c_v`` times
-the goodput: slots are admitted above ``tau = c_v * G`` (a fixed point, two iterations).
-Survival decreases along a request, so each request verifies a prefix. The depth ``D`` is
-rated by the same model (see :class:`PerRequestController`).
+step's time comes from the one step-cost model (adaptive/cost_posterior.py: a verified token's
+own cost ``c_v`` apart from a drafter pass, learned from trimmed steps or the target timed
+alone), so the goodput of verifying the ``n`` best slots is ``(B + their S) / T``, best where a
+slot stops being worth ``c_v`` times the goodput: slots are admitted above ``tau = c_v * G`` (a
+fixed point, two iterations). Survival decreases along a request, so each request verifies a
+prefix. The depth ``D`` is rated by the same model (see :class:`PerRequestController`).
 
-:class:`PerRequestController` uses that once the cost is identified (enough steps), and the
+:class:`PerRequestController` uses that once ``c_v`` is known (to 25%), and the
 wrapped batch controller's decision before, and always when the batch controller settles at
 gamma 0 (speculation off stays off). Requests are grouped by ``log phi_i`` on a grid
 (``_GRID``) so a decision costs one survival walk per group plus O(batch) dictionary work.
@@ -40,16 +40,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._validate import require_float
+from ._limits import bucket_index
+from .cost_posterior import CostPosterior, model_of
 from .cost_prior import CostPrior
 from .feedback import ControllerSnapshot, StepFeedback, VerifyQuery
-from .nnls import nnls_normal
 
 _GRID = 0.1  # log-rate resolution of the request groups
 _PER_GRID = 1.0 / _GRID
 _Q_MAX = 0.995  # no position is certain
 _EVICT_EVERY = 64  # steps between sweeps of requests no longer seen
-_MIN_COST_SAMPLES = 32  # steady steps before the cost model decides anything
-_REFIT_EVERY = 16
 _DISPERSION_MIN_TRIED = 8.0  # tried positions a request needs to enter the dispersion test
 _COST_REL_SE = 0.25  # relative standard error below which a verified token's cost is known
 _PROBE_EVERY = 8  # while unidentified, every 8th verify checks half of each request's drafts
@@ -68,7 +67,7 @@ class LengthsConfig:
     request_halflife: float = 64.0
     # Half-life, in tried positions over the whole batch, of the common rate ``m``.
     rate_halflife: float = 256.0
-    # Half-life, in steps, of the positional profile and of the cost fit.
+    # Half-life, in steps, of the positional profile.
     batch_halflife: float = 256.0
     # Relative modelled gain a trimmed step (or a depth other than the batch controller's)
     # must show over the plain one before it is played.
@@ -78,9 +77,6 @@ class LengthsConfig:
     # units of binomial noise, must exceed this (below 1 for identical requests). Otherwise
     # the batch controller decides alone, exactly as without this layer.
     dispersion_threshold: float = 3.0
-    # Steps a start-up cost profile counts as in the step-cost fit (it never decays; real
-    # steps do, over ``batch_halflife``, about 370 steps' weight in steady state).
-    prior_steps: float = 32.0
 
     def __post_init__(self) -> None:
         require_float(self, "margin", 0.0, 1.0)
@@ -89,7 +85,6 @@ class LengthsConfig:
         require_float(self, "request_halflife", 1.0, math.inf)
         require_float(self, "rate_halflife", 1.0, math.inf)
         require_float(self, "batch_halflife", 1.0, math.inf)
-        require_float(self, "prior_steps", 0.0, math.inf)
 
 
 def _group_key(factor: float) -> int:
@@ -97,148 +92,54 @@ def _group_key(factor: float) -> int:
     return round(math.log(max(factor, 1e-6)) * _PER_GRID)
 
 
-class _StepCost:
-    """Discounted NNLS of step time on (1, verified tokens, depth, batch x depth).
+class _LengthCost:
+    """What the lengths read of the step-cost model (:class:`~.cost_posterior.CostPosterior`,
+    the batch controller's when it has one, fed by it; else an own one fed here): what one
+    more verified token costs on its own, and a step's time at a depth and a verified count."""
 
-    On a fixed batch that verifies everything, verified tokens and batch x depth move
-    together and a verified token's cost cannot be told from a drafted one's. A start-up cost
-    profile (:class:`CostPrior`, dummy batches over every batch size and depth) separates
-    them: its steps enter as pseudo-observations of constant weight (a prior, so it does not
-    decay), scaled onto the real steps' level by the ratio of their discounted times to the
-    prior's prediction of them (dummy batches leave out host overhead). A prior that timed the
-    target alone over T tokens measured a verified token's cost directly, so it counts as
-    identified at once; otherwise the standard-error test of :meth:`_identified` decides.
-    Once the real steps alone pass that test (trimming varies verified tokens), their own
-    fit replaces the combined one.
-    """
+    __slots__ = ("batch", "model", "owns")
 
-    __slots__ = ("_decay", "_first_fit", "_g", "_gp", "_measured_split", "_pcoef", "_r", "_rp",
-                 "_tt", "_ttp", "coef", "known", "samples")
+    def __init__(self, model: CostPosterior, owns: bool) -> None:
+        self.model = model
+        self.owns = owns
+        self.batch = 0  # of the last step seen
 
-    def __init__(self, halflife: float, prior: CostPrior | None = None,
-                 prior_steps: float = 0.0) -> None:
-        self._decay = 0.5 ** (1.0 / halflife)
-        self._g = [[0.0] * 4 for _ in range(4)]
-        self._r = [0.0] * 4
-        self._tt = 0.0
-        # the prior's normal equations, weighted to ``prior_steps`` steps in all
-        self._gp = [[0.0] * 4 for _ in range(4)]
-        self._rp = [0.0] * 4
-        self._ttp = 0.0
-        self._pcoef: list[float] | None = None
-        self.coef: list[float] | None = None
-        self.known = False  # identified(), as of the last fit
-        self.samples = 0
-        self._first_fit = _MIN_COST_SAMPLES
-        # True when the prior timed the target alone: a verified token's cost is then
-        # measured, not inferred from how step times co-vary (real steps set only its level)
-        self._measured_split = False
-        if prior is not None and prior_steps > 0.0:
-            self._seed(prior, prior_steps)
+    def observe(self, fb: StepFeedback) -> None:
+        self.batch = fb.batch_size
+        if self.owns and fb.next_gamma in (None, fb.gamma):
+            self.model.observe(fb)
 
-    def _seed(self, prior: CostPrior, prior_steps: float) -> None:
-        # Speculative steps (a drafter-skipping zero is the batch controller's business) and
-        # the target alone over T tokens (verified tokens without drafting: what separates
-        # the two costs). Without verify times the steps alone rarely identify c_v.
-        points = [((1.0, float(s.batch * (1 + s.gamma)), float(s.gamma),
-                    float(s.batch * s.gamma)), s.seconds, float(s.count))
-                  for s in prior.samples if s.gamma >= 1 and s.drafter_ran]
-        points += [((1.0, float(t), 0.0, 0.0), sec, 1.0) for t, sec in prior.verify]
-        if not points:
-            return
-        w = prior_steps / sum(count for _, _, count in points)
-        for x, seconds, count in points:
-            c = w * count
-            self._ttp += c * seconds * seconds
-            for i in range(4):
-                self._rp[i] += c * x[i] * seconds
-                for j in range(4):
-                    self._gp[i][j] += c * x[i] * x[j]
-        self._pcoef = nnls_normal(self._gp, self._rp)
-        self._measured_split = bool(prior.verify)
-        self._first_fit = 1
-        self._refit()
+    def per_token(self) -> tuple[float, float]:
+        """Seconds a verified token costs on its own, and its sd (0, inf before a step)."""
+        model = self.model
+        if self.batch <= 0 or model.tau <= 0.0:
+            return 0.0, math.inf
+        return model.verify_token_cost(bucket_index(self.batch))
 
-    def _level(self) -> float:
-        """Real steps' time over the prior's prediction of them (1 before any real step)."""
-        pc = self._pcoef
-        assert pc is not None
-        predicted = sum(ci * gi for ci, gi in zip(pc, self._g[0], strict=True))
-        return self._r[0] / predicted if predicted > 0.0 and self._r[0] > 0.0 else 1.0
-
-    def _normal(self) -> tuple[list[list[float]], list[float], float]:
-        """Normal equations of the real steps plus the level-scaled prior."""
-        if self._pcoef is None:
-            return self._g, self._r, self._tt
-        s = self._level()
-        g = [[a + b for a, b in zip(ra, rb, strict=True)]
-             for ra, rb in zip(self._g, self._gp, strict=True)]
-        r = [a + s * b for a, b in zip(self._r, self._rp, strict=True)]
-        return g, r, self._tt + s * s * self._ttp
-
-    def _refit(self) -> None:
-        if self._pcoef is not None and self.samples >= _MIN_COST_SAMPLES:
-            # Once trimmed steps vary verified tokens apart from drafting, the real steps
-            # identify a verified token's cost themselves and the prior's shape (whose level
-            # is scaled by whole steps, not by the target's slope) steps aside.
-            own = nnls_normal(self._g, self._r)
-            if own is not None and self._identified(own, self._g, self._r, self._tt):
-                self.coef, self.known = own, True
-                return
-        g, r, tt = self._normal()
-        self.coef = coef = nnls_normal(g, r)
-        self.known = coef is not None and (
-            (coef[1] > 0.0 and self._measured_split) or self._identified(coef, g, r, tt))
-
-    def add(self, verified: int, depth: int, batch: int, seconds: float) -> None:
-        x = (1.0, float(verified), float(depth), float(batch * depth))
-        d = self._decay
-        g, r = self._g, self._r
-        self._tt = self._tt * d + seconds * seconds
-        for i in range(4):
-            r[i] = r[i] * d + x[i] * seconds
-            row = g[i]
-            for j in range(4):
-                row[j] = row[j] * d + x[i] * x[j]
-        self.samples += 1
-        late = self.samples - self._first_fit
-        if late >= 0 and late % _REFIT_EVERY == 0:
-            self._refit()
-
-    @staticmethod
-    def _identified(c: list[float], g: list[list[float]], r: list[float], tt: float) -> bool:
-        """True when the cost of a verified token in fit ``c`` is known to within
-        ``_COST_REL_SE`` of itself: verified tokens must vary apart from batch x depth (with
-        a fixed batch verifying everything the two move together and cannot be told
-        apart)."""
-        n = g[0][0]
-        if c[1] <= 0.0 or n <= 1.0:
-            return False
-        mv, mb = g[0][1] / n, g[0][3] / n
-        var_v = g[1][1] / n - mv * mv
-        var_b = g[3][3] / n - mb * mb
-        cov = g[1][3] / n - mv * mb
-        apart = var_v - (cov * cov / var_b if var_b > 0.0 else 0.0)  # var(V | B x D)
-        rss = tt - 2.0 * sum(ci * ri for ci, ri in zip(c, r, strict=True)) + sum(
-            c[i] * g[i][j] * c[j] for i in range(4) for j in range(4))
-        if apart <= 0.0:
-            return False
-        se = math.sqrt(max(rss, 0.0) / n / (n * apart))
-        return se < _COST_REL_SE * c[1]
+    @property
+    def known(self) -> bool:
+        """True when a verified token's cost is known to within ``_COST_REL_SE`` of itself
+        (a trimmed step, or the target timed alone, separates it from a drafter pass)."""
+        mean, sd = self.per_token()
+        return mean > 0.0 and sd < _COST_REL_SE * mean
 
     def time(self, verified: float, depth: int, batch: int) -> float:
-        c = self.coef
-        assert c is not None
-        return c[0] + c[1] * verified + c[2] * depth + c[3] * batch * depth
+        """Model seconds of a step of ``batch`` requests verifying ``verified`` tokens at
+        draft depth ``depth``."""
+        model = self.model
+        idx = bucket_index(batch)
+        return model.seconds(model.mean_costs(idx, [model.row(batch, verified, depth)])[0])
 
 
 class PerRequestLengths:
     """Survival per request and the length / depth rule (see the module docstring)."""
 
     def __init__(self, max_gamma: int, config: LengthsConfig | None = None,
-                 cost_prior: CostPrior | None = None) -> None:
-        """``cost_prior``: start-up step times (host/engine/cost_prior/dummy_batches.py) that
-        identify a verified token's cost before the real steps can (see :class:`_StepCost`)."""
+                 cost_prior: CostPrior | None = None,
+                 cost_model: CostPosterior | None = None) -> None:
+        """``cost_model``: the batch controller's step-cost model (it feeds it); without one
+        the lengths keep their own, started from ``cost_prior`` (start-up step times, whose
+        target-alone times identify a verified token's cost before the real steps can)."""
         self.config = cfg = config or LengthsConfig()
         self.margin = cfg.margin
         self.max_gamma = max_gamma
@@ -255,7 +156,13 @@ class PerRequestLengths:
         self._cum_rho = [float(k) for k in range(max_gamma + 1)]  # [0, rho_0, rho_0+rho_1..]
         self._curves: dict[int, list[float]] = {}  # group -> cumulative survival (this step)
         self._rate = 0.6  # m
-        self._cost = _StepCost(cfg.batch_halflife, cost_prior, cfg.prior_steps)
+        if cost_model is None:
+            cost_model = CostPosterior(max_gamma)
+            if cost_prior is not None:
+                cost_model.apply_prior(cost_prior)
+            self._cost = _LengthCost(cost_model, True)
+        else:
+            self._cost = _LengthCost(cost_model, False)
         self._step = 0
         self._batch_keys: list[int] = []  # groups of the last verify's requests
         self._batch_ids: tuple[Hashable, ...] = ()  # ... and their ids
@@ -270,9 +177,7 @@ class PerRequestLengths:
     def ready(self) -> bool:
         """True once requests differ beyond chance and the cost model is fitted, identified
         and says verified tokens cost something."""
-        c = self._cost.coef
-        return (self.heterogeneous and c is not None and c[1] > 0.0
-                and self._cost.known)
+        return self.heterogeneous and self._cost.known
 
     # -- learning -----------------------------------------------------------------------------
     def alpha(self, rid: Hashable) -> float:
@@ -358,10 +263,7 @@ class PerRequestLengths:
         for k in range(depth):
             cum_rho[k + 1] = cum_rho[k] + rho[k]
         self._curves.clear()
-        if fb.steady and fb.interval_s > 0 and (
-                fb.next_gamma is None or fb.next_gamma == fb.gamma):
-            self._cost.add(len(fb.drafted) + sum(fb.drafted), fb.gamma, len(fb.drafted),
-                           fb.interval_s)
+        self._cost.observe(fb)
         if self._step % _REFRESH_EVERY == 0 and table:
             self._refresh_batch(table.values())
         if self._step % _EVICT_EVERY == 0:
@@ -411,7 +313,7 @@ class PerRequestLengths:
         ((group, drafts) -> length, expected tokens, model seconds). The first round verifies
         everything (``rounds=1``: the untrimmed step)."""
         batch = sum(cells.values())
-        c_v = self._cost.coef[1] if self._cost.coef is not None else 0.0
+        c_v = self._cost.per_token()[0]
         curves = {key: self._survival(key) for key, _ in cells}
         out: dict[tuple[int, int], int] = {}
         tau = 0.0
@@ -489,10 +391,10 @@ class PerRequestLengths:
     def snapshot(self) -> dict[str, Any]:
         """Counts for reports."""
         total = self.trimmed + self.verified
-        c = self._cost.coef
+        c_v = self._cost.per_token()[0]
         return {"requests_tracked": len(self._req),
                 "verified_share": self.verified / total if total else 1.0,
-                "verify_token_cost_s": None if c is None else c[1],
+                "verify_token_cost_s": c_v if c_v > 0.0 else None,
                 "batch_rate": round(self._rate, 4),
                 "dispersion": round(self.dispersion, 3),
                 "cost_identified": self._cost.known,
@@ -518,7 +420,7 @@ class PerRequestController:
         self.inner = inner
         self.min_gamma = min_gamma
         self.max_gamma = max_gamma
-        self.lengths = PerRequestLengths(max_gamma, config, cost_prior)
+        self.lengths = PerRequestLengths(max_gamma, config, cost_prior, model_of(inner))
         self.depth_decisions = 0
 
     def decide(self, batch_size: int, token_budget: int) -> int:
