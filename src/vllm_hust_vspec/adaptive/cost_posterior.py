@@ -573,6 +573,11 @@ class CostPosterior:
         mean, sd = self.term(idx, ((_U, 1.0),))
         return mean / TOKEN_UNIT, sd / TOKEN_UNIT
 
+    def coefficient_sd(self, idx: int, name: str) -> float:
+        """Posterior sd (seconds at today's load) of bucket ``idx``'s coefficient ``name``
+        (one of the bucket's: a, d, delta, z)."""
+        return self.term(idx, ((self.ng + _BUCKET_NAMES.index(name), 1.0),))[1]
+
     def coefficients(self, idx: int) -> dict[str, float]:
         """The named terms with bucket ``idx``'s in seconds at today's load (for reports; the
         per-depth deviations as ``steady_<g>`` / ``admitting_<g>``)."""

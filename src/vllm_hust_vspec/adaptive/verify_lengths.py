@@ -39,8 +39,8 @@ from collections.abc import Collection, Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from ._validate import require_float
 from ._limits import bucket_index
+from ._validate import require_float
 from .cost_posterior import CostPosterior, model_of
 from .cost_prior import CostPrior
 from .feedback import ControllerSnapshot, StepFeedback, VerifyQuery

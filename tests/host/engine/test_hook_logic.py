@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("prometheus_client")
 
 from vllm_hust_vspec.adaptive.admission import REFILL_MAX_HOLD_STEPS  # noqa: E402
-from vllm_hust_vspec.adaptive.feedback import ControllerSnapshot  # noqa: E402
+from vllm_hust_vspec.adaptive.feedback import ControllerSnapshot, StepFeedback  # noqa: E402
 from vllm_hust_vspec.host.engine.scheduler import (  # noqa: E402
     HOOK_ATTR,
     GammaLookup,
@@ -147,25 +147,28 @@ def test_auto_refill_learns_what_admitting_costs_and_then_holds_even_when_pinned
         assert not hook.refill.held  # nothing measured: admit as the host does
     # the hook measures prompt tokens from the scheduler output: r2's 7-token chunk
     rule = hook.refill.rule
-    seen: list[tuple[Any, ...]] = []
+    seen: list[StepFeedback] = []
     hook.refill.rule = SimpleNamespace(  # type: ignore[assignment]
-        observe=lambda *a: seen.append(a), decide=rule.decide, batch=rule.batch)
+        observe=seen.append, decide=rule.decide, batch=rule.batch)
     out = _out({"r0": 1, "r1": 1, "r2": 7}, {}, new=1)
     hook.decide(3)
     hook.after_schedule(out)
     hook.on_update(out, SimpleNamespace(sampled_token_ids=[[1], [2], [3]],
                                         req_id_to_index={"r0": 0, "r1": 1, "r2": 2}))(False)
-    (step,) = seen
-    assert step[0] == 2 and step[3] == 7  # two decodes, r2's 7 prompt tokens
+    (fb,) = seen
+    assert fb.batch_size == 2 and fb.prefill_tokens == 7  # two decodes, r2's 7 prompt tokens
     hook.refill.rule = rule
     cost = hook.refill.rule.cost
-    assert cost is not None and cost.snapshot()["admitting_steps"] == 0  # no steady reference
+    assert cost is not None and rule.snapshot()["admitting_steps"] == 0  # no steady reference
     hook.sticky.members.clear()
     hook.sticky.tainted.clear()
     # steps whose admissions cost a fixed 200 ms beside their prompts' work
     for i in range(40):
-        cost.observe(3, 0, 0.010, 0)
-        cost.observe(3, 0, 0.010 + 0.200 + 0.0001 * (20 + 7 * i), 20 + 7 * i)
+        for seconds, prompt in ((0.010, 0), (0.010 + 0.200 + 0.0001 * (20 + 7 * i), 20 + 7 * i)):
+            rule.observe(StepFeedback(
+                batch_size=3, gamma=0, drafted=(0,) * 3, accepted=(0,) * 3, committed=3,
+                interval_s=seconds, token_budget=64, steady=not prompt, drafter_ran=False,
+                next_gamma=0, prefill_tokens=prompt))
     hook.sticky.skip({"r0": 1, "r1": 1, "r2": 1})  # a pinned zero: speculation is off
     with hook.scheduling():
         assert hook.refill.held and sched.max_num_active_reqs == 3

@@ -170,8 +170,8 @@ def test_online_decides_from_a_dummy_prior_at_once() -> None:
     # a dummy prior is taken loosely: the same shape from real steps binds the posterior more
     real = OnlineController(OnlineConfig(max_gamma=K), cost_prior=_prior(needs_anchor=False))
     warm_sd = OnlineController(OnlineConfig(max_gamma=K), cost_prior=_prior())
-    assert (real._cost.bucket(3).cov[0][0]  # noqa: SLF001 - the posterior's own variance
-            < warm_sd._cost.bucket(3).cov[0][0])  # noqa: SLF001
+    assert (real.cost_model.coefficient_sd(3, "a") / real.cost_model.tau
+            < warm_sd.cost_model.coefficient_sd(3, "a") / warm_sd.cost_model.tau)
 
 
 def test_a_controller_without_a_prior_still_holds_during_warm_up() -> None:
