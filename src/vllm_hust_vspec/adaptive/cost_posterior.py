@@ -66,7 +66,7 @@ _BUCKET_NAMES = ("a", "d", "delta", "z")
 _BUCKET_PRIOR = ((0.5, 0.5), (0.1, 0.2), (0.0, 0.0), (0.1, 0.1))
 _GLOBAL_PRIOR = ((0.0, 2.0), (0.0, 1.0), (0.0, 2.0), (0.05, 0.2))  # m, c, w, u
 _STEADY_DEVIATION_SD = 0.003
-_ADMITTING_DEVIATION_SD = 0.02
+_ADMITTING_DEVIATION_SD = 1.0
 TOKEN_UNIT = 64.0  # tokens per unit of the prompt and verified-token features
 _LEVEL_VAR0 = 1.0  # log^2: the level is unknown until the first samples
 _R_MIN = 1e-4  # measurement-noise floor (1% jitter), as load.py
@@ -348,7 +348,7 @@ class CostPosterior:
                     b.seen[i] = n_i + 1
                     if rare < 0:
                         rare, seen = i, n_i
-        if robust and seen < _YOUNG and e * e > _CLIP * _CLIP * s:
+        if seen < _YOUNG and e * e > _CLIP * _CLIP * s:
             # A depth (or admitting) not measured yet missed by far: suspected to be its own
             # term (a width without a graph, a mixed step outside the graphs) before the
             # machine's load, so that term is opened to the size of the miss and the step is
@@ -410,7 +410,8 @@ class CostPosterior:
         sd = _DUMMY_SAMPLE_SD if prior.needs_anchor else _REAL_SAMPLE_SD
         r = sd * sd
         for s in prior.samples:
-            x = self.row(s.batch, s.batch * (1 + s.gamma), s.gamma, s.drafter_ran)
+            x = self.row(s.batch, s.batch * (1 + s.gamma), s.gamma, s.drafter_ran,
+                         s.prefill_tokens)
             self._step(bucket_index(s.batch), x, math.log(s.seconds / self.tau), r, False,
                        False)
         # The target alone over b (1 + g) tokens: a verified token's own cost (u), which

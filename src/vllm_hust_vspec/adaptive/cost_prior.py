@@ -25,11 +25,14 @@ class CostSample:
     drafter_ran: bool = True
     # Steps ``seconds`` is the mean of (a persisted state averages many; a dummy run is one).
     count: int = 1
+    # Prompt tokens the step prefilled beside its decodes (0: a decode-only step).
+    prefill_tokens: int = 0
 
     def __post_init__(self) -> None:
-        if self.batch < 1 or self.gamma < 0 or self.count < 1:
-            raise ValueError(f"cost sample: batch and count must be >= 1 and gamma >= 0, got "
-                             f"batch={self.batch}, gamma={self.gamma}, count={self.count}")
+        if self.batch < 1 or self.gamma < 0 or self.count < 1 or self.prefill_tokens < 0:
+            raise ValueError(f"cost sample: batch and count must be >= 1, gamma and "
+                             f"prefill_tokens >= 0, got batch={self.batch}, gamma={self.gamma},"
+                             f" count={self.count}, prefill_tokens={self.prefill_tokens}")
         if not (math.isfinite(self.seconds) and self.seconds > 0):
             raise ValueError(f"cost sample: seconds must be finite and > 0, got {self.seconds}")
 

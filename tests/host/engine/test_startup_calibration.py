@@ -28,6 +28,15 @@ def _cost(batch: int, gamma: int, ran: bool) -> float:
     return 1e-3 + 1e-5 * batch * (1 + gamma) + (5e-4 + 3e-4 * gamma if ran else 0.0)
 
 
+ADMIT_S = 2e-3  # what admitting one request adds to a step
+PROMPT = 64
+
+
+def _decode(script: CalibrationScript) -> tuple[CostSample, ...]:
+    """The decode-only samples."""
+    return tuple(s for s in script.samples() if not s.prefill_tokens)
+
+
 def _drive(script: CalibrationScript, batch: int, *, sticky: bool = True,
            limit: int = 200, load: Callable[[int], float] = lambda gamma: 1.0) -> list[int]:
     """Run one cohort the way the hook does: decide, then the feedback of the step that
@@ -46,11 +55,17 @@ def _drive(script: CalibrationScript, batch: int, *, sticky: bool = True,
         if sticky:
             decided, skip = cohort.resolve(decided, ids, script.settled)
         played.append(decided)
+        # the calibration loop adds one request when the arm asks; the next step admits it
+        admitting = script.wants_admission() and decided == verified
+        if admitting:
+            script.admission_pending = True
         script.observe(StepFeedback(
             batch_size=batch, gamma=verified, drafted=(verified,) * batch,
             accepted=(0,) * batch, committed=batch,
-            interval_s=load(verified) * _cost(batch, verified, not skip),
-            token_budget=BUDGET, drafter_ran=not skip, next_gamma=decided))
+            interval_s=load(verified) * (_cost(batch, verified, not skip)
+                                         + (ADMIT_S if admitting else 0.0)),
+            token_budget=BUDGET, drafter_ran=not skip, next_gamma=decided,
+            steady=not admitting, prefill_tokens=PROMPT if admitting else 0))
         verified = decided
     return played
 
@@ -62,10 +77,17 @@ def test_every_arm_is_played_top_down_and_zero_last() -> None:
     # each arm in one run, from the top of the range down to gamma 0
     runs = [g for i, g in enumerate(played) if i == 0 or played[i - 1] != g]
     assert runs == [4, 3, 2, 1, 0]
-    samples = {(s.batch, s.gamma, s.drafter_ran): s for s in script.samples()}
+    samples = {(s.batch, s.gamma, s.drafter_ran): s for s in _decode(script)}
     assert set(samples) == {(8, g, True) for g in range(1, K + 1)} | {(8, 0, False)}
     for (b, g, ran), s in samples.items():
         assert s.count == 3 and s.seconds == pytest.approx(_cost(b, g, ran))
+    # and one step per arm that admitted a request beside the cohort
+    admitting = {(s.batch, s.gamma, s.drafter_ran): s for s in script.samples()
+                 if s.prefill_tokens}
+    assert set(admitting) == set(samples)
+    for (b, g, ran), s in admitting.items():
+        assert (s.count, s.prefill_tokens) == (1, PROMPT)
+        assert s.seconds == pytest.approx(_cost(b, g, ran) + ADMIT_S)
 
 
 def test_every_round_plays_every_arm_and_the_medians_span_the_rounds() -> None:
@@ -75,7 +97,7 @@ def test_every_round_plays_every_arm_and_the_medians_span_the_rounds() -> None:
         assert script.done()
         runs = [g for i, g in enumerate(played) if i == 0 or played[i - 1] != g]
         assert runs == [4, 3, 2, 1, 0]  # each round: every arm, zero last
-    for s in script.samples():
+    for s in _decode(script):
         # two clean steps per round and arm; the loaded round is outvoted on every arm alike
         assert s.count == 6
         assert s.seconds == pytest.approx(_cost(8, s.gamma, s.drafter_ran))
@@ -88,7 +110,7 @@ def test_a_load_that_ends_within_a_round_moves_its_level_not_the_shape() -> None
     script = CalibrationScript(K, clean_steps=2)
     for load in (lambda g: 1.0, lambda g: 2.0 if g else 1.0, lambda g: 2.0):
         _drive(script, 8, load=load)
-    got = {s.gamma: s.seconds for s in script.samples()}
+    got = {s.gamma: s.seconds for s in _decode(script)}
     for g in range(K + 1):
         assert got[g] / got[K] == pytest.approx(_cost(8, g, g > 0) / _cost(8, K, True))
 
@@ -108,10 +130,25 @@ def test_transition_steps_and_partial_batches_are_not_kept() -> None:
     assert script.samples() == ()
 
 
+def test_an_admission_not_scheduled_beside_its_arm_is_given_up() -> None:
+    script = CalibrationScript(1, clean_steps=1)
+    script.start(4, BUDGET)
+    assert script.decide(4, BUDGET) == 1
+    clean = StepFeedback(batch_size=4, gamma=1, drafted=(1,) * 4, accepted=(0,) * 4,
+                         committed=4, interval_s=1e-3, token_budget=BUDGET, next_gamma=1)
+    script.observe(clean)
+    assert script.wants_admission()
+    script.admission_pending = True
+    assert script.decide(4, BUDGET) == 1  # held for its admitting step
+    script.skip_admission()  # the loop's wait ran out
+    assert not script.admission_pending and script.decide(4, BUDGET) == 0
+    assert all(not s.prefill_tokens for s in script.samples())
+
+
 def test_a_sync_zero_is_timed_with_the_drafter_running() -> None:
     script = CalibrationScript(K, clean_steps=2)
     _drive(script, 2, sticky=False)
-    zero = [s for s in script.samples() if s.gamma == 0]
+    zero = [s for s in _decode(script) if s.gamma == 0]
     assert [(s.drafter_ran, s.count) for s in zero] == [(True, 2)]
 
 
@@ -137,7 +174,7 @@ def test_cohorts_of_several_batches_make_one_prior() -> None:
     script = CalibrationScript(K, clean_steps=2)
     for b in (1, 2, 4):
         _drive(script, b)
-    got = {(s.batch, s.gamma, s.drafter_ran) for s in script.samples()}
+    got = {(s.batch, s.gamma, s.drafter_ran) for s in _decode(script)}
     assert {b for b, _, _ in got} == {1, 2, 4} and len(got) == 3 * (K + 1)
 
 

@@ -230,14 +230,17 @@ def test_the_simulated_calibration_prices_real_steps_as_the_host_plays_them() ->
     exact = dataclasses.replace(sc, startup_calibration=0.0)
     prior = calibration_prior(exact, 3, startup_prior(exact, 3))
     assert not prior.needs_anchor  # real steps
-    shapes = {(s.batch, s.gamma, s.drafter_ran) for s in prior.samples}
+    shapes = {(s.batch, s.gamma, s.drafter_ran, s.prefill_tokens) for s in prior.samples}
     assert sc.max_num_seqs == 8
     batches = [1, 3, 6, 8]  # each bucket's middle, the last capped at max_num_seqs
-    # the sticky host's settled zero skips the drafter; every other arm runs it
-    assert shapes == ({(b, 0, False) for b in batches}
-                      | {(b, g, True) for b in batches for g in range(1, sc.max_gamma + 1)})
+    # the sticky host's settled zero skips the drafter; every other arm runs it; each arm
+    # also times a step admitting one 64-token request
+    arms = ({(b, 0, False) for b in batches}
+            | {(b, g, True) for b in batches for g in range(1, sc.max_gamma + 1)})
+    assert shapes == {(*arm, p) for arm in arms for p in (0, 64)}
     for s in prior.samples:
-        real = sc.cost.step_time(s.batch, s.batch * s.gamma, s.gamma, s.batch, 0, s.batch * 84)
+        real = sc.cost.step_time(s.batch, s.batch * s.gamma, s.gamma, s.batch, s.prefill_tokens,
+                                 s.batch * 84)
         assert s.seconds == pytest.approx(real)  # no bias, no dummy level
     # the profile's target-alone times come along at the real level
     assert prior.verify and prior.verify[0][1] == pytest.approx(

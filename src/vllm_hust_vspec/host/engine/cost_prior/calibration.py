@@ -16,7 +16,10 @@ cost coefficients stand for all of it, and its lower edge is its cheapest corner
 :data:`ROUNDS` fresh cohorts of ``B`` greedy requests of seeded random token
 ids each play every gamma from the maximum down to 1 and then gamma 0 the way the host plays
 it (a sticky zero skips the drafter and pins the cohort; a sync zero runs it), each arm until
-it has :data:`CLEAN_STEPS` clean steps (steady, verified and drafted at the same gamma). The
+it has :data:`CLEAN_STEPS` clean steps (steady, verified and drafted at the same gamma) and
+then one step that admits one more request beside the cohort (what admitting costs at that
+gamma: on a host with FULL graphs a mixed step, whose drafter passes may leave the graphs at
+some widths only; the request is aborted after it). The
 rounds spread every arm's steps over the bucket's calibration, and each round times gamma 0
 right after its speculative arms: a load that comes and goes (another process on the cores)
 lands on all arms of a round alike, where arm-by-arm blocks had it land on whichever arms
@@ -57,6 +60,7 @@ BUDGET_S = 30.0  # no larger batch is started once this much time has gone
 PROMPT_TOKENS = 64  # context of every calibration request (shorter if max_model_len is)
 REQUEST_PREFIX = "vspec-calibration-"
 _SEED = 20261201
+_ADMIT_WAIT = 4  # steps an admitting request may take to be scheduled beside its arm
 
 
 def blocker(settings: Settings, scheduler: Any) -> str | None:
@@ -88,6 +92,10 @@ class CalibrationScript:
         self.clean_steps = clean_steps
         # (batch, gamma, drafter ran) -> round -> clean step times
         self.times: dict[tuple[int, int, bool], dict[int, list[float]]] = {}
+        # (batch, gamma, drafter ran) -> (seconds, prompt tokens) of its admitting steps
+        self.admitting: dict[tuple[int, int, bool], list[tuple[float, int]]] = {}
+        self._admitted: set[int] = set()  # arms of the current round with an admitting step
+        self.admission_pending = False  # a request was added for the current arm's step
         self._batch = 0
         self._round = 0  # of the current batch
         self._rounds: dict[int, int] = {}  # batch -> cohorts started
@@ -102,6 +110,8 @@ class CalibrationScript:
         top = budget_cap(batch, token_budget, 0, self.max_gamma)
         self._arms = list(range(top, -1, -1))
         self._gamma = top
+        self._admitted = set()
+        self.admission_pending = False
 
     def _clean(self, gamma: int) -> int:
         """Clean steps of ``gamma`` in the current round."""
@@ -112,9 +122,24 @@ class CalibrationScript:
         """True once every arm of the current cohort has its clean steps."""
         return not self._arms
 
+    def wants_admission(self) -> bool:
+        """True when the current arm has its clean steps and now needs its admitting step
+        (the caller adds one request and sets :attr:`admission_pending`)."""
+        return (bool(self._arms) and not self.admission_pending
+                and self._arms[0] not in self._admitted
+                and self._clean(self._arms[0]) >= self.clean_steps)
+
+    def skip_admission(self) -> None:
+        """Give up the current arm's admitting step (its request was not scheduled beside
+        the arm); the arm is done once it has its clean steps."""
+        if self._arms:
+            self._admitted.add(self._arms[0])
+        self.admission_pending = False
+
     def decide(self, batch_size: int, token_budget: int) -> int:
         """The arm being timed (each arm once it has its steps gives way to the next)."""
-        while self._arms and self._clean(self._arms[0]) >= self.clean_steps:
+        while (self._arms and self._clean(self._arms[0]) >= self.clean_steps
+               and self._arms[0] in self._admitted):
             self._arms.pop(0)
         if self._arms:
             self._gamma = self._arms[0]
@@ -123,13 +148,21 @@ class CalibrationScript:
     def observe(self, feedback: StepFeedback) -> None:
         """Keep a clean step of the whole cohort (steady, one gamma verified and drafted)."""
         fb = feedback
-        if (fb.steady and fb.interval_s > 0.0 and fb.batch_size == self._batch
-                and fb.next_gamma in (None, fb.gamma)):
-            rounds = self.times.setdefault((fb.batch_size, fb.gamma, fb.drafter_ran), {})
-            rounds.setdefault(self._round, []).append(fb.interval_s)
-            # gamma 0 is the cohort's last arm; a sticky host no longer asks decide()
-            if fb.gamma == 0 and self._clean(0) >= self.clean_steps:
-                self._arms = []
+        if fb.interval_s <= 0.0 or fb.batch_size != self._batch or fb.next_gamma not in (
+                None, fb.gamma):
+            return
+        key = (fb.batch_size, fb.gamma, fb.drafter_ran)
+        if not fb.steady:
+            if self.admission_pending and fb.prefill_tokens > 0 and self._arms and (
+                    fb.gamma == self._arms[0]):
+                self.admitting.setdefault(key, []).append((fb.interval_s, fb.prefill_tokens))
+                self._admitted.add(fb.gamma)
+                self.admission_pending = False
+        else:
+            self.times.setdefault(key, {}).setdefault(self._round, []).append(fb.interval_s)
+        # gamma 0 is the cohort's last arm; a sticky host no longer asks decide()
+        if fb.gamma == 0 and self._clean(0) >= self.clean_steps and 0 in self._admitted:
+            self._arms = []
 
     def settled(self) -> bool:
         """Gamma 0 is played as the host plays a settled zero (sticky: drafter skipped)."""
@@ -170,6 +203,10 @@ class CalibrationScript:
                 _, g, ran = key
                 out.append(CostSample(batch, g, seconds, drafter_ran=ran,
                                       count=sum(map(len, self.times[key].values()))))
+        for (batch, g, ran), steps in sorted(self.admitting.items()):
+            out.append(CostSample(batch, g, statistics.median(t for t, _ in steps),
+                                  drafter_ran=ran, count=len(steps),
+                                  prefill_tokens=round(statistics.median(p for _, p in steps))))
         return tuple(out)
 
 
@@ -185,7 +222,7 @@ def calibrate(core: Any, hook: SchedulerHook, budget_s: float = BUDGET_S,
     max_len = int(cfg.model_config.max_model_len)
     vocab = int(cfg.model_config.get_vocab_size())
     script = CalibrationScript(hook.max_gamma, clean_steps)
-    steps_per_arm = clean_steps + 2  # a transition step, and slack
+    steps_per_arm = clean_steps + 3  # a transition step, the admitting step, and slack
     # tokens a request may need: every arm at its width, the prefill step, slack
     need = sum((1 + g) * steps_per_arm for g in range(hook.max_gamma + 1)) + 8
     prompt_len = min(PROMPT_TOKENS, max_len - need - 1)
@@ -209,12 +246,27 @@ def calibrate(core: Any, hook: SchedulerHook, budget_s: float = BUDGET_S,
                     prompt = [rng.randrange(min(vocab, 1 << 15)) for _ in range(prompt_len)]
                     core.add_request(make_request(rid, prompt))
                 script.start(batch, hook.token_budget)
+                extra: list[str] = []  # the requests admitted for admitting steps
+                waited = 0
                 for _ in _steps(core, cap):
                     n_steps += 1
                     startup_faults.inject("calibration")  # test-only, off by default
+                    waited += script.admission_pending
+                    if script.admission_pending and waited > _ADMIT_WAIT:
+                        script.skip_admission()  # not admitted beside the arm: untimed
+                    if extra and not script.admission_pending:
+                        core.abort_requests([rid for rid in extra if rid in scheduler.requests])
+                        extra.clear()
+                        waited = 0
                     if script.done():
                         break
-                core.abort_requests([rid for rid in ids if rid in scheduler.requests])
+                    if script.wants_admission():
+                        rid = f"{REQUEST_PREFIX}{batch}-{r}-admit-{len(script.admitting)}"
+                        prompt = [rng.randrange(min(vocab, 1 << 15)) for _ in range(prompt_len)]
+                        core.add_request(make_request(rid, prompt))
+                        extra.append(rid)
+                        script.admission_pending = True
+                core.abort_requests([rid for rid in ids + extra if rid in scheduler.requests])
                 for _ in _steps(core, 64):
                     n_steps += 1
     samples = script.samples()
