@@ -52,14 +52,25 @@ def test_a_fresh_engine_times_real_steps_of_every_batch_and_arm(tmp_path: Path) 
     prior = hook.cost_prior
     assert prior is not None and prior.source == "start-up calibration"
     assert not prior.needs_anchor  # real steps: their level is the real one
-    shapes = {(s.batch, s.gamma, s.drafter_ran) for s in prior.samples}
+    decode = [s for s in prior.samples if not s.prefill_tokens]
+    shapes = {(s.batch, s.gamma, s.drafter_ran) for s in decode}
     # the middle of every batch bucket up to max_num_seqs (capped at it), every speculative
     # gamma, and gamma 0 as the default sticky host plays it: the drafter skipped
     want = {(b, g, True) for b in (1, 3, 6, 8) for g in range(1, MAX_K + 1)}
     want |= {(b, 0, False) for b in (1, 3, 6, 8)}
     assert shapes == want
     # every arm timed in every round (a fresh cohort each)
-    assert all(s.count >= ROUNDS * CLEAN_STEPS for s in prior.samples)
+    assert all(s.count >= ROUNDS * CLEAN_STEPS for s in decode)
+    # and per arm, round by round, a step admitting a fresh request in place of one of the
+    # cohort's (a batch of one has no decode beside it): the prompt's tokens, and dearer
+    # than the decode-only step of the cohort it ran beside
+    admitting = {(s.batch + 1, s.gamma, s.drafter_ran): s for s in prior.samples
+                 if s.prefill_tokens}
+    assert set(admitting) == {arm for arm in want if arm[0] > 1}
+    steady = {(s.batch, s.gamma, s.drafter_ran): s.seconds for s in decode}
+    for arm, s in admitting.items():
+        assert s.prefill_tokens >= 4 and s.count >= 1
+        assert s.seconds > 0.5 * steady[arm]
     at8 = {s.gamma: s.seconds for s in prior.samples if s.batch == 8}
     # a drafter as big as the target: skipping it is cheapest, and four drafts cost more than
     # one (neighbouring arms are a few percent apart, within this machine's noise)
@@ -69,7 +80,7 @@ def test_a_fresh_engine_times_real_steps_of_every_batch_and_arm(tmp_path: Path) 
     dummy = hook.startup_profile
     assert prior.verify and dummy is not None
     alone = dict(dummy.verify)
-    ratios = sorted(s.seconds / alone[s.batch] for s in prior.samples if not s.drafter_ran)
+    ratios = sorted(s.seconds / alone[s.batch] for s in decode if not s.drafter_ran)
     k = statistics.median(ratios)
     assert [t for t, _ in prior.verify] == [t for t, _ in dummy.verify]
     assert [sec for _, sec in prior.verify] == pytest.approx([sec * k for _, sec in dummy.verify])

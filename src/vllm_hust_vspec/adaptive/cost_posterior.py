@@ -178,17 +178,14 @@ class CostPosterior:
         ng = self.ng
         g = gamma if gamma <= self.max_gamma else self.max_gamma
         out: list[tuple[int, float]] = [(ng + _A, 1.0)]
-        width = gamma + 1 if ran else 1  # tokens verified per request at the full width
         if ran:
             if gamma > 0:
                 out += ((ng + _D, gamma + 1.0), (ng + _DELTA, 1.0))
             else:
                 out.append((ng + _Z, 1.0))
-        # Verified tokens apart from the bucket's reference batch at the full width: more
-        # requests in the bucket, or drafts left unverified, priced per token.
-        extra = verified - _reference_batch(batch) * width
-        if extra:
-            out.append((_U, extra / TOKEN_UNIT))
+        unverified = batch * (gamma + 1) - verified if ran and gamma > 0 else 0
+        if unverified > 0:  # drafts per-request lengths (or the budget) left unverified
+            out.append((_U, -unverified / TOKEN_UNIT))
         if prefill_tokens > 0:
             out += ((_M, 1.0), (_C, prefill_tokens / TOKEN_UNIT))
             if g > 0 and ran:
@@ -231,7 +228,9 @@ class CostPosterior:
             for i in range(nb):
                 w = _WIDEN * mean[i]
                 cov[i][i] += w * w + 0.01 * self._prior_var[ng + i]
-            return _Bucket(list(mean), cov)
+            b = _Bucket(list(mean), cov)
+            b.seen = dict(self._buckets[near].seen)  # what the neighbour measured, it knows
+            return b
         return _Bucket(self._prior_mean[ng:], [
             [self._prior_var[ng + i] if i == j else 0.0 for j in range(nb)] for i in range(nb)])
 
@@ -424,7 +423,7 @@ class CostPosterior:
             for b in batches:
                 extra = tokens / b - 1.0
                 if tokens % b == 0 and 1.0 <= extra <= self.max_gamma:
-                    x = self.row(b, tokens, 0, False)
+                    x = ((self.ng + _A, 1.0), (_U, (tokens - b) / TOKEN_UNIT))
                     self._step(bucket_index(b), x, math.log(seconds / self.tau), r, False,
                                False)
         # The shape is kept; the level of real steps is measured afresh.
@@ -597,12 +596,6 @@ class CostPosterior:
 
 
 PROMPT = _C  # the prompt coefficient's index in ``z`` (a controller scales it by the mean)
-
-
-def _reference_batch(batch: int) -> int:
-    """The batch a bucket's coefficients stand for: its lower edge ``2^k`` (more requests
-    in the bucket are priced by the tokens they add)."""
-    return 1 << (batch.bit_length() - 1) if batch > 1 else 1
 
 
 def model_of(controller: object) -> CostPosterior | None:

@@ -103,7 +103,7 @@ def calibration_prior(scenario: Scenario, seed: int, profile: CostPrior | None) 
     host keeps the median over its rounds, each relative to its round's level, so the slow
     load and a lone stall drop out) and off by up to ``scenario.startup_calibration`` more
     (uniform; both seeded by run and shape); per arm also one step admitting a 64-token
-    request beside the cohort (one step's jitter); the profile's target-alone times come
+    request in place of one of the cohort's (one step's jitter); the profile's target-alone times come
     along scaled onto the real level, as the host scales them."""
     err = scenario.startup_calibration or 0.0
     jitter = scenario.timing_noise.jitter_sigma
@@ -121,12 +121,15 @@ def calibration_prior(scenario: Scenario, seed: int, profile: CostPrior | None) 
             steps = sorted(math.exp(jitter * rng.gauss(0.0, 1.0)) for _ in range(3))
             samples.append(CostSample(b, g, t * (1.0 + u) * steps[1], drafter_ran=ran,
                                       count=3))
-            # the step that admits one more calibration request while the arm runs (one step)
-            t = cost.step_time(b, b * g, g, b, _CALIBRATION_PROMPT, b * _CALIBRATION_CONTEXT,
-                               zero_pass=g == 0 and zero_pass)
-            u = rng.uniform(-err, err)
-            samples.append(CostSample(b, g, t * (1.0 + u) * math.exp(jitter * rng.gauss(0, 1)),
-                                      drafter_ran=ran, prefill_tokens=_CALIBRATION_PROMPT))
+            if b > 1:
+                # the step admitting a fresh request in place of one of the cohort's (one step)
+                d = b - 1
+                t = cost.step_time(d, d * g, g, d, _CALIBRATION_PROMPT, d * _CALIBRATION_CONTEXT,
+                                   zero_pass=g == 0 and zero_pass)
+                u = rng.uniform(-err, err)
+                samples.append(CostSample(d, g, t * (1.0 + u) * math.exp(
+                    jitter * rng.gauss(0.0, 1.0)), drafter_ran=ran,
+                    prefill_tokens=_CALIBRATION_PROMPT))
     verify = (tuple((t, sec / _DUMMY_LEVEL) for t, sec in profile.verify)
               if profile is not None else ())
     return CostPrior("start-up calibration (simulated)", tuple(samples), verify=verify)

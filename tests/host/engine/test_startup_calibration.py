@@ -57,12 +57,16 @@ def _drive(script: CalibrationScript, batch: int, *, sticky: bool = True,
         played.append(decided)
         # the calibration loop adds one request when the arm asks; the next step admits it
         admitting = script.wants_admission() and decided == verified
-        if admitting:
+        if admitting and batch == 1:
+            script.skip_admission()  # a batch of one has no decode beside an admission
+            admitting = False
+        elif admitting:
             script.admission_pending = True
+        decoding = batch - 1 if admitting else batch  # a fresh request replaced one
         script.observe(StepFeedback(
-            batch_size=batch, gamma=verified, drafted=(verified,) * batch,
-            accepted=(0,) * batch, committed=batch,
-            interval_s=load(verified) * (_cost(batch, verified, not skip)
+            batch_size=decoding, gamma=verified, drafted=(verified,) * decoding,
+            accepted=(0,) * decoding, committed=decoding,
+            interval_s=load(verified) * (_cost(decoding, verified, not skip)
                                          + (ADMIT_S if admitting else 0.0)),
             token_budget=BUDGET, drafter_ran=not skip, next_gamma=decided,
             steady=not admitting, prefill_tokens=PROMPT if admitting else 0))
@@ -82,12 +86,12 @@ def test_every_arm_is_played_top_down_and_zero_last() -> None:
     for (b, g, ran), s in samples.items():
         assert s.count == 3 and s.seconds == pytest.approx(_cost(b, g, ran))
     # and one step per arm that admitted a request beside the cohort
-    admitting = {(s.batch, s.gamma, s.drafter_ran): s for s in script.samples()
-                 if s.prefill_tokens}
+    admitting = {(s.batch + 1, s.gamma, s.drafter_ran): s for s in script.samples()
+                 if s.prefill_tokens}  # at the cohort less the request it replaced
     assert set(admitting) == set(samples)
     for (b, g, ran), s in admitting.items():
         assert (s.count, s.prefill_tokens) == (1, PROMPT)
-        assert s.seconds == pytest.approx(_cost(b, g, ran) + ADMIT_S)
+        assert s.seconds == pytest.approx(_cost(b - 1, g, ran) + ADMIT_S)
 
 
 def test_every_round_plays_every_arm_and_the_medians_span_the_rounds() -> None:

@@ -237,7 +237,8 @@ def test_the_simulated_calibration_prices_real_steps_as_the_host_plays_them() ->
     # also times a step admitting one 64-token request
     arms = ({(b, 0, False) for b in batches}
             | {(b, g, True) for b in batches for g in range(1, sc.max_gamma + 1)})
-    assert shapes == {(*arm, p) for arm in arms for p in (0, 64)}
+    assert shapes == {(*arm, 0) for arm in arms} | {
+        (b - 1, g, ran, 64) for b, g, ran in arms if b > 1}
     for s in prior.samples:
         real = sc.cost.step_time(s.batch, s.batch * s.gamma, s.gamma, s.batch, s.prefill_tokens,
                                  s.batch * 84)

@@ -17,9 +17,9 @@ cost coefficients stand for all of it, and its lower edge is its cheapest corner
 ids each play every gamma from the maximum down to 1 and then gamma 0 the way the host plays
 it (a sticky zero skips the drafter and pins the cohort; a sync zero runs it), each arm until
 it has :data:`CLEAN_STEPS` clean steps (steady, verified and drafted at the same gamma) and
-then one step that admits one more request beside the cohort (what admitting costs at that
-gamma: on a host with FULL graphs a mixed step, whose drafter passes may leave the graphs at
-some widths only; the request is aborted after it). The
+then one step that admits a fresh request in place of one of the cohort's (what admitting
+costs at that gamma: on a host with FULL graphs a mixed step, whose drafter passes may leave
+the graphs at some widths only; a replacement, so a full batch has a slot). The
 rounds spread every arm's steps over the bucket's calibration, and each round times gamma 0
 right after its speculative arms: a load that comes and goes (another process on the cores)
 lands on all arms of a round alike, where arm-by-arm blocks had it land on whichever arms
@@ -148,13 +148,14 @@ class CalibrationScript:
     def observe(self, feedback: StepFeedback) -> None:
         """Keep a clean step of the whole cohort (steady, one gamma verified and drafted)."""
         fb = feedback
-        if fb.interval_s <= 0.0 or fb.batch_size != self._batch or fb.next_gamma not in (
-                None, fb.gamma):
+        admitting = not fb.steady and self.admission_pending
+        if fb.interval_s <= 0.0 or fb.next_gamma not in (None, fb.gamma) or fb.batch_size != (
+                self._batch - 1 if admitting and self._batch > 1 else self._batch):
             return
         key = (fb.batch_size, fb.gamma, fb.drafter_ran)
         if not fb.steady:
             if self.admission_pending and fb.prefill_tokens > 0 and self._arms and (
-                    fb.gamma == self._arms[0]):
+                    fb.gamma == self._arms[0]):  # the cohort less the request replaced
                 self.admitting.setdefault(key, []).append((fb.interval_s, fb.prefill_tokens))
                 self._admitted.add(fb.gamma)
                 self.admission_pending = False
@@ -246,27 +247,26 @@ def calibrate(core: Any, hook: SchedulerHook, budget_s: float = BUDGET_S,
                     prompt = [rng.randrange(min(vocab, 1 << 15)) for _ in range(prompt_len)]
                     core.add_request(make_request(rid, prompt))
                 script.start(batch, hook.token_budget)
-                extra: list[str] = []  # the requests admitted for admitting steps
                 waited = 0
                 for _ in _steps(core, cap):
                     n_steps += 1
                     startup_faults.inject("calibration")  # test-only, off by default
-                    waited += script.admission_pending
-                    if script.admission_pending and waited > _ADMIT_WAIT:
+                    waited = waited + 1 if script.admission_pending else 0
+                    if waited > _ADMIT_WAIT:
                         script.skip_admission()  # not admitted beside the arm: untimed
-                    if extra and not script.admission_pending:
-                        core.abort_requests([rid for rid in extra if rid in scheduler.requests])
-                        extra.clear()
-                        waited = 0
                     if script.done():
                         break
-                    if script.wants_admission():
-                        rid = f"{REQUEST_PREFIX}{batch}-{r}-admit-{len(script.admitting)}"
+                    if script.wants_admission() and batch > 1:
+                        # a fresh request in place of one of the cohort's
+                        core.abort_requests([ids.pop(0)])
+                        rid = f"{REQUEST_PREFIX}{batch}-{r}-admit-{len(ids) + n_steps}"
                         prompt = [rng.randrange(min(vocab, 1 << 15)) for _ in range(prompt_len)]
                         core.add_request(make_request(rid, prompt))
-                        extra.append(rid)
+                        ids.append(rid)
                         script.admission_pending = True
-                core.abort_requests([rid for rid in ids + extra if rid in scheduler.requests])
+                    elif script.wants_admission():
+                        script.skip_admission()  # a batch of one has no decode beside it
+                core.abort_requests([rid for rid in ids if rid in scheduler.requests])
                 for _ in _steps(core, 64):
                     n_steps += 1
     samples = script.samples()
@@ -289,7 +289,8 @@ def scaled_verify(samples: tuple[CostSample, ...],
         return ()
     alone = dict(dummy.verify)
     ratios = [s.seconds / alone[s.batch] for s in samples
-              if not s.drafter_ran and s.gamma == 0 and alone.get(s.batch)]
+              if not s.drafter_ran and s.gamma == 0 and not s.prefill_tokens
+              and alone.get(s.batch)]
     if not ratios:
         return ()
     k = statistics.median(ratios)
