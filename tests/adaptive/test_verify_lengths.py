@@ -36,8 +36,9 @@ def _accepted(rng: random.Random, rate: float, drafts: int) -> int:
 def feed(layer: PerRequestLengths, rates: dict[str, float], steps: int, *, seed: int = 0,
          c0: float = 0.007, c_v: float = 3.5e-5, jitter: bool = True, keep: float = 0.8) -> None:
     """Steps at depth K - 1 or K, each over a random part (``keep``) of the requests
-    (continuous batching), verifying what the layer's lengths ask (its probes included: a trimmed step is
-    what tells a verified token's cost from a drafter pass), each request accepting
+    (continuous batching), verifying what the layer's lengths ask (its probes included: a
+    trimmed step is what tells a verified token's cost from a drafter pass), each request
+    accepting
     geometrically at its rate; step time ``c0 + c_v * verified`` plus 1% noise."""
     rng = random.Random(seed)
     everyone = tuple(rates)

@@ -103,8 +103,8 @@ def calibration_prior(scenario: Scenario, seed: int, profile: CostPrior | None) 
     host keeps the median over its rounds, each relative to its round's level, so the slow
     load and a lone stall drop out) and off by up to ``scenario.startup_calibration`` more
     (uniform; both seeded by run and shape); per arm also one step admitting a 64-token
-    request in place of one of the cohort's (one step's jitter); the profile's target-alone times come
-    along scaled onto the real level, as the host scales them."""
+    request in place of one of the cohort's (one step's jitter); the profile's target-alone
+    times come along scaled onto the real level, as the host scales them."""
     err = scenario.startup_calibration or 0.0
     jitter = scenario.timing_noise.jitter_sigma
     cost = scenario.cost
