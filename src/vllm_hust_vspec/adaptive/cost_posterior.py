@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 import random
+from operator import mul
 
 from ._limits import bucket_index
 from .cost_prior import CostPrior
@@ -109,7 +110,7 @@ class _Bucket:
         self.cov = cov
         self.samples = 0
         self.seen: dict[int, int] = {}  # rare term (index in z) -> steps it was in
-        self.chol: tuple[float, ...] = ()  # factor of the sampling covariance
+        self.chol: tuple[tuple[float, ...], ...] = ()  # factor of the sampling covariance
         self.chol_at = -1  # samples when it was computed
 
 
@@ -325,18 +326,18 @@ class CostPosterior:
                 p[i][i] += q * m[i] * m[i] + self._q_floor[i]
         p[_L][_L] += self.level_drift * r
         h = [(i, v / f) for i, v in x]
-        # P h over the row's few non-zero features: the coefficients' part, then the level's
-        t = [0.0] * self.n
-        for i, hv in h:
-            for row_i, prow in enumerate(p):
-                t[row_i] += prow[i] * hv
+        # P h over the row's few non-zero features (P is symmetric: rows for columns), the
+        # coefficients' part, then the level's
+        i0, hv0 = h[0]
+        t = [hv0 * a for a in p[i0]]
+        for i, hv in h[1:]:
+            t = [a + hv * b for a, b in zip(t, p[i], strict=True)]
         hph = 0.0  # the coefficients' share of the doubt
         for i, hv in h:
             hph += hv * t[i]
         level_var = p[_L][_L]
         ch = t[_L]  # cov(level, coefficients' prediction)
-        for row_i, prow in enumerate(p):
-            t[row_i] += prow[_L]
+        t = [a + b for a, b in zip(t, p[_L], strict=True)]
         s = level_var + 2.0 * ch + hph + r
         e = y - m[_L] - math.log(f)
         rare, seen = -1, _YOUNG
@@ -447,22 +448,25 @@ class CostPosterior:
         cancels between them)."""
         return price(self.sample_theta(idx, rng, width), rows)
 
-    def sample_theta(self, idx: int, rng: random.Random, width: float = 1.0) -> list[float]:
+    def sample_theta(self, idx: int, rng: random.Random, width: float = 1.0,
+                     admitting: bool = True) -> list[float]:
         """One draw of ``z`` (level 0) with bucket ``idx``'s terms, truncated to machines that
         can exist: the four terms every step shows are drawn first, by rejection against
         the bounds every update keeps (projected after _REDRAWS misses); the terms only
-        admitting, trimmed or one depth's steps show are drawn after, from a stream of their
-        own (so ``rng`` is used as by a model without them), and projected."""
+        trimmed, admitting or one depth's steps show are drawn after, from a stream of their
+        own (so ``rng`` is used as by a model without them), and projected. Without
+        ``admitting`` the host's admission terms keep their mean (a caller that prices no
+        admitting step saves their draw)."""
         b = self.bucket(idx)
         order = self._sample_order
-        n1 = len(order)
         k = b.chol
         if not k or b.samples - b.chol_at >= _CHOL_EVERY or b.chol_at < 0:
-            k = b.chol = _cholesky(self._sampling_cov(idx))
+            k = b.chol = _cholesky_rows(self._sampling_cov(idx))
             b.chol_at = b.samples
         mean = self.theta(idx)
         m = [mean[i] for i in order]
         uniform = rng.random
+        n1 = len(order) if admitting else self.n - self.ng
         z = [0.0] * (n1 + 1)
         head: list[float] = m[:4]
         bounds = self._step_bounds
@@ -472,7 +476,7 @@ class CostPosterior:
                 u = uniform() * _TWO_PI
                 rad = math.sqrt(-2.0 * math.log(1.0 - uniform())) * width
                 z[j], z[j + 1] = math.cos(u) * rad, math.sin(u) * rad
-            head = [m[i] + sum(k[i * n1 + j] * z[j] for j in range(i + 1)) for i in range(4)]
+            head = [m[i] + sum(map(mul, k[i], z)) for i in range(4)]
             trial = mean[:ng] + head  # the bounds read only these four
             if all(sum(trial[i] * c for i, c in terms) >= lo for terms, lo in bounds):
                 break
@@ -481,11 +485,10 @@ class CostPosterior:
             u = extra() * _TWO_PI
             rad = math.sqrt(-2.0 * math.log(1.0 - extra())) * width
             z[j], z[j + 1] = math.cos(u) * rad, math.sin(u) * rad
-        drawn = head + [m[i] + sum(k[i * n1 + j] * z[j] for j in range(i + 1))
-                        for i in range(4, n1)]
-        out = [0.0] * self.n
-        for pos, i in enumerate(order):
-            out[i] = drawn[pos]
+        out = mean
+        for pos in range(n1):
+            i = order[pos]
+            out[i] = head[pos] if pos < 4 else m[pos] + sum(map(mul, k[pos], z))
         return self._project(out, True)
 
     def _sampling_cov(self, idx: int) -> list[list[float]]:
@@ -623,22 +626,22 @@ def _feasible_step(bounds: Bounds, m: list[float], dm: list[float]) -> float:
     return step
 
 
-def _cholesky(p: list[list[float]]) -> tuple[float, ...]:
-    """Lower Cholesky factor (row-major, flat) of a covariance; non-positive pivots (a
-    direction the data pinned to rounding error) give a zero column."""
+def _cholesky_rows(p: list[list[float]]) -> tuple[tuple[float, ...], ...]:
+    """Rows of the lower Cholesky factor of a covariance (row ``i`` has ``i + 1`` entries);
+    non-positive pivots (a direction the data pinned to rounding error) give a zero column."""
     n = len(p)
-    out = [0.0] * (n * n)
+    out = [[0.0] * (i + 1) for i in range(n)]
     for i in range(n):
+        row = out[i]
         for j in range(i + 1):
-            acc = p[i][j]
-            for k in range(j):
-                acc -= out[i * n + k] * out[j * n + k]
+            other = out[j]
+            acc = p[i][j] - sum(map(mul, row[:j], other[:j]))
             if i == j:
-                out[i * n + i] = math.sqrt(acc) if acc > 1e-12 else 0.0
+                row[i] = math.sqrt(acc) if acc > 1e-12 else 0.0
             else:
-                d = out[j * n + j]
-                out[i * n + j] = acc / d if d > 0.0 else 0.0
-    return tuple(out)
+                d = other[j]
+                row[j] = acc / d if d > 0.0 else 0.0
+    return tuple(tuple(r) for r in out)
 
 
 __all__ = ["PROMPT", "TOKEN_UNIT", "CostPosterior", "Row", "model_of", "price"]

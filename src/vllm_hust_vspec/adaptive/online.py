@@ -365,7 +365,7 @@ class OnlineController(CadencedPolicy):
         """One joint draw of every eligible arm's score (committed tokens per request over its
         load-free cost) from the posteriors of bucket ``idx``, ``width`` sds wide."""
         steady, admitting = rows
-        theta = self._cost.sample_theta(idx, self._rng, width)
+        theta = self._cost.sample_theta(idx, self._rng, width, self._adm_steps > 0.0)
         expected = self._sample_expected(width)
         if every_draft:
             expected = [1.0 + k for k in range(len(expected))]
