@@ -22,6 +22,9 @@ from .feedback import StepFeedback
 
 _MIN_MIXED = 4  # admitting steps in the model before any verdict
 _CONFIDENCE = 2.0  # standard errors the fixed cost must clear
+# Step-time noise (log^2: ~30 % jitter) above which no hold is shown to pay: the model's
+# split of so noisy a step between load, decode and admission is not one to hold on.
+_NOISY_R = 0.1
 # A hold never lasts longer than this many consecutive steps (no starvation): vSpec's bound.
 REFILL_MAX_HOLD_STEPS = 16
 # When the queue is held: "auto" (while grouping admissions pays), "speculating", "always".
@@ -81,7 +84,7 @@ class RefillHold:
         cost = self.cost
         if cost is None:
             return speculating or self.always
-        if cost.admissions < _MIN_MIXED or cost.tau <= 0.0:
+        if cost.admissions < _MIN_MIXED or cost.tau <= 0.0 or cost.r > _NOISY_R:
             return False
         idx = bucket_index(occupied)
         fixed, sd = cost.admission_cost(idx, gamma)

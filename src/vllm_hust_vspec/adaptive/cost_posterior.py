@@ -73,6 +73,7 @@ _LEVEL_VAR0 = 1.0  # log^2: the level is unknown until the first samples
 _R_MIN = 1e-4  # measurement-noise floor (1% jitter), as load.py
 _R_INIT = 4e-3
 _CLIP = 3.0  # innovations beyond this many sigmas are clipped (stalls)
+_LINEAR_R = 0.02  # noise variance (log^2) up to which admitting surprises are taken linearly
 _YOUNG = 4  # steps showing a rare term before a far miss of them is taken for load
 _F_MIN = 1e-3  # predicted costs are kept positive (units of tau)
 _A_MIN = 0.01  # smallest target-only step (units of tau)
@@ -348,11 +349,12 @@ class CostPosterior:
                     b.seen[i] = n_i + 1
                     if rare < 0:
                         rare, seen = i, n_i
-        if seen < _YOUNG and e * e > _CLIP * _CLIP * s:
-            # A depth (or admitting) not measured yet missed by far: suspected to be its own
-            # term (a width without a graph, a mixed step outside the graphs) before the
-            # machine's load, so that term is opened to the size of the miss and the step is
-            # taken again. A measured one's miss is load (below).
+        if seen < _YOUNG and e * e > _CLIP * _CLIP * s and not learn_r:
+            # A depth (or admitting) not measured yet missed by far (once the noise is
+            # known: a guessed one makes every noisy step far): suspected to be its own term
+            # (a width without a graph, a mixed step outside the graphs) before the machine's
+            # load, so that term is opened to the size of the miss and the step is taken
+            # again. A measured one's miss is load (below).
             p[rare][rare] += (f * e) ** 2
             p[_L][_L] -= self.level_drift * r
             b.samples -= 1
@@ -383,10 +385,13 @@ class CostPosterior:
                 if side:
                     e = side * bound
             self._outlier = side
-        if any(i == _M for i, _ in x):
+        if r < _LINEAR_R and any(i == _M for i, _ in x):
             # An admitting step's terms add to the step, so its surprise is taken in linear
-            # time (the log's linearisation undershoots a mixed step many decode steps long).
-            e = math.expm1(e)
+            # time (the log's linearisation undershoots a mixed step many decode steps long),
+            # less the lognormal noise's own mean (exp(r / 2)), which would bias it up. Not on
+            # a host whose steps jitter by tens of percent: its linear surprises are not the
+            # Gaussian ones the gain assumes.
+            e = math.expm1(e - 0.5 * r)
         inv = 1.0 / s
         ke = e * inv
         # A surprise far outside the linear range (a load change in the very first steps)
