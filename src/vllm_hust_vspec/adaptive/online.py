@@ -361,14 +361,13 @@ class OnlineController(CadencedPolicy):
         return step_toward(cur, target, self.config.max_gamma_step)
 
     def _draw_scores(self, idx: int, rows: tuple[list[Row], list[Row]],
-                     width: float = 1.0, every_draft: bool = False) -> list[float]:
+                     width: float = 1.0, unmeasured_accepted: bool = False) -> list[float]:
         """One joint draw of every eligible arm's score (committed tokens per request over its
-        load-free cost) from the posteriors of bucket ``idx``, ``width`` sds wide."""
+        load-free cost) from the posteriors of bucket ``idx``, ``width`` sds wide
+        (``unmeasured_accepted``: see :meth:`_sample_expected`)."""
         steady, admitting = rows
         theta = self._cost.sample_theta(idx, self._rng, width, self._adm_steps > 0.0)
-        expected = self._sample_expected(width)
-        if every_draft:
-            expected = [1.0 + k for k in range(len(expected))]
+        expected = self._sample_expected(width, unmeasured_accepted)
         costs = price(theta, steady)
         if self._adm_steps > 0.0:
             self._prompt_cost = theta[PROMPT]
@@ -376,8 +375,11 @@ class OnlineController(CadencedPolicy):
         lo = self._lo
         return [expected[lo + i] / f for i, f in enumerate(costs)]
 
-    def _sample_expected(self, width: float = 1.0) -> list[float]:
-        """One draw of ``E[g]`` for g = 0..max. Position ``k``'s rate has the variance of a
+    def _sample_expected(self, width: float = 1.0,
+                         unmeasured_accepted: bool = False) -> list[float]:
+        """One draw of ``E[g]`` for g = 0..max (``unmeasured_accepted``: a position never
+        verified is taken as accepting every draft that reaches it). Position ``k``'s rate has
+        the variance of a
         Beta of the (discounted) counts it had when last measured, grown by
         ``_ACCEPTANCE_DRIFT`` per step since (times ``p[k-1]`` squared for the steps the
         position below was measured and this one not; on top of the drift of the position
@@ -403,6 +405,8 @@ class OnlineController(CadencedPolicy):
             age = now - seen_t[k]
             steps += (age - below) * reach * reach
             v = pk + z * math.sqrt(pk * (1.0 - pk) / w + drift * steps)
+            if unmeasured_accepted and not seen_t[k]:
+                v = prev
             v = 0.0 if v < 0.0 else prev if v > prev else v
             prev = v
             reach = pk
@@ -416,18 +420,18 @@ class OnlineController(CadencedPolicy):
         ``_SETTLE_PROBABILITY`` under the posterior, and the share of draws it won."""
         if self._lo != 0:
             return False, 0.0
-        # Before any draft was verified acceptance is a guess, not a measurement: a zero
-        # pins the cohort then only if it wins even were every draft accepted.
-        return self._wins(0, every_draft=not self._seen_t[0] if self._seen_t else False)
+        # Acceptance at a position never verified is a guess, not a measurement: a zero pins
+        # the cohort only if it wins even were every draft there accepted.
+        return self._wins(0, unmeasured_accepted=True)
 
     def _wins(self, arm: int, rival: int | None = None,
-              every_draft: bool = False) -> tuple[bool, float]:
+              unmeasured_accepted: bool = False) -> tuple[bool, float]:
         """Whether arm index ``arm`` (gamma ``lo + arm``) beats arm ``rival`` (every other
         eligible arm when None) with probability ``_SETTLE_PROBABILITY`` under the posterior,
         and the share of the draws made that it won. Monte Carlo over at most ``_WIN_DRAWS``
         joint draws of costs and acceptance (the arms' errors are strongly correlated,
         through the shared coefficients and acceptance, so no bound on pairwise probabilities
-        is tight; ``every_draft``: acceptance taken as total), stopped as soon as the
+        is tight; ``unmeasured_accepted``: see :meth:`_sample_expected`), stopped as soon as the
         remaining draws cannot change the answer: a clear
         "no" (the common case while speculating) takes a handful. Only run when a zero, a
         move off the incumbent or a first decision beyond ``max_gamma_step`` is contemplated."""
@@ -441,7 +445,7 @@ class OnlineController(CadencedPolicy):
         rows = self._rows(batch, cap)
         wins = losses = 0
         while wins < need and losses <= _WIN_DRAWS - need:
-            score = self._draw_scores(idx, rows, every_draft=every_draft)
+            score = self._draw_scores(idx, rows, unmeasured_accepted=unmeasured_accepted)
             mine = score[arm]
             if rival is not None:
                 won = score[rival] < mine
