@@ -1,43 +1,31 @@
 """The step-cost model: one small Kalman filter over every step the host runs.
 
-A step of ``B`` decoding requests that verified ``V`` tokens at draft depth ``g`` and
-prefilled ``P`` prompt tokens takes
+A step of ``B`` decoding requests verifying ``V`` tokens at depth ``g`` (drafter ``ran`` or
+skipped) and prefilling ``P`` prompt tokens takes ``T = tau * exp(L) * f``, with
 
-    T = tau * exp(L) * f,
-    f = a_k + ran * ([g > 0] (d_k (g + 1) + delta_k - u_k (g + 1 - V/B)) + [g == 0] z_k)
-            + [P == 0] s_kg + [P > 0] (m_k + c_k P/64 + o_kg)
+    f = a_k + ran ([g > 0] (d_k (g + 1) + delta_k) + [g == 0] z_k) - u (B (g + 1) - V) / 64
+          + [P == 0] s_kg + [P > 0] (m + c P / 64 + w g + o_g)
 
-* ``L``: the log load level (other processes, clock scaling, a shared core, the batch
-  drifting inside its bucket), a random walk common to every arm and bucket;
-* ``a_k``: bucket ``k``'s target-only step (bucket = power of two of the batch). A step that
-  skipped the drafter (``ran`` = 0, the host's sticky gamma 0) is the row ``a_k`` of the same
-  regression: every speculative step is measured against it;
-* ``d_k``: one more verified token per request plus one drafter pass (kept per bucket because
-  step times are not linear in the batch, e.g. vLLM's H100 table); ``u_k``: what a verified
-  token costs on its own, saved by each draft left unverified (per-request lengths trimmed
-  it); steps that verify all they draft never show it, so a batch controller never reads it;
-* ``delta_k``: the fixed overhead of a speculative step minus one increment (prior mean 0:
-  the overhead costs about one increment; ``overhead_sd``);
-* ``z_k``: a zero-depth step in which the drafter still ran (0 on an ideal host, about
-  ``d + overhead`` for vLLM's K=0);
-* ``m_k`` + ``c_k P/64``: what admitting requests adds to a step (a mixed step leaves the
-  captured graphs: ``m_k``; the prompts' own work: ``c_k``). Only ``m_k`` is saved by grouping
-  admissions (the refill hold reads it);
-* ``s_kg`` / ``o_kg``: depth ``g``'s deviation from that affine shape on a decode-only / an
-  admitting step (prior mean 0, tight): a width the host runs without a graph, or one that is
-  cheap because its graph is native, is priced as measured while unmeasured widths are
-  predicted by the affine part.
+``L`` the log load level (other processes, clock scaling, the batch drifting inside its
+bucket), a random walk shared by every arm; per power-of-two batch bucket ``k``: the target
+step ``a``, one more verified token plus drafter pass ``d``, a speculative step's overhead
+``delta`` (prior: about one increment), a drafter-running zero ``z``, and ``s_kg``, depth
+``g``'s deviation from that affine shape (a width without a graph, a native one that is cheap);
+for the host: what a verified token costs on its own ``u`` (drafts left unverified save it;
+steps that verify all they draft never show it), and what admitting adds: a mixed step's fixed
+cost ``m`` (all grouping saves), the prompts' work ``c``, a drafter pass on an admitting step
+``w`` and depth ``g``'s deviation ``o_g``. Terms, priors and bounds: adaptive/cost_terms.py.
 
-``tau`` is the first measured step (or the cost prior's median), so every coefficient is a
-plain number near 1 and the priors are scale free. The state ``[L, theta_k]`` of the bucket in
-use is one Gaussian with full covariance, updated by an extended Kalman filter in log time
-(``y = L + log f``): a long-played arm's surprise moves the level, a new arm's moves the
-coefficients, unmeasured arms are predicted by the structure. Other buckets keep their
-coefficients' mean and covariance (their correlation with the level is dropped when the batch
-leaves them, which only widens the sum's uncertainty); a new bucket starts from its nearest
-neighbour's. The noise ``r`` and the level's drift are measured by a variogram of the
-decode-only steps (load.DriftEstimator); stalls are clipped and two outliers in a row
-re-anchor the level, as in adaptive/load.py.
+``tau`` is the first decode-only step (or the cost prior's median), so the coefficients are
+plain numbers near 1 and the priors scale free. The state ``[L, host terms, the active
+bucket's terms]`` is one Gaussian, updated by an extended Kalman filter in log time (an
+admitting step's surprise in linear time): a long-played arm's surprise moves the level, a new
+arm's the coefficients; unmeasured arms follow the affine structure, and a far miss on a depth
+or admission not yet measured opens its own term first. Another bucket's terms keep their
+mean and covariance (their correlation with the rest is dropped when the batch leaves them); a
+new bucket starts from its nearest neighbour's. The noise and the level's drift are measured
+by a variogram of the decode-only steps (load.DriftEstimator); stalls are clipped and two
+outliers in a row re-anchor the level.
 """
 
 from __future__ import annotations
@@ -48,35 +36,41 @@ from operator import mul
 
 from ._limits import bucket_index
 from .cost_prior import CostPrior
+from .cost_terms import (
+    A_MIN,
+    ADMISSION,
+    ADMITTING_DEV,
+    ADMITTING_DEVIATION_SD,
+    ADMITTING_PASS,
+    BUCKET_NAMES,
+    BUCKET_PRIOR,
+    F_MIN,
+    GLOBAL_PRIOR,
+    INCREMENT,
+    LEVEL,
+    LEVEL_VAR0,
+    OVERHEAD,
+    PROMPT,
+    STEADY_DEV,
+    STEADY_DEVIATION_SD,
+    TARGET,
+    TOKEN_UNIT,
+    VERIFIED_TOKEN,
+    ZERO_PASS,
+    Bounds,
+    Row,
+    cholesky_rows,
+    feasible_step,
+    price,
+)
 from .feedback import StepFeedback
 from .load import DriftEstimator, outlier_side
 
-# The state ``z``: the level, the host's admission terms (shared by every bucket: a mixed step
-# leaves the graphs whatever the batch), then the active bucket's terms.
-_L, _M, _C, _W, _U = 0, 1, 2, 3, 4
-_O1 = 5  # o_g at _O1 + g - 1, g = 1..max_gamma; the bucket's terms follow the o's
-_A, _D, _DELTA, _Z = range(4)  # bucket terms, offsets after the global ones
-_S1 = 4  # s_g at bucket offset _S1 + g - 1
-_BUCKET_NAMES = ("a", "d", "delta", "z")
-# Prior means and standard deviations in units of tau (delta's sd is a knob): a step costs
-# ~tau, a draft increment ~0.1 tau, the data moves them within a few steps. z is tight: an
-# arm that is rarely played (a drafter-running zero where speculation pays) must not be
-# drawn cheaper than a target-only step. An admission's fixed cost is wide (an Ascend mixed
-# step costs several decode steps); a depth's deviation is tight, so played arms teach the
-# affine part and only a far miss (below) or a consistent misfit becomes a deviation.
-_BUCKET_PRIOR = ((0.5, 0.5), (0.1, 0.2), (0.0, 0.0), (0.1, 0.1))
-_GLOBAL_PRIOR = ((0.0, 2.0), (0.0, 1.0), (0.0, 2.0), (0.05, 0.2))  # m, c, w, u
-_STEADY_DEVIATION_SD = 0.003
-_ADMITTING_DEVIATION_SD = 1.0
-TOKEN_UNIT = 64.0  # tokens per unit of the prompt and verified-token features
-_LEVEL_VAR0 = 1.0  # log^2: the level is unknown until the first samples
 _R_MIN = 1e-4  # measurement-noise floor (1% jitter), as load.py
 _R_INIT = 4e-3
 _CLIP = 3.0  # innovations beyond this many sigmas are clipped (stalls)
 _LINEAR_R = 0.02  # noise variance (log^2) up to which admitting surprises are taken linearly
 _YOUNG = 4  # steps showing a rare term before a far miss of them is taken for load
-_F_MIN = 1e-3  # predicted costs are kept positive (units of tau)
-_A_MIN = 0.01  # smallest target-only step (units of tau)
 # A new bucket starts from its nearest neighbour's coefficients, widened by this share of
 # each (the shape of T(g) transfers between batch sizes; the level follows at once).
 _WIDEN = 0.1
@@ -98,10 +92,6 @@ _DRIFT_EVERY = 8
 # is accepted.
 _REDRAWS = 8
 _TWO_PI = 2.0 * math.pi
-
-Row = tuple[tuple[int, float], ...]  # sparse regression row: (index in z, feature)
-Bounds = tuple[tuple[tuple[tuple[int, float], ...], float], ...]  # sum(coef * z) >= lo
-
 
 class _Bucket:
     __slots__ = ("chol", "chol_at", "cov", "mean", "samples", "seen")
@@ -127,24 +117,24 @@ class CostPosterior:
     def __init__(self, max_gamma: int, overhead_sd: float = 0.05, level_drift: float = 1.0,
                  cost_drift: float = 1e-6) -> None:
         self.max_gamma = k = max_gamma
-        self.ng = ng = _O1 + k
-        self.n = n = ng + _S1 + k
-        sds = ([0.0] + [sd for _, sd in _GLOBAL_PRIOR] + [_ADMITTING_DEVIATION_SD] * k
-               + [sd for _, sd in _BUCKET_PRIOR] + [_STEADY_DEVIATION_SD] * k)
-        sds[ng + _DELTA] = overhead_sd
-        self._prior_mean = ([0.0] + [m for m, _ in _GLOBAL_PRIOR] + [0.0] * k
-                            + [m for m, _ in _BUCKET_PRIOR] + [0.0] * k)
+        self.ng = ng = ADMITTING_DEV + k
+        self.n = n = ng + STEADY_DEV + k
+        sds = ([0.0] + [sd for _, sd in GLOBAL_PRIOR] + [ADMITTING_DEVIATION_SD] * k
+               + [sd for _, sd in BUCKET_PRIOR] + [STEADY_DEVIATION_SD] * k)
+        sds[ng + OVERHEAD] = overhead_sd
+        self._prior_mean = ([0.0] + [m for m, _ in GLOBAL_PRIOR] + [0.0] * k
+                            + [m for m, _ in BUCKET_PRIOR] + [0.0] * k)
         self._prior_var = [sd * sd for sd in sds]
-        self._prior_var[_L] = _LEVEL_VAR0
+        self._prior_var[LEVEL] = LEVEL_VAR0
         self.level_drift = level_drift  # prior, in units of r, until the variogram has data
         self._q_theta = cost_drift  # per-step variance growth, share of each coefficient's
         # square; plus this much of its prior per lump, so a zero coefficient can move too
         self._q_floor = [0.0] + [_DRIFT_EVERY * cost_drift * 0.01 * v
                                  for v in self._prior_var[1:]]
-        a, d = ng + _A, ng + _D
+        a, d = ng + TARGET, ng + INCREMENT
         self._step_bounds: Bounds = (  # physics every update keeps (see _step)
-            (((a, 1.0),), _A_MIN), (((d, 1.0),), 0.0),
-            (((d, 1.0), (ng + _DELTA, 1.0)), 0.0), (((ng + _Z, 1.0),), 0.0))
+            (((a, 1.0),), A_MIN), (((d, 1.0),), 0.0),
+            (((d, 1.0), (ng + OVERHEAD, 1.0)), 0.0), (((ng + ZERO_PASS, 1.0),), 0.0))
         # sampled in this order: the terms every step shows first (see sample_theta)
         self._sample_order = list(range(ng, n)) + list(range(1, ng))
         self.mean = list(self._prior_mean)  # z of the active bucket
@@ -164,12 +154,12 @@ class CostPosterior:
     @property
     def level(self) -> float:
         """The log load level."""
-        return self.mean[_L]
+        return self.mean[LEVEL]
 
     @property
     def level_var(self) -> float:
         """Its variance."""
-        return self.cov[_L][_L]
+        return self.cov[LEVEL][LEVEL]
 
     # -- structure --------------------------------------------------------------------------
 
@@ -179,21 +169,21 @@ class CostPosterior:
         (drafts plus one each) at depth ``gamma`` and prefilled ``prefill_tokens``."""
         ng = self.ng
         g = gamma if gamma <= self.max_gamma else self.max_gamma
-        out: list[tuple[int, float]] = [(ng + _A, 1.0)]
+        out: list[tuple[int, float]] = [(ng + TARGET, 1.0)]
         if ran:
             if gamma > 0:
-                out += ((ng + _D, gamma + 1.0), (ng + _DELTA, 1.0))
+                out += ((ng + INCREMENT, gamma + 1.0), (ng + OVERHEAD, 1.0))
             else:
-                out.append((ng + _Z, 1.0))
+                out.append((ng + ZERO_PASS, 1.0))
         unverified = batch * (gamma + 1) - verified if ran and gamma > 0 else 0
         if unverified > 0:  # drafts per-request lengths (or the budget) left unverified
-            out.append((_U, -unverified / TOKEN_UNIT))
+            out.append((VERIFIED_TOKEN, -unverified / TOKEN_UNIT))
         if prefill_tokens > 0:
-            out += ((_M, 1.0), (_C, prefill_tokens / TOKEN_UNIT))
+            out += ((ADMISSION, 1.0), (PROMPT, prefill_tokens / TOKEN_UNIT))
             if g > 0 and ran:
-                out += ((_W, float(g)), (_O1 + g - 1, 1.0))
+                out += ((ADMITTING_PASS, float(g)), (ADMITTING_DEV + g - 1, 1.0))
         elif g > 0 and ran:
-            out.append((ng + _S1 + g - 1, 1.0))
+            out.append((ng + STEADY_DEV + g - 1, 1.0))
         return tuple(out)
 
     def _activate(self, idx: int) -> _Bucket:
@@ -317,15 +307,15 @@ class CostPosterior:
         f = 0.0
         for i, v in x:
             f += m[i] * v
-        if f < _F_MIN:
-            f = _F_MIN
+        if f < F_MIN:
+            f = F_MIN
         if self._q_theta and not b.samples % _DRIFT_EVERY:
             # Slow drift of the cost shape: each coefficient's variance grows by a share of
             # its square per step (added in lumps), so an arm left alone is re-checked.
             q = self._q_theta * _DRIFT_EVERY
             for i in range(1, self.n):
                 p[i][i] += q * m[i] * m[i] + self._q_floor[i]
-        p[_L][_L] += self.level_drift * r
+        p[LEVEL][LEVEL] += self.level_drift * r
         h = [(i, v / f) for i, v in x]
         # P h over the row's few non-zero features (P is symmetric: rows for columns), the
         # coefficients' part, then the level's
@@ -336,14 +326,14 @@ class CostPosterior:
         hph = 0.0  # the coefficients' share of the doubt
         for i, hv in h:
             hph += hv * t[i]
-        level_var = p[_L][_L]
-        ch = t[_L]  # cov(level, coefficients' prediction)
-        t = [a + b for a, b in zip(t, p[_L], strict=True)]
+        level_var = p[LEVEL][LEVEL]
+        ch = t[LEVEL]  # cov(level, coefficients' prediction)
+        t = [a + b for a, b in zip(t, p[LEVEL], strict=True)]
         s = level_var + 2.0 * ch + hph + r
-        e = y - m[_L] - math.log(f)
+        e = y - m[LEVEL] - math.log(f)
         rare, seen = -1, _YOUNG
         for i, _ in x:  # the admission term first, then a depth's deviation
-            if i == _M or _O1 <= i < ng or i >= ng + _S1:
+            if i == ADMISSION or ADMITTING_DEV <= i < ng or i >= ng + STEADY_DEV:
                 n_i = b.seen.get(i, 0)
                 if n_i < _YOUNG:
                     b.seen[i] = n_i + 1
@@ -356,7 +346,7 @@ class CostPosterior:
             # load, so that term is opened to the size of the miss and the step is taken
             # again. A measured one's miss is load (below).
             p[rare][rare] += (f * e) ** 2
-            p[_L][_L] -= self.level_drift * r
+            p[LEVEL][LEVEL] -= self.level_drift * r
             b.samples -= 1
             b.seen[rare] = _YOUNG  # once
             self._step(idx, x, y, r, robust, learn_r)
@@ -376,16 +366,16 @@ class CostPosterior:
                 side, shifted = outlier_side(e, bound, hph <= level_var, self._outlier)
                 if shifted:
                     self._outlier = side
-                    m[_L] += e
-                    p[_L] = [0.0] * self.n
+                    m[LEVEL] += e
+                    p[LEVEL] = [0.0] * self.n
                     for prow in p:
-                        prow[_L] = 0.0
-                    p[_L][_L] = r + hph
+                        prow[LEVEL] = 0.0
+                    p[LEVEL][LEVEL] = r + hph
                     return
                 if side:
                     e = side * bound
             self._outlier = side
-        if r < _LINEAR_R and any(i == _M for i, _ in x):
+        if r < _LINEAR_R and any(i == ADMISSION for i, _ in x):
             # An admitting step's terms add to the step, so its surprise is taken in linear
             # time (the log's linearisation undershoots a mixed step many decode steps long),
             # less the lognormal noise's own mean (exp(r / 2)), which would bias it up. Not on
@@ -398,7 +388,7 @@ class CostPosterior:
         # would step across the physical bounds; the step is shortened to stay inside them,
         # level and coefficients alike, so the split between them stays consistent. The
         # terms only some steps show are projected onto their bounds after.
-        ke *= _feasible_step(self._step_bounds, m, [ti * ke for ti in t])
+        ke *= feasible_step(self._step_bounds, m, [ti * ke for ti in t])
         self.mean = self._project([mi + ti * ke for mi, ti in zip(m, t, strict=True)])
         for i, ti in enumerate(t):
             if ti:
@@ -429,15 +419,15 @@ class CostPosterior:
             for b in batches:
                 extra = tokens / b - 1.0
                 if tokens % b == 0 and 1.0 <= extra <= self.max_gamma:
-                    x = ((self.ng + _A, 1.0), (_U, (tokens - b) / TOKEN_UNIT))
+                    x = ((self.ng + TARGET, 1.0), (VERIFIED_TOKEN, (tokens - b) / TOKEN_UNIT))
                     self._step(bucket_index(b), x, math.log(seconds / self.tau), r, False,
                                False)
         # The shape is kept; the level of real steps is measured afresh.
         p = self.cov
-        p[_L] = [0.0] * self.n
+        p[LEVEL] = [0.0] * self.n
         for prow in p:
-            prow[_L] = 0.0
-        p[_L][_L] = _LEVEL_VAR0
+            prow[LEVEL] = 0.0
+        p[LEVEL][LEVEL] = LEVEL_VAR0
         return len(prior.samples)
 
     # -- prediction -------------------------------------------------------------------------
@@ -466,7 +456,7 @@ class CostPosterior:
         order = self._sample_order
         k = b.chol
         if not k or b.samples - b.chol_at >= _CHOL_EVERY or b.chol_at < 0:
-            k = b.chol = _cholesky_rows(self._sampling_cov(idx))
+            k = b.chol = cholesky_rows(self._sampling_cov(idx))
             b.chol_at = b.samples
         mean = self.theta(idx)
         m = [mean[i] for i in order]
@@ -523,27 +513,27 @@ class CostPosterior:
         """``z`` moved onto the bounds: the terms only some steps show always, the four every
         step shows only when ``core`` (an update keeps those by its step length)."""
         ng, k = self.ng, self.max_gamma
-        a, d, delta = ng + _A, ng + _D, ng + _DELTA
+        a, d, delta = ng + TARGET, ng + INCREMENT, ng + OVERHEAD
         if core:
-            z[a] = max(z[a], _A_MIN)
+            z[a] = max(z[a], A_MIN)
             z[d] = max(z[d], 0.0)
             z[delta] = max(z[delta], -z[d])
-            z[ng + _Z] = max(z[ng + _Z], 0.0)
-        for i in (_M, _C, _W, _U):
+            z[ng + ZERO_PASS] = max(z[ng + ZERO_PASS], 0.0)
+        for i in (ADMISSION, PROMPT, ADMITTING_PASS, VERIFIED_TOKEN):
             if z[i] < 0.0:
                 z[i] = 0.0
         for g in range(1, k + 1):
             # a speculative step never costs less than the target's alone, an admitting step
             # never less than the same step without admissions
-            s = ng + _S1 + g - 1
+            s = ng + STEADY_DEV + g - 1
             z[s] = max(z[s], -(z[d] * (g + 1) + z[delta]))
-            o = _O1 + g - 1
-            z[o] = max(z[o], z[s] - z[_M] - z[_W] * g)
+            o = ADMITTING_DEV + g - 1
+            z[o] = max(z[o], z[s] - z[ADMISSION] - z[ADMITTING_PASS] * g)
         return z
 
     def seconds(self, f: float) -> float:
         """Seconds of a load-free cost ``f`` at today's load."""
-        return f * self.tau * math.exp(self.mean[_L])
+        return f * self.tau * math.exp(self.mean[LEVEL])
 
     def term(self, idx: int, terms: tuple[tuple[int, float], ...]) -> tuple[float, float]:
         """Mean and sd, in seconds at today's load, of a linear combination of ``z`` with
@@ -563,7 +553,7 @@ class CostPosterior:
                         var += ci * cj * bcov[i - ng][j - ng]
                     elif i < ng and j < ng:
                         var += ci * cj * self.cov[i][j]
-        scale = self.tau * math.exp(self.mean[_L])
+        scale = self.tau * math.exp(self.mean[LEVEL])
         return mean * scale, math.sqrt(max(var, 0.0)) * scale
 
     def admission_cost(self, idx: int, gamma: int) -> tuple[float, float]:
@@ -571,39 +561,37 @@ class CostPosterior:
         its prompts' work: the part grouping admissions saves."""
         g = min(gamma, self.max_gamma)
         if g <= 0:
-            return self.term(idx, ((_M, 1.0),))
-        return self.term(idx, ((_M, 1.0), (_W, float(g)), (_O1 + g - 1, 1.0),
-                               (self.ng + _S1 + g - 1, -1.0)))
+            return self.term(idx, ((ADMISSION, 1.0),))
+        return self.term(idx, ((ADMISSION, 1.0), (ADMITTING_PASS, float(g)),
+                               (ADMITTING_DEV + g - 1, 1.0),
+                               (self.ng + STEADY_DEV + g - 1, -1.0)))
 
     def verify_token_cost(self, idx: int) -> tuple[float, float]:
         """Mean and sd (seconds) of one more verified token on its own (``u``; a drafter
         pass apart)."""
-        mean, sd = self.term(idx, ((_U, 1.0),))
+        mean, sd = self.term(idx, ((VERIFIED_TOKEN, 1.0),))
         return mean / TOKEN_UNIT, sd / TOKEN_UNIT
 
     def coefficient_sd(self, idx: int, name: str) -> float:
         """Posterior sd (seconds at today's load) of bucket ``idx``'s coefficient ``name``
         (one of the bucket's: a, d, delta, z)."""
-        return self.term(idx, ((self.ng + _BUCKET_NAMES.index(name), 1.0),))[1]
+        return self.term(idx, ((self.ng + BUCKET_NAMES.index(name), 1.0),))[1]
 
     def coefficients(self, idx: int) -> dict[str, float]:
         """The named terms with bucket ``idx``'s in seconds at today's load (for reports; the
         per-depth deviations as ``steady_<g>`` / ``admitting_<g>``)."""
         z = self.theta(idx)
-        scale = self.tau * math.exp(self.mean[_L])
+        scale = self.tau * math.exp(self.mean[LEVEL])
         ng = self.ng
-        out = {name: z[ng + i] * scale for i, name in enumerate(_BUCKET_NAMES)}
-        out["admission"] = z[_M] * scale
-        out["prompt"] = z[_C] * scale
-        out["admitting_pass"] = z[_W] * scale
-        out["u"] = z[_U] * scale / TOKEN_UNIT
+        out = {name: z[ng + i] * scale for i, name in enumerate(BUCKET_NAMES)}
+        out["admission"] = z[ADMISSION] * scale
+        out["prompt"] = z[PROMPT] * scale
+        out["admitting_pass"] = z[ADMITTING_PASS] * scale
+        out["u"] = z[VERIFIED_TOKEN] * scale / TOKEN_UNIT
         for g in range(1, self.max_gamma + 1):
-            out[f"steady_{g}"] = z[ng + _S1 + g - 1] * scale
-            out[f"admitting_{g}"] = z[_O1 + g - 1] * scale
+            out[f"steady_{g}"] = z[ng + STEADY_DEV + g - 1] * scale
+            out[f"admitting_{g}"] = z[ADMITTING_DEV + g - 1] * scale
         return out
-
-
-PROMPT = _C  # the prompt coefficient's index in ``z`` (a controller scales it by the mean)
 
 
 def model_of(controller: object) -> CostPosterior | None:
@@ -612,41 +600,6 @@ def model_of(controller: object) -> CostPosterior | None:
     model = getattr(controller, "cost_model", None)
     return model if isinstance(model, CostPosterior) else None
 
-
-def price(theta: list[float], rows: list[Row]) -> list[float]:
-    """``f`` of each row under coefficients ``theta`` (kept positive)."""
-    return [max(sum(theta[i] * v for i, v in x), _F_MIN) for x in rows]
-
-
-def _feasible_step(bounds: Bounds, m: list[float], dm: list[float]) -> float:
-    """Largest share (<= 1) of the move ``dm`` from ``m`` that keeps every bound."""
-    step = 1.0
-    for terms, lo in bounds:
-        now = sum(m[i] * c for i, c in terms)
-        move = sum(dm[i] * c for i, c in terms)
-        if move < 0.0 and now + move < lo:
-            room = (now - lo) / -move if now > lo else 0.0
-            if room < step:
-                step = room
-    return step
-
-
-def _cholesky_rows(p: list[list[float]]) -> tuple[tuple[float, ...], ...]:
-    """Rows of the lower Cholesky factor of a covariance (row ``i`` has ``i + 1`` entries);
-    non-positive pivots (a direction the data pinned to rounding error) give a zero column."""
-    n = len(p)
-    out = [[0.0] * (i + 1) for i in range(n)]
-    for i in range(n):
-        row = out[i]
-        for j in range(i + 1):
-            other = out[j]
-            acc = p[i][j] - sum(map(mul, row[:j], other[:j]))
-            if i == j:
-                row[i] = math.sqrt(acc) if acc > 1e-12 else 0.0
-            else:
-                d = other[j]
-                row[j] = acc / d if d > 0.0 else 0.0
-    return tuple(tuple(r) for r in out)
 
 
 __all__ = ["PROMPT", "TOKEN_UNIT", "CostPosterior", "Row", "model_of", "price"]

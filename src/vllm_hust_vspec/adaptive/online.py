@@ -38,8 +38,9 @@ from typing import Any
 from ._limits import bucket_index, should_switch, step_toward
 from .acceptance import AcceptanceModel
 from .cadence import CadencedPolicy
-from .cost_posterior import PROMPT, TOKEN_UNIT, CostPosterior, Row, price
+from .cost_posterior import CostPosterior
 from .cost_prior import CostPrior
+from .cost_terms import PROMPT, TOKEN_UNIT, Row, price
 from .feedback import ControllerSnapshot, StepFeedback
 from .online_config import WARMUP_RETURNS, OnlineConfig
 
