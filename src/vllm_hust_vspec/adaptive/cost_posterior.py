@@ -156,11 +156,6 @@ class CostPosterior:
         """The log load level."""
         return self.mean[LEVEL]
 
-    @property
-    def level_var(self) -> float:
-        """Its variance."""
-        return self.cov[LEVEL][LEVEL]
-
     # -- structure --------------------------------------------------------------------------
 
     def row(self, batch: int, verified: float, gamma: int, ran: bool = True,
@@ -296,11 +291,13 @@ class CostPosterior:
         self._step(idx, x, y, self.r, True, not self._measured)
 
     def _step(self, idx: int, x: Row, y: float, r: float, robust: bool,
-              learn_r: bool) -> None:
+              learn_r: bool, again: bool = False) -> None:
         """One extended Kalman update of the joint state; ``robust``: clip outliers,
-        ``learn_r``: learn the noise from the innovations (until the variogram has it)."""
+        ``learn_r``: learn the noise from the innovations (until the variogram has it);
+        ``again``: the same step once more after a term was opened (its drift is in)."""
         b = self._activate(idx)
-        b.samples += 1
+        if not again:
+            b.samples += 1
         m = self.mean
         p = self.cov
         ng = self.ng
@@ -309,13 +306,14 @@ class CostPosterior:
             f += m[i] * v
         if f < F_MIN:
             f = F_MIN
-        if self._q_theta and not b.samples % _DRIFT_EVERY:
+        if self._q_theta and not again and not b.samples % _DRIFT_EVERY:
             # Slow drift of the cost shape: each coefficient's variance grows by a share of
             # its square per step (added in lumps), so an arm left alone is re-checked.
             q = self._q_theta * _DRIFT_EVERY
             for i in range(1, self.n):
                 p[i][i] += q * m[i] * m[i] + self._q_floor[i]
-        p[LEVEL][LEVEL] += self.level_drift * r
+        if not again:
+            p[LEVEL][LEVEL] += self.level_drift * r
         h = [(i, v / f) for i, v in x]
         # P h over the row's few non-zero features (P is symmetric: rows for columns), the
         # coefficients' part, then the level's
@@ -346,10 +344,8 @@ class CostPosterior:
             # load, so that term is opened to the size of the miss and the step is taken
             # again. A measured one's miss is load (below).
             p[rare][rare] += (f * e) ** 2
-            p[LEVEL][LEVEL] -= self.level_drift * r
-            b.samples -= 1
             b.seen[rare] = _YOUNG  # once
-            self._step(idx, x, y, r, robust, learn_r)
+            self._step(idx, x, y, r, robust, learn_r, again=True)
             return
         if learn_r:
             self.r += 0.05 * (min(e * e / s * r, 9.0 * self.r) - self.r)
@@ -435,13 +431,6 @@ class CostPosterior:
     def mean_costs(self, idx: int, rows: list[Row]) -> list[float]:
         """Posterior-mean ``f`` (units of tau, load-free) of each row in bucket ``idx``."""
         return price(self.theta(idx), rows)
-
-    def sample_costs(self, idx: int, rows: list[Row], rng: random.Random,
-                     width: float = 1.0) -> list[float]:
-        """``f`` of each row under one draw of bucket ``idx``'s coefficients, ``width``
-        posterior sds wide (Thompson sampling; the level is common to a bucket's arms and
-        cancels between them)."""
-        return price(self.sample_theta(idx, rng, width), rows)
 
     def sample_theta(self, idx: int, rng: random.Random, width: float = 1.0,
                      admitting: bool = True) -> list[float]:

@@ -103,7 +103,6 @@ class OnlineController(CadencedPolicy):
         self._adm_steps = 0.0
         self._adm_tokens = 0.0
         self._adm_prompt = 0.0
-        self._prompt_cost = 0.0  # prompt coefficient of the draw (or mean) being scored
         self._acc = AcceptanceModel(
             hi,
             prior=(_PRIOR_ACCEPTANCE,),
@@ -274,19 +273,19 @@ class OnlineController(CadencedPolicy):
         return rows
 
     def _admission_mix(self, batch: int) -> tuple[float, float]:
-        """(admitting steps per committed token x ``batch``, prompt units of an admitting
-        step): an arm committing ``E`` tokens per request admits on a share ``E`` x the first
-        of its steps."""
+        """(admitting steps per committed token times ``batch``, prompt units per admitting
+        step): an arm committing ``E`` tokens per request admits on ``E`` times the first
+        value's share of its steps."""
         if self._adm_steps <= 0.0 or self._adm_tokens <= 0.0:
             return 0.0, 0.0
         return (batch * self._adm_steps / self._adm_tokens,
                 self._adm_prompt / self._adm_steps / TOKEN_UNIT)
 
     def _step_costs(self, steady: list[float], admitting: list[float],
-                    expected: list[float], batch: int) -> list[float]:
+                    expected: list[float], batch: int, prompt_cost: float) -> list[float]:
         """Expected load-free cost of a step of each arm: decode-only, or admitting on the
         share of its steps its tokens per step imply (``admitting`` priced at one prompt
-        unit; the measured mean replaces it)."""
+        unit; the measured mean replaces it at ``prompt_cost`` per unit)."""
         rate, prompt = self._admission_mix(batch)
         if rate <= 0.0:
             return steady
@@ -296,16 +295,16 @@ class OnlineController(CadencedPolicy):
             share = rate * expected[lo + i]
             if share > 1.0:
                 share = 1.0
-            out.append(fs + share * (fa - fs + self._prompt_cost * (prompt - 1.0)))
+            out.append(fs + share * (fa - fs + prompt_cost * (prompt - 1.0)))
         return out
 
     def _mean_goodput(self, batch: int, cap: int) -> list[float]:
         idx = bucket_index(batch)
         steady, admitting = self._rows(batch, cap)
         expected = self._acc.expected_committed()
-        self._prompt_cost = self._cost.theta(idx)[PROMPT]
-        costs = self._step_costs(self._cost.mean_costs(idx, steady),
-                                 self._cost.mean_costs(idx, admitting), expected, batch)
+        theta = self._cost.theta(idx)
+        costs = self._step_costs(price(theta, steady), price(theta, admitting), expected,
+                                 batch, theta[PROMPT])
         lo = self._lo
         return [batch * expected[lo + i] / self._cost.seconds(f) for i, f in enumerate(costs)]
 
@@ -371,8 +370,8 @@ class OnlineController(CadencedPolicy):
         expected = self._sample_expected(width, unmeasured_accepted)
         costs = price(theta, steady)
         if self._adm_steps > 0.0:
-            self._prompt_cost = theta[PROMPT]
-            costs = self._step_costs(costs, price(theta, admitting), expected, self._last_batch)
+            costs = self._step_costs(costs, price(theta, admitting), expected, self._last_batch,
+                                     theta[PROMPT])
         lo = self._lo
         return [expected[lo + i] / f for i, f in enumerate(costs)]
 
@@ -380,8 +379,7 @@ class OnlineController(CadencedPolicy):
                          unmeasured_accepted: bool = False) -> list[float]:
         """One draw of ``E[g]`` for g = 0..max (``unmeasured_accepted``: a position never
         verified is taken as accepting every draft that reaches it). Position ``k``'s rate has
-        the variance of a
-        Beta of the (discounted) counts it had when last measured, grown by
+        the variance of a Beta of the (discounted) counts it had when last measured, grown by
         ``_ACCEPTANCE_DRIFT`` per step since (times ``p[k-1]`` squared for the steps the
         position below was measured and this one not; on top of the drift of the position
         below); every position moves by the same normal draw (sd ``width``) times its sd (a
