@@ -189,7 +189,8 @@ def test_a_sure_prior_plays_its_arm_from_the_first_step() -> None:
     best goes there at once (past ``max_gamma_step`` 2 from the initial gamma 4); where
     speculation pays and acceptance is still unknown, an unsure first draw walks instead."""
     zero_best = linear_cost(0.00165, 0.00131, 0.0014)
-    pays = linear_cost(0.00165, 0.00061, 0.0006)
+    # drafts at 0.3 of a target step: the prior gives gamma 1 over 4 about 0.8, not sure
+    pays = linear_cost(0.00165, 0.0005, 0.0005)
     firsts: dict[str, list[int]] = {"zero": [], "pays": []}
     for name, cost in (("zero", zero_best), ("pays", pays)):
         for seed in range(16):
@@ -199,16 +200,16 @@ def test_a_sure_prior_plays_its_arm_from_the_first_step() -> None:
             if name == "zero":
                 assert ctrl.settled()
     assert firsts["zero"] == [0] * 16
-    # jumping on every first draw starts 8 of these 16 at gamma 1
-    assert sum(g < 2 for g in firsts["pays"]) <= 2
+    # an unsure first draw walks: at most max_gamma_step (2) below the initial 4
+    assert sum(g < 2 for g in firsts["pays"]) <= 1
 
 
 def test_a_prior_sure_of_a_far_arm_goes_there_first() -> None:
-    """A prior sure that gamma 1 beats the initial 4 (each draft costs 1.5 target steps: no
-    acceptance makes a deeper draft pay) plays 1 at once, where the walk would stop at 2;
-    later moves, through a swing (cheap drafts, high acceptance) that makes deeper drafts
-    pay, stay within ``max_gamma_step``."""
-    cost = linear_cost(0.00165, 0.0025, 0.0)
+    """A prior sure that gamma 1 beats the initial 4 (each draft costs 1.5 target steps,
+    the drafter's pass half a step more: no acceptance makes a deeper draft pay) plays 1 at
+    once, where the walk would stop at 2; later moves, through a swing (cheap drafts, high
+    acceptance) that makes deeper drafts pay, stay within ``max_gamma_step``."""
+    cost = linear_cost(0.00165, 0.0025, 0.0008)
     cheap = linear_cost(0.00165, 0.00005, 0.0)
     step = [0]  # the driver asks alpha(t) before pricing step t
 
@@ -392,17 +393,19 @@ def test_a_skipping_zero_is_never_estimated_dearer_than_a_speculative_arm() -> N
 def test_draws_are_machines_that_could_exist() -> None:
     """A persisted state that measured only gamma 4 (the target's constant and the per-token
     cost not told apart) and a drafter whose every draft is accepted. Thompson draws may
-    still try a shallower arm while a machine whose cost is all per-token fits the data, but
-    never gamma 0 or 1: that needs a negative target-only cost. Untruncated draws played
-    gamma 0 and left gamma 4 twice as often (26 of these 220 decisions, now 12)."""
+    still try a shallower arm while a machine whose cost is mostly per-token fits the data,
+    but gamma 0 or 1 only rarely: beating gamma 4 there needs a target-only step (and a
+    drafter pass) under a fifth of the measured step. Untruncated draws left gamma 4 about
+    twice as often (12 % of the decisions)."""
     cost = linear_cost(0.010, 0.002, 0.001)
     prior = CostPrior("persisted state", tuple(
         CostSample(8, 4, cost(8, 4, True), count=20) for _ in range(3)))
-    off_max, lowest = 0, 4
-    for seed in range(4):
+    off_max = low = decisions = 0
+    for seed in range(16):
         ctrl = OnlineController(OnlineConfig(max_gamma=4, seed=seed), cost_prior=prior)
         gammas = drive(ctrl, cost, lambda t: 1.0, 60, seed=seed)[5:]  # acceptance known
         off_max += sum(g != 4 for g in gammas)
-        lowest = min(lowest, *gammas)
-    assert lowest >= 2
-    assert off_max <= 16
+        low += sum(g < 2 for g in gammas)
+        decisions += len(gammas)
+    assert low <= 0.015 * decisions
+    assert off_max <= 0.08 * decisions

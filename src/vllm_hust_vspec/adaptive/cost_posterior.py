@@ -80,6 +80,7 @@ _WIDEN = 0.1
 # again so the first real steps re-anchor it while the shape the prior gave stays.
 _DUMMY_SAMPLE_SD = 0.1
 _REAL_SAMPLE_SD = 0.03
+_PRIOR_SWEEPS = 2
 # The sampling factor of a bucket's covariance is refreshed every this many updates, and the
 # coefficients' drift is added in lumps of this many steps (the mean is always current). A
 # bucket's first factor is normally its prior's (or its neighbour's), so its first 16
@@ -400,16 +401,28 @@ class CostPosterior:
             self.tau = times[len(times) // 2]
         sd = _DUMMY_SAMPLE_SD if prior.needs_anchor else _REAL_SAMPLE_SD
         r = sd * sd
-        for s in prior.samples:
-            x = self.row(s.batch, s.batch * (1 + s.gamma), s.gamma, s.drafter_ran,
-                         s.prefill_tokens)
-            self._step(bucket_index(s.batch), x, math.log(s.seconds / self.tau), r, False,
-                       False)
+        # The calibration's steps share one machine state: the level is held at that state's
+        # (0) while they are folded in, so each bucket's terms take its own times. A level
+        # free to move would carry every later bucket's misfit, and the buckets stored
+        # before (no longer in the joint state) would keep the level they were fitted at.
+        drift, self.level_drift = self.level_drift, 0.0
+        self._pin_level()
+        # Folded in _PRIOR_SWEEPS times at that many times the noise (the same information):
+        # one linearisation of the log cost undershoots a time far from the prior's guess
+        # (an eager width, a mixed step), and each sweep starts from the last one's fit.
+        rows = [(bucket_index(s.batch), self.row(s.batch, s.batch * (1 + s.gamma), s.gamma,
+                                                 s.drafter_ran, s.prefill_tokens),
+                 math.log(s.seconds / self.tau)) for s in prior.samples]
+        for _ in range(_PRIOR_SWEEPS):
+            for idx, x, y in rows:
+                self._step(idx, x, y, r * _PRIOR_SWEEPS, False, False)
         # The target alone over b (1 + g) tokens: a verified token's own cost (u), which
         # steps that verify all they draft cannot separate from a drafter pass. Times of one
         # forward pass that differ by their tokens alone: their slope is measured as well as
         # a real step, whatever the level a dummy run misses.
         r = _REAL_SAMPLE_SD * _REAL_SAMPLE_SD
+        self.level_drift = drift
+        self._pin_level(LEVEL_VAR0)  # their runs' own level
         batches = sorted({s.batch for s in prior.samples})
         for tokens, seconds in prior.verify:
             for b in batches:
@@ -419,12 +432,16 @@ class CostPosterior:
                     self._step(bucket_index(b), x, math.log(seconds / self.tau), r, False,
                                False)
         # The shape is kept; the level of real steps is measured afresh.
+        self._pin_level(LEVEL_VAR0)
+        return len(prior.samples)
+
+    def _pin_level(self, var: float = 0.0) -> None:
+        """Forget the level's covariance with the coefficients; its variance becomes ``var``."""
         p = self.cov
         p[LEVEL] = [0.0] * self.n
         for prow in p:
             prow[LEVEL] = 0.0
-        p[LEVEL][LEVEL] = LEVEL_VAR0
-        return len(prior.samples)
+        p[LEVEL][LEVEL] = var
 
     # -- prediction -------------------------------------------------------------------------
 

@@ -64,6 +64,9 @@ _ACC_MIN_HALFLIFE_STEPS = 4.0
 _ACC_MAX_HALFLIFE_STEPS = 64.0
 # Memory of the admission counts (steps): a workload's request lengths change slowly.
 _ADMISSION_DECAY = 0.5 ** (1.0 / 512.0)
+# Decisions the largest recent batch is remembered for (about a cohort's lifetime in steps):
+# a pinned cohort runs on through the refills that bring the batch back up to it.
+_HIGH_BATCH_MEMORY = 256
 
 
 class OnlineController(CadencedPolicy):
@@ -132,6 +135,8 @@ class OnlineController(CadencedPolicy):
         self._last_batch = 0
         self._last_bucket = 0
         self._last_cap = hi
+        self._high_batch = 0  # the largest batch of the last _HIGH_BATCH_MEMORY decisions ...
+        self._high_age = 0  # ... and the decisions since it was seen
 
     # -- Controller protocol ------------------------------------------------------------------
 
@@ -314,6 +319,9 @@ class OnlineController(CadencedPolicy):
         self._last_batch = batch
         self._last_bucket = idx
         self._last_cap = cap
+        self._high_age += 1
+        if batch >= self._high_batch or self._high_age > _HIGH_BATCH_MEMORY:
+            self._high_batch, self._high_age = batch, 0
         if self._cost.tau <= 0.0 or (self._warmup_left and not self._prior_samples):
             return cur  # nothing to judge by yet (a prior decides from the first step)
         if self._visit:
@@ -361,17 +369,19 @@ class OnlineController(CadencedPolicy):
         return step_toward(cur, target, self.config.max_gamma_step)
 
     def _draw_scores(self, idx: int, rows: tuple[list[Row], list[Row]],
-                     width: float = 1.0, unmeasured_accepted: bool = False) -> list[float]:
+                     width: float = 1.0, unmeasured_accepted: bool = False,
+                     batch: int = 0) -> list[float]:
         """One joint draw of every eligible arm's score (committed tokens per request over its
-        load-free cost) from the posteriors of bucket ``idx``, ``width`` sds wide
-        (``unmeasured_accepted``: see :meth:`_sample_expected`)."""
+        load-free cost) from the posteriors of bucket ``idx``, ``width`` sds wide, at
+        ``batch`` (0: the last decision's; ``unmeasured_accepted``: see
+        :meth:`_sample_expected`)."""
         steady, admitting = rows
         theta = self._cost.sample_theta(idx, self._rng, width, self._adm_steps > 0.0)
         expected = self._sample_expected(width, unmeasured_accepted)
         costs = price(theta, steady)
         if self._adm_steps > 0.0:
-            costs = self._step_costs(costs, price(theta, admitting), expected, self._last_batch,
-                                     theta[PROMPT])
+            costs = self._step_costs(costs, price(theta, admitting), expected,
+                                     batch or self._last_batch, theta[PROMPT])
         lo = self._lo
         return [expected[lo + i] / f for i, f in enumerate(costs)]
 
@@ -416,25 +426,35 @@ class OnlineController(CadencedPolicy):
 
     def _zero_is_best(self) -> tuple[bool, float]:
         """Whether gamma 0 beats every other eligible arm with probability
-        ``_SETTLE_PROBABILITY`` under the posterior, and the share of draws it won."""
+        ``_SETTLE_PROBABILITY`` under the posterior, and the share of draws it won, at the
+        current batch and at the largest batch of the last ``_HIGH_BATCH_MEMORY`` decisions:
+        a pinned cohort runs on at the batch the refills bring back, so a zero that wins only
+        while the batch is down (or only where a rarely seen bucket misprices it) is not
+        pinned."""
         if self._lo != 0:
             return False, 0.0
         # Acceptance at a position never verified is a guess, not a measurement: a zero pins
         # the cohort only if it wins even were every draft there accepted.
-        return self._wins(0, unmeasured_accepted=True)
+        sure, share = self._wins(0, unmeasured_accepted=True)
+        high = self._high_batch
+        if sure and high > self._last_batch:
+            sure, at_high = self._wins(0, unmeasured_accepted=True, batch=high)
+            share = min(share, at_high)
+        return sure, share
 
     def _wins(self, arm: int, rival: int | None = None,
-              unmeasured_accepted: bool = False) -> tuple[bool, float]:
+              unmeasured_accepted: bool = False, batch: int = 0) -> tuple[bool, float]:
         """Whether arm index ``arm`` (gamma ``lo + arm``) beats arm ``rival`` (every other
-        eligible arm when None) with probability ``_SETTLE_PROBABILITY`` under the posterior,
-        and the share of the draws made that it won. Monte Carlo over at most ``_WIN_DRAWS``
+        eligible arm when None) at ``batch`` (0: the last decision's) with probability
+        ``_SETTLE_PROBABILITY`` under the posterior, and the share of the draws made that it
+        won. Monte Carlo over at most ``_WIN_DRAWS``
         joint draws of costs and acceptance (the arms' errors are strongly correlated,
         through the shared coefficients and acceptance, so no bound on pairwise probabilities
         is tight; ``unmeasured_accepted``: see :meth:`_sample_expected`), stopped as soon as the
         remaining draws cannot change the answer: a clear
         "no" (the common case while speculating) takes a handful. Only run when a zero, a
         move off the incumbent or a first decision beyond ``max_gamma_step`` is contemplated."""
-        batch, cap = self._last_batch, self._last_cap
+        batch, cap = batch or self._last_batch, self._last_cap
         if batch <= 0 or self._cost.tau <= 0.0:
             return False, 0.0
         if cap == self._lo:
@@ -444,7 +464,8 @@ class OnlineController(CadencedPolicy):
         rows = self._rows(batch, cap)
         wins = losses = 0
         while wins < need and losses <= _WIN_DRAWS - need:
-            score = self._draw_scores(idx, rows, unmeasured_accepted=unmeasured_accepted)
+            score = self._draw_scores(idx, rows, unmeasured_accepted=unmeasured_accepted,
+                                      batch=batch)
             mine = score[arm]
             if rival is not None:
                 won = score[rival] < mine
