@@ -188,7 +188,8 @@ def test_a_sure_prior_plays_its_arm_from_the_first_step() -> None:
     """Nothing has been played at the first decision: a prior sure that the skipping zero is
     best goes there at once (past ``max_gamma_step`` 2 from the initial gamma 4); where
     speculation pays and acceptance is still unknown, an unsure first draw walks instead."""
-    zero_best = linear_cost(0.00165, 0.00131, 0.0014)
+    # a draft costs a target step: gamma 0 wins even were every draft accepted
+    zero_best = linear_cost(0.00165, 0.00165, 0.0014)
     # drafts at 0.3 of a target step: the prior gives gamma 1 over 4 about 0.8, not sure
     pays = linear_cost(0.00165, 0.0005, 0.0005)
     firsts: dict[str, list[int]] = {"zero": [], "pays": []}

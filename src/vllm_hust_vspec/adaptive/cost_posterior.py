@@ -80,7 +80,8 @@ _WIDEN = 0.1
 # again so the first real steps re-anchor it while the shape the prior gave stays.
 _DUMMY_SAMPLE_SD = 0.1
 _REAL_SAMPLE_SD = 0.03
-_PRIOR_SWEEPS = 2
+_PRIOR_DEVIATION_SD = 0.1  # a start-up sample's width deviation (units of tau)
+_ITERATIONS = 6  # re-linearisations of a start-up sample's update
 # The sampling factor of a bucket's covariance is refreshed every this many updates, and the
 # coefficients' drift is added in lumps of this many steps (the mean is always current). A
 # bucket's first factor is normally its prior's (or its neighbour's), so its first 16
@@ -407,15 +408,26 @@ class CostPosterior:
         # before (no longer in the joint state) would keep the level they were fitted at.
         drift, self.level_drift = self.level_drift, 0.0
         self._pin_level()
-        # Folded in _PRIOR_SWEEPS times at that many times the noise (the same information):
-        # one linearisation of the log cost undershoots a time far from the prior's guess
-        # (an eager width, a mixed step), and each sweep starts from the last one's fit.
-        rows = [(bucket_index(s.batch), self.row(s.batch, s.batch * (1 + s.gamma), s.gamma,
-                                                 s.drafter_ran, s.prefill_tokens),
-                 math.log(s.seconds / self.tau)) for s in prior.samples]
-        for _ in range(_PRIOR_SWEEPS):
-            for idx, x, y in rows:
-                self._step(idx, x, y, r * _PRIOR_SWEEPS, False, False)
+        # Where a calibration timed every width of a bucket, each width's deviation from the
+        # affine shape is as free as those times make it (the tight prior is for a host's
+        # own steps, which mostly play one width and must teach the shared terms).
+        widths: dict[int, set[int]] = {}
+        for s in prior.samples:
+            if s.drafter_ran and not s.prefill_tokens and s.gamma > 0:
+                widths.setdefault(bucket_index(s.batch), set()).add(s.gamma)
+        every = set(range(1, self.max_gamma + 1))
+        freed = {idx for idx, seen in widths.items() if seen >= every}
+        dev = self.ng + STEADY_DEV
+        for s in prior.samples:
+            idx = bucket_index(s.batch)
+            if idx in freed:
+                freed.discard(idx)
+                self._activate(idx)
+                for i in range(dev, self.n):
+                    self.cov[i][i] = max(self.cov[i][i], _PRIOR_DEVIATION_SD ** 2)
+            x = self.row(s.batch, s.batch * (1 + s.gamma), s.gamma, s.drafter_ran,
+                         s.prefill_tokens)
+            self._iterated_step(idx, x, math.log(s.seconds / self.tau), r)
         # The target alone over b (1 + g) tokens: a verified token's own cost (u), which
         # steps that verify all they draft cannot separate from a drafter pass. Times of one
         # forward pass that differ by their tokens alone: their slope is measured as well as
@@ -434,6 +446,35 @@ class CostPosterior:
         # The shape is kept; the level of real steps is measured afresh.
         self._pin_level(LEVEL_VAR0)
         return len(prior.samples)
+
+    def _iterated_step(self, idx: int, x: Row, y: float, r: float) -> None:
+        """An iterated extended Kalman update (a start-up sample): the log cost is
+        re-linearised at the updated terms until they settle. One linearisation at the
+        prior's guess overshoots a time far from it (a target-only step a fifth of the
+        guess lands on the bound) and leaves the doubt of a term that did not move."""
+        b = self._activate(idx)
+        b.samples += 1
+        m, p = self.mean, self.cov
+        lin = m
+        t: list[float] = []
+        s = 1.0
+        for _ in range(_ITERATIONS):
+            f = max(sum(lin[i] * v for i, v in x), F_MIN)
+            h = [(i, v / f) for i, v in x]
+            t = list(p[LEVEL])
+            for i, hv in h:
+                t = [a + hv * c for a, c in zip(t, p[i], strict=True)]
+            s = t[LEVEL] + sum(hv * t[i] for i, hv in h) + r
+            e = y - m[LEVEL] - math.log(f) - sum(hv * (m[i] - lin[i]) for i, hv in h)
+            ke = e / s
+            ke *= feasible_step(self._step_bounds, m, [ti * ke for ti in t])
+            lin = self._project([mi + ti * ke for mi, ti in zip(m, t, strict=True)])
+        self.mean = lin
+        inv = 1.0 / s
+        for i, ti in enumerate(t):
+            if ti:
+                gi = ti * inv
+                p[i] = [a - gi * tj for a, tj in zip(p[i], t, strict=True)]
 
     def _pin_level(self, var: float = 0.0) -> None:
         """Forget the level's covariance with the coefficients; its variance becomes ``var``."""
