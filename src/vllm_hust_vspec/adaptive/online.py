@@ -115,6 +115,9 @@ class OnlineController(CadencedPolicy):
         self._adm_steps = 0.0
         self._adm_tokens = 0.0
         self._adm_prompt = 0.0
+        # ... and the host's own admitting steps per step (a pin's reading: see _wins)
+        self._adm_seen = 0.0
+        self._adm_all = 0.0
         self._acc = AcceptanceModel(
             hi,
             prior=(_PRIOR_ACCEPTANCE,),
@@ -202,9 +205,12 @@ class OnlineController(CadencedPolicy):
         self._adm_tokens = self._adm_tokens * d + committed
         self._adm_steps *= d
         self._adm_prompt *= d
+        self._adm_seen *= d
+        self._adm_all = self._adm_all * d + 1.0
         if prefill > 0:
             self._adm_steps += 1.0
             self._adm_prompt += prefill
+            self._adm_seen += 1.0
 
     @property
     def cost_model(self) -> CostPosterior:
@@ -302,10 +308,12 @@ class OnlineController(CadencedPolicy):
                 self._adm_prompt / self._adm_steps / TOKEN_UNIT)
 
     def _step_costs(self, steady: list[float], admitting: list[float],
-                    expected: list[float], batch: int, prompt_cost: float) -> list[float]:
+                    expected: list[float], batch: int, prompt_cost: float,
+                    floor: float = 0.0) -> list[float]:
         """Expected load-free cost of a step of each arm: decode-only, or admitting on the
-        share of its steps its tokens per step imply (``admitting`` priced at one prompt
-        unit; the measured mean replaces it at ``prompt_cost`` per unit)."""
+        share of its steps its tokens per step imply, the lowest arm's at least ``floor``
+        (``admitting`` priced at one prompt unit; the measured mean replaces it at
+        ``prompt_cost`` per unit)."""
         rate, prompt = self._admission_mix(batch)
         if rate <= 0.0:
             return steady
@@ -315,6 +323,8 @@ class OnlineController(CadencedPolicy):
             share = rate * expected[lo + i]
             if share > 1.0:
                 share = 1.0
+            elif share < floor and not i:
+                share = floor
             out.append(fs + share * (fa - fs + prompt_cost * (prompt - 1.0)))
         return out
 
@@ -384,19 +394,19 @@ class OnlineController(CadencedPolicy):
         return step_toward(cur, target, self.config.max_gamma_step)
 
     def _draw_scores(self, idx: int, rows: tuple[list[Row], list[Row]],
-                     width: float = 1.0, unmeasured_accepted: bool = False,
-                     batch: int = 0) -> list[float]:
+                     width: float = 1.0, pin: bool = False, batch: int = 0) -> list[float]:
         """One joint draw of every eligible arm's score (committed tokens per request over its
         load-free cost) from the posteriors of bucket ``idx``, ``width`` sds wide, at
-        ``batch`` (0: the last decision's; ``unmeasured_accepted``: see
-        :meth:`_sample_expected`)."""
+        ``batch`` (0: the last decision's), in a pin's reading when ``pin`` (see
+        :meth:`_zero_is_best`)."""
         steady, admitting = rows
         theta = self._cost.sample_theta(idx, self._rng, width, self._adm_steps > 0.0)
-        expected = self._sample_expected(width, unmeasured_accepted)
+        expected = self._sample_expected(width, pin)
         costs = price(theta, steady)
         if self._adm_steps > 0.0:
+            floor = self._adm_seen / self._adm_all if pin and self._adm_all > 0.0 else 0.0
             costs = self._step_costs(costs, price(theta, admitting), expected,
-                                     batch or self._last_batch, theta[PROMPT])
+                                     batch or self._last_batch, theta[PROMPT], floor)
         lo = self._lo
         return [expected[lo + i] / f for i, f in enumerate(costs)]
 
@@ -448,24 +458,27 @@ class OnlineController(CadencedPolicy):
         pinned."""
         if self._lo != 0:
             return False, 0.0
-        # Acceptance at a position never verified is a guess, not a measurement: a zero pins
-        # the cohort only if it wins even were every draft there accepted.
-        sure, share = self._wins(0, unmeasured_accepted=True)
+        # A pin must win in the reading of what the data cannot tell least favourable to it:
+        # acceptance at a position never verified is a guess, not a measurement, so every
+        # draft there is taken as accepted; and the zero admits on as large a share of its
+        # steps as measured, not a smaller one by its tokens per step (a refill hold capped
+        # in steps admits per step, whatever the depth).
+        sure, share = self._wins(0, pin=True)
         high = self._high_batch
         if sure and high > self._last_batch:
-            sure, at_high = self._wins(0, unmeasured_accepted=True, batch=high)
+            sure, at_high = self._wins(0, pin=True, batch=high)
             share = min(share, at_high)
         return sure, share
 
     def _wins(self, arm: int, rival: int | None = None,
-              unmeasured_accepted: bool = False, batch: int = 0) -> tuple[bool, float]:
+              pin: bool = False, batch: int = 0) -> tuple[bool, float]:
         """Whether arm index ``arm`` (gamma ``lo + arm``) beats arm ``rival`` (every other
         eligible arm when None) at ``batch`` (0: the last decision's) with probability
         ``_SETTLE_PROBABILITY`` under the posterior, and the share of the draws made that it
         won. Monte Carlo over at most ``_WIN_DRAWS``
         joint draws of costs and acceptance (the arms' errors are strongly correlated,
         through the shared coefficients and acceptance, so no bound on pairwise probabilities
-        is tight; ``unmeasured_accepted``: see :meth:`_sample_expected`), stopped as soon as the
+        is tight; ``pin``: see :meth:`_draw_scores`), stopped as soon as the
         remaining draws cannot change the answer: a clear
         "no" (the common case while speculating) takes a handful. Only run when a zero, a
         move off the incumbent or a first decision beyond ``max_gamma_step`` is contemplated."""
@@ -479,8 +492,7 @@ class OnlineController(CadencedPolicy):
         rows = self._rows(batch, cap)
         wins = losses = 0
         while wins < need and losses <= _WIN_DRAWS - need:
-            score = self._draw_scores(idx, rows, unmeasured_accepted=unmeasured_accepted,
-                                      batch=batch)
+            score = self._draw_scores(idx, rows, pin=pin, batch=batch)
             mine = score[arm]
             if rival is not None:
                 won = score[rival] < mine
