@@ -20,7 +20,9 @@ apart, no sweep), narrow once the arms are known, widening again while acceptanc
 unobserved at gamma 0 or the load drifts (no periodic re-checks, no acceptance probe). On a
 host whose settled gamma 0 skips the drafter and pins the cohort (``zero_skips_drafter``),
 gamma 0 is played only when the posterior says it is the best arm with probability
-``_SETTLE_PROBABILITY``; only then is it settled. The same test decides
+``_SETTLE_PROBABILITY``, now and at the batch the refills bring back, in the reading of what
+the data cannot tell least favourable to it (:meth:`OnlineController._zero_is_best`); only
+then is it settled. The same probability (in the plain reading) decides
 ``warmup_return='incumbent'``: the initial gamma is left only for an arm the posterior says
 beats it with that probability.
 
@@ -115,7 +117,7 @@ class OnlineController(CadencedPolicy):
         self._adm_steps = 0.0
         self._adm_tokens = 0.0
         self._adm_prompt = 0.0
-        # ... and the host's own admitting steps per step (a pin's reading: see _wins)
+        # ... and the host's own admitting steps per step (a pin's reading: _zero_is_best)
         self._adm_seen = 0.0
         self._adm_all = 0.0
         self._acc = AcceptanceModel(
