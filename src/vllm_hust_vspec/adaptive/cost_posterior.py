@@ -386,8 +386,17 @@ class CostPosterior:
         # would step across the physical bounds; the step is shortened to stay inside them,
         # level and coefficients alike, so the split between them stays consistent. The
         # terms only some steps show are projected onto their bounds after.
+        self.mean = self._moved(m, t, ke)
+        self._downdate(t, inv)
+
+    def _moved(self, m: list[float], t: list[float], ke: float) -> list[float]:
+        """``m`` moved by ``t * ke``, shortened to keep the step bounds, then projected."""
         ke *= feasible_step(self._step_bounds, m, [ti * ke for ti in t])
-        self.mean = self._project([mi + ti * ke for mi, ti in zip(m, t, strict=True)])
+        return self._project([mi + ti * ke for mi, ti in zip(m, t, strict=True)])
+
+    def _downdate(self, t: list[float], inv: float) -> None:
+        """The rank-one covariance update of a scalar observation: ``P -= t t' inv``."""
+        p = self.cov
         for i, ti in enumerate(t):
             if ti:
                 gi = ti * inv
@@ -466,15 +475,9 @@ class CostPosterior:
                 t = [a + hv * c for a, c in zip(t, p[i], strict=True)]
             s = t[LEVEL] + sum(hv * t[i] for i, hv in h) + r
             e = y - m[LEVEL] - math.log(f) - sum(hv * (m[i] - lin[i]) for i, hv in h)
-            ke = e / s
-            ke *= feasible_step(self._step_bounds, m, [ti * ke for ti in t])
-            lin = self._project([mi + ti * ke for mi, ti in zip(m, t, strict=True)])
+            lin = self._moved(m, t, e / s)
         self.mean = lin
-        inv = 1.0 / s
-        for i, ti in enumerate(t):
-            if ti:
-                gi = ti * inv
-                p[i] = [a - gi * tj for a, tj in zip(p[i], t, strict=True)]
+        self._downdate(t, 1.0 / s)
 
     def _pin_level(self, var: float = 0.0) -> None:
         """Forget the level's covariance with the coefficients; its variance becomes ``var``."""
