@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_hust_vspec.bench.serve_pair import ARMS, LABEL, PAIRS, Pair, bench_run, pair_commands
-from vllm_hust_vspec.bench.server import ServerProcess, ServerStartError, for_run, free_port
+from vllm_hust_vspec.bench.server import ServerProcess, ServerStartError, for_run
 from vllm_hust_vspec.launch.command import ServeCommand
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,8 +118,8 @@ def plan_commands(args: argparse.Namespace, pair: Pair, work: Path) -> dict[str,
 
 def make_servers(pair: Pair, args: argparse.Namespace, work: Path
                  ) -> dict[str, ServerProcess]:
-    """Both arms' servers of a pair (not started), each on a free port with a fresh metrics
-    directory."""
+    """Both arms' servers of a pair (not started; each takes a free port when it starts) with
+    a fresh metrics directory."""
     cmds = plan_commands(args, pair, work)
     servers: dict[str, ServerProcess] = {}
     for arm in ARMS:
@@ -128,8 +128,8 @@ def make_servers(pair: Pair, args: argparse.Namespace, work: Path
         prom.mkdir(parents=True)
         servers[arm] = ServerProcess(
             f"{pair.key} {LABEL[arm]}",
-            for_run(cmds[arm], free_port(), {"PROMETHEUS_MULTIPROC_DIR": str(prom)}),
-            work / f"{pair.key}-{arm}.server.log")
+            for_run(cmds[arm], None, {"PROMETHEUS_MULTIPROC_DIR": str(prom)}),
+            work / f"{pair.key}-{arm}.server.log", any_port=True)
     return servers
 
 

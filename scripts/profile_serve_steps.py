@@ -45,7 +45,7 @@ from vllm_hust_vspec.bench.serve_pair import (
     pair_commands,
     parse_load_args,
 )
-from vllm_hust_vspec.bench.server import ServerProcess, for_run, free_port
+from vllm_hust_vspec.bench.server import ServerProcess, for_run
 from vllm_hust_vspec.bench.step_timers import ENV
 from vllm_hust_vspec.launch.command import ServeCommand
 
@@ -134,7 +134,7 @@ def run_arm(arm: str, cmd: ServeCommand, rep: int, args: argparse.Namespace
         "PROMETHEUS_MULTIPROC_DIR": str(work / "prometheus"),
     }
     (work / "prometheus").mkdir(exist_ok=True)
-    server = ServerProcess(arm, for_run(cmd, free_port(), env), work / "server.log")
+    server = ServerProcess(arm, for_run(cmd, None, env), work / "server.log", any_port=True)
     server.start(os.environ)
     try:
         server.wait_ready(args.server_timeout)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 from _fake_openai import FakeOpenAI
 
 from vllm_hust_vspec.bench import metrics
+from vllm_hust_vspec.bench import server as server_mod
 from vllm_hust_vspec.bench.client import LoadSpec, run_load
 from vllm_hust_vspec.bench.datasets import (
     BenchRequest,
@@ -22,7 +24,13 @@ from vllm_hust_vspec.bench.datasets import (
     write_custom_jsonl,
 )
 from vllm_hust_vspec.bench.pair import aggregate_acceptance
-from vllm_hust_vspec.bench.server import ServerProcess, base_url_of, baseline_command, with_flag
+from vllm_hust_vspec.bench.server import (
+    ServerProcess,
+    ServerStartError,
+    base_url_of,
+    baseline_command,
+    with_flag,
+)
 from vllm_hust_vspec.bench.stats import (
     RequestOutcome,
     Spread,
@@ -401,6 +409,50 @@ def test_server_process_has_its_own_group_in_the_callers_session(tmp_path: Path)
     finally:
         server.stop(grace_s=5.0)
     assert server.proc.poll() is not None
+
+
+_HEALTH_SERVER = """
+import http.server, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+@pytest.mark.parametrize("any_port", [True, False])
+def test_a_server_that_loses_its_port_moves_only_when_any_port_will_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, any_port: bool
+) -> None:
+    # servers started minutes after their command was built find the port taken by another
+    # engine's sockets; one started with any_port takes a fresh one, one bound to its port fails
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        picks = iter([taken])  # the first pick loses the race, later ones are free
+        monkeypatch.setattr(server_mod, "free_port", lambda: next(picks, None) or _free())
+        cmd = ServeCommand(argv=[sys.executable, "-c", _HEALTH_SERVER, "--port", str(taken)])
+        server = ServerProcess("health", cmd, tmp_path / "health.log", any_port=any_port)
+        server.start(os.environ)
+        try:
+            if any_port:
+                server.wait_ready(30)
+                assert not server.base_url.endswith(f":{taken}")
+            else:
+                with pytest.raises(ServerStartError, match="Address already in use"):
+                    server.wait_ready(30)
+        finally:
+            server.stop(grace_s=5.0)
+
+
+def _free() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def test_pair_dry_run_text_and_passthrough(

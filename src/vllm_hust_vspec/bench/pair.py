@@ -33,7 +33,6 @@ from vllm_hust_vspec.bench.server import (
     ServerProcess,
     baseline_command,
     for_run,
-    free_port,
 )
 from vllm_hust_vspec.bench.speed_report import (
     forced_banner,
@@ -255,9 +254,9 @@ def run_pair(plan: PairPlan, progress: ProgressLine | None = None) -> PairResult
             trace.unlink(missing_ok=True)
             extra[TRACE_ENV] = str(trace)
             out.traces.append(trace)
-        cmd = for_run(plan.commands[arm], free_port(), extra)
+        cmd = for_run(plan.commands[arm], None, extra)
         server = ServerProcess(name=name, command=cmd,
-                               log_path=plan.result_dir / f"{name}.server.log")
+                               log_path=plan.result_dir / f"{name}.server.log", any_port=True)
         prog.start(f"{i}/{len(schedule)} {ARM_LABEL[arm]} r{rep}")
         server.start(parent_env)
         try:

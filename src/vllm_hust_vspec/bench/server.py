@@ -28,6 +28,10 @@ PROM_ENV = "PROMETHEUS_MULTIPROC_DIR"
 TRACE_ENV = "HUST_VSPEC_ADAPTIVE_TRACE"
 
 
+_BUSY_PORT = "Address already in use"
+_PORT_MOVES = 3
+
+
 class ServerStartError(RuntimeError):
     """A server did not come up; the message points at its log."""
 
@@ -106,6 +110,12 @@ class ServerProcess:
     proc: subprocess.Popen[bytes] | None = None
     started_s: float = 0.0
     ready_after_s: float = 0.0
+    #: Pick a free port at each start (not when the command was built: servers started
+    #: minutes later find it taken by another engine's sockets) and move to a new one when
+    #: the bind still loses the race. Off: the command's port is kept, busy or not.
+    any_port: bool = False
+    _parent_env: Mapping[str, str] | None = None
+    _port_moves: int = 0
 
     @property
     def base_url(self) -> str:
@@ -113,6 +123,9 @@ class ServerProcess:
 
     def start(self, parent_env: Mapping[str, str]) -> None:
         """Spawn the server with the command's environment over ``parent_env``."""
+        self._parent_env = parent_env
+        if self.any_port:
+            self.command = for_run(self.command, free_port(), {})
         env = {**parent_env, **self.command.env}
         if PROM_ENV in env:
             Path(env[PROM_ENV]).mkdir(parents=True, exist_ok=True)
@@ -133,6 +146,8 @@ class ServerProcess:
         deadline = self.started_s + timeout_s
         while time.monotonic() < deadline:
             code = self.proc.poll()
+            if code is not None and self._moved_off_a_taken_port():
+                continue
             if code is not None:
                 raise ServerStartError(
                     f"{self.name} server exited with {code} before it was ready; last log "
@@ -153,6 +168,17 @@ class ServerProcess:
             f"{self.name} server was not ready after {timeout_s:.0f} s (raise "
             f"--server-timeout); last log lines of {self.log_path}:\n{tail(self.log_path)}"
         )
+
+    def _moved_off_a_taken_port(self) -> bool:
+        """Restart on a new free port when the exit was a lost bind race (``any_port``)."""
+        if (not self.any_port or self._port_moves >= _PORT_MOVES
+                or _BUSY_PORT not in tail(self.log_path)):
+            return False
+        self._port_moves += 1
+        assert self._parent_env is not None
+        self.stop()
+        self.start(self._parent_env)
+        return True
 
     def interrupt(self) -> None:
         """SIGINT the process group without waiting (so several servers shut down at once;
@@ -191,10 +217,11 @@ def tail(path: Path, lines: int = 15) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def for_run(cmd: ServeCommand, port: int, env: Mapping[str, str]) -> ServeCommand:
-    """``cmd`` moved to ``port`` with extra environment (per-start metrics dir, trace)."""
-    return replace(cmd, argv=with_flag(cmd.argv, "--port", str(port)),
-                   env={**cmd.env, **env})
+def for_run(cmd: ServeCommand, port: int | None, env: Mapping[str, str]) -> ServeCommand:
+    """``cmd`` moved to ``port`` (kept when None) with extra environment (per-start metrics
+    dir, trace)."""
+    argv = cmd.argv if port is None else with_flag(cmd.argv, "--port", str(port))
+    return replace(cmd, argv=argv, env={**cmd.env, **env})
 
 
 __all__ = [
