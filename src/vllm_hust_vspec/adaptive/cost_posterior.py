@@ -94,6 +94,28 @@ _DRIFT_EVERY = 8
 # is accepted.
 _REDRAWS = 8
 _TWO_PI = 2.0 * math.pi
+# Steady steps with one row (one bucket, one arm, every term they show measured) are folded
+# in as one update of their mean log time once this many are held: for the same row the mean
+# is all the steps say about the coefficients, and a settled controller's steps are mostly
+# such runs. Each step's surprise is still checked against the prediction, so a stall or a
+# load shift is taken at once; the Thompson draw reads a posterior up to this many steps old.
+# Only while a step teaches little (the state's doubt of the step under this share of the
+# noise): one update of a mean is linearised once, where steps taken one by one would be
+# re-linearised as they move the state (after a load shift, a new arm).
+_HOLD_STEPS = 8
+_HOLD_DOUBT = 0.25
+
+
+class _Held:
+    """Steady steps of one row awaiting their joint update: the row's prediction (log cost
+    and its variance) at the state they were held against, and their log times."""
+
+    __slots__ = ("idx", "log_f", "n", "s", "x", "y_sum")
+
+    def __init__(self, idx: int, x: Row, log_f: float, s: float) -> None:
+        self.idx, self.x, self.log_f, self.s = idx, x, log_f, s
+        self.n = 0
+        self.y_sum = 0.0
 
 class _Bucket:
     __slots__ = ("chol", "chol_at", "cov", "mean", "samples", "seen")
@@ -111,7 +133,7 @@ class CostPosterior:
     """Gaussian posterior over the load level, the host's admission terms and each bucket's
     cost coefficients, for depths ``0..max_gamma`` (module docstring)."""
 
-    __slots__ = ("_active", "_arm_keys", "_buckets", "_drift", "_extra", "_measured",
+    __slots__ = ("_active", "_arm_keys", "_buckets", "_drift", "_extra", "_held", "_measured",
                  "_outlier", "_prior_mean", "_prior_var", "_q_floor", "_q_theta",
                  "_sample_order", "_step_bounds", "admissions", "cov", "level_drift",
                  "max_gamma", "mean", "n", "ng", "r", "tau")
@@ -147,6 +169,7 @@ class CostPosterior:
         self._buckets: dict[int, _Bucket] = {}
         self._active = -1
         self._outlier = 0
+        self._held: _Held | None = None
         self.admissions = 0  # admitting steps folded in
         self._extra = random.Random(0x5EED)  # draws of the rarely shown terms
         self._arm_keys = [object() for _ in range(max_gamma + 2)]  # variogram keys
@@ -156,6 +179,7 @@ class CostPosterior:
     @property
     def level(self) -> float:
         """The log load level."""
+        self.flush()
         return self.mean[LEVEL]
 
     # -- structure --------------------------------------------------------------------------
@@ -244,6 +268,10 @@ class CostPosterior:
 
     def theta(self, idx: int) -> list[float]:
         """The posterior mean of ``z`` with bucket ``idx``'s terms (level 0)."""
+        self.flush()
+        return self._theta(idx)
+
+    def _theta(self, idx: int) -> list[float]:
         self.bucket(idx)
         return [0.0] + self.mean[1:self.ng] + list(self._bucket_block(idx)[0])
 
@@ -290,16 +318,75 @@ class CostPosterior:
                 if measured is not None:
                     self.r, self.level_drift = measured
                     self._measured = True
+            if self._measured and self._hold(idx, x, y):
+                return
+        self.flush()
         self._step(idx, x, y, self.r, True, not self._measured)
 
+    def _hold(self, idx: int, x: Row, y: float) -> bool:
+        """Hold a steady step for a joint update with the next ones of its row (see
+        _HOLD_STEPS); False when it must be taken on its own: a term it shows is young, or
+        its surprise is beyond the clip bound (a stall or a load shift)."""
+        held = self._held
+        if held is None or held.idx != idx or held.x != x:
+            self.flush()
+            if idx != self._active:
+                return False
+            b = self._buckets[idx]
+            ng = self.ng
+            for i, _ in x:
+                if (i == ADMISSION or ADMITTING_DEV <= i < ng or i >= ng + STEADY_DEV) and \
+                        b.seen.get(i, 0) < _YOUNG:
+                    return False
+            log_f, s = self._prediction(x)
+            if s > (1.0 + _HOLD_DOUBT) * self.r:
+                return False
+            held = self._held = _Held(idx, x, log_f, s)
+        e = y - held.log_f
+        if e * e > _CLIP * _CLIP * held.s:
+            return False
+        self._outlier = 0
+        held.n += 1
+        held.y_sum += y
+        if held.n >= _HOLD_STEPS:
+            self.flush()
+        return True
+
+    def _prediction(self, x: Row) -> tuple[float, float]:
+        """Log cost (level included) of row ``x`` in the active bucket and its variance for
+        one step (the level's drift and the noise in)."""
+        m, p = self.mean, self.cov
+        f = max(sum(m[i] * v for i, v in x), F_MIN)
+        var = p[LEVEL][LEVEL] + self.level_drift * self.r + self.r
+        for i, vi in x:
+            pi = p[i]
+            var += 2.0 * vi / f * pi[LEVEL]
+            for j, vj in x:
+                var += vi * vj / (f * f) * pi[j]
+        return m[LEVEL] + math.log(f), var
+
+    def flush(self) -> None:
+        """Fold in the held steady steps (one update of their mean log time); every read of
+        the posterior but the Thompson draw calls it first."""
+        held = self._held
+        if held is None:
+            return
+        self._held = None
+        if held.n:
+            self._step(held.idx, held.x, held.y_sum / held.n, self.r / held.n, False, False,
+                       steps=held.n)
+
     def _step(self, idx: int, x: Row, y: float, r: float, robust: bool,
-              learn_r: bool, again: bool = False) -> None:
+              learn_r: bool, again: bool = False, steps: int = 1) -> None:
         """One extended Kalman update of the joint state; ``robust``: clip outliers,
         ``learn_r``: learn the noise from the innovations (until the variogram has it);
-        ``again``: the same step once more after a term was opened (its drift is in)."""
+        ``again``: the same step once more after a term was opened (its drift is in);
+        ``steps``: the mean of this many steps of one row (``r`` is its noise)."""
         b = self._activate(idx)
+        lumps = 0
         if not again:
-            b.samples += 1
+            lumps = (b.samples + steps) // _DRIFT_EVERY - b.samples // _DRIFT_EVERY
+            b.samples += steps
         m = self.mean
         p = self.cov
         ng = self.ng
@@ -308,14 +395,15 @@ class CostPosterior:
             f += m[i] * v
         if f < F_MIN:
             f = F_MIN
-        if self._q_theta and not again and not b.samples % _DRIFT_EVERY:
+        if self._q_theta and lumps:
             # Slow drift of the cost shape: each coefficient's variance grows by a share of
             # its square per step (added in lumps), so an arm left alone is re-checked.
-            q = self._q_theta * _DRIFT_EVERY
+            q = self._q_theta * _DRIFT_EVERY * lumps
+            floor = self._q_floor
             for i in range(1, self.n):
-                p[i][i] += q * m[i] * m[i] + self._q_floor[i]
+                p[i][i] += q * m[i] * m[i] + floor[i] * lumps
         if not again:
-            p[LEVEL][LEVEL] += self.level_drift * r
+            p[LEVEL][LEVEL] += self.level_drift * r * steps * steps  # r: the mean's noise
         h = [(i, v / f) for i, v in x]
         # P h over the row's few non-zero features (P is symmetric: rows for columns), the
         # coefficients' part, then the level's
@@ -407,6 +495,7 @@ class CostPosterior:
         times = sorted(s.seconds for s in prior.samples)
         if not times:
             return 0
+        self.flush()
         if self.tau <= 0.0:
             self.tau = times[len(times) // 2]
         sd = _DUMMY_SAMPLE_SD if prior.needs_anchor else _REAL_SAMPLE_SD
@@ -508,7 +597,7 @@ class CostPosterior:
         if not k or b.samples - b.chol_at >= _CHOL_EVERY or b.chol_at < 0:
             k = b.chol = cholesky_rows(self._sampling_cov(idx))
             b.chol_at = b.samples
-        mean = self.theta(idx)
+        mean = self._theta(idx)  # held steps may wait (see _HOLD_STEPS)
         m = [mean[i] for i in order]
         uniform = rng.random
         n1 = len(order) if admitting else self.n - self.ng
@@ -583,7 +672,7 @@ class CostPosterior:
 
     def seconds(self, f: float) -> float:
         """Seconds of a load-free cost ``f`` at today's load."""
-        return f * self.tau * math.exp(self.mean[LEVEL])
+        return f * self.tau * math.exp(self.level)
 
     def term(self, idx: int, terms: tuple[tuple[int, float], ...]) -> tuple[float, float]:
         """Mean and sd, in seconds at today's load, of a linear combination of ``z`` with
