@@ -18,11 +18,14 @@ BUCKET_NAMES = ("a", "d", "delta", "z")
 # arm that is rarely played (a drafter-running zero where speculation pays) must not be
 # drawn cheaper than a target-only step. An admission's fixed cost is wide (an Ascend mixed
 # step costs several decode steps); a depth's deviation is tight, so played arms teach the
-# affine part and only a far miss (below) or a consistent misfit becomes a deviation.
+# affine part and only a far miss (below) or a consistent misfit becomes a deviation. An
+# admitting depth's deviation is half a step: where most steps admit (a large batch), a
+# wider one made every depth's admitting cost unknown until visited, and a mixed step that
+# leaves the graphs is a far miss that opens its term anyway.
 BUCKET_PRIOR = ((0.5, 0.5), (0.1, 0.2), (0.0, 0.0), (0.1, 0.1))
 GLOBAL_PRIOR = ((0.0, 2.0), (0.0, 1.0), (0.0, 2.0), (0.05, 0.2))  # m, c, w, u
 STEADY_DEVIATION_SD = 0.003
-ADMITTING_DEVIATION_SD = 1.0
+ADMITTING_DEVIATION_SD = 0.5
 F_MIN = 1e-3  # predicted costs are kept positive (units of tau)
 A_MIN = 0.01  # smallest target-only step (units of tau)
 TOKEN_UNIT = 64.0  # tokens per unit of the prompt and verified-token features
