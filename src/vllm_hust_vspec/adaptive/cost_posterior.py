@@ -332,12 +332,9 @@ class CostPosterior:
             self.flush()
             if idx != self._active:
                 return False
-            b = self._buckets[idx]
-            ng = self.ng
-            for i, _ in x:
-                if (i == ADMISSION or ADMITTING_DEV <= i < ng or i >= ng + STEADY_DEV) and \
-                        b.seen.get(i, 0) < _YOUNG:
-                    return False
+            seen = self._buckets[idx].seen
+            if any(self._rare(i) and seen.get(i, 0) < _YOUNG for i, _ in x):
+                return False
             log_f, s = self._prediction(x)
             if s > (1.0 + _HOLD_DOUBT) * self.r:
                 return False
@@ -351,6 +348,12 @@ class CostPosterior:
         if held.n >= _HOLD_STEPS:
             self.flush()
         return True
+
+    def _rare(self, i: int) -> bool:
+        """Term ``i`` shows only on some steps (the admission term, a depth's deviation): a far
+        miss of it while young opens it (see _step)."""
+        ng = self.ng
+        return i == ADMISSION or ADMITTING_DEV <= i < ng or i >= ng + STEADY_DEV
 
     def _prediction(self, x: Row) -> tuple[float, float]:
         """Log cost (level included) of row ``x`` in the active bucket and its variance for
@@ -389,7 +392,6 @@ class CostPosterior:
             b.samples += steps
         m = self.mean
         p = self.cov
-        ng = self.ng
         f = 0.0
         for i, v in x:
             f += m[i] * v
@@ -421,7 +423,7 @@ class CostPosterior:
         e = y - m[LEVEL] - math.log(f)
         rare, seen = -1, _YOUNG
         for i, _ in x:  # the admission term first, then a depth's deviation
-            if i == ADMISSION or ADMITTING_DEV <= i < ng or i >= ng + STEADY_DEV:
+            if self._rare(i):
                 n_i = b.seen.get(i, 0)
                 if n_i < _YOUNG:
                     b.seen[i] = n_i + 1
